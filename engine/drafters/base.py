@@ -1,0 +1,38 @@
+"""The Drafter contract: propose up to k tokens after a context; hear back how many were kept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from engine.config import SamplingConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    ids: list[int]
+    # The distribution each id was drawn from, one row per id (vocabulary of the drafter), or None for a
+    # drafter without one (n-gram): it is then verified as a one-hot draft, which keeps sampling lossless.
+    p_draft: torch.Tensor | None = None
+
+    @staticmethod
+    def empty() -> "Proposal":
+        return Proposal([], None)
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
+        """A generation starts with these sampling settings."""
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """Up to k tokens that should follow `context_ids` (prompt + everything committed)."""
+
+    def observe(self, n_accepted: int) -> None:
+        """How many of the last proposal the target kept."""
+
+    def release(self) -> None:
+        """Free caches (memory) between conversations."""

@@ -1,0 +1,21 @@
+"""Method `none`: plain decoding, the baseline every figure is compared with."""
+
+from __future__ import annotations
+
+from engine.drafters.base import Proposal
+
+
+class NoDrafter:
+    name = "none"
+
+    def begin(self, sampling, generator) -> None:
+        pass
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        return Proposal.empty()
+
+    def observe(self, n_accepted: int) -> None:
+        pass
+
+    def release(self) -> None:
+        pass

@@ -1,0 +1,33 @@
+"""Typed errors. Each carries one clear sentence meant for the user (CLI exit 2, a message in the GUI)."""
+
+
+class SpecScopeError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class ConfigError(SpecScopeError, ValueError):
+    """A setting is out of range or a combination makes no sense."""
+
+
+class ModelLoadError(SpecScopeError):
+    """A model path, file or cache entry could not be turned into a model."""
+
+
+class DefaultModelMissingError(ModelLoadError):
+    """The built-in default model's package is not installed."""
+
+
+class TokenizerMismatchError(SpecScopeError):
+    """The draft's tokenizer is not the target's; names the first difference."""
+
+
+class PromptTooLongError(SpecScopeError):
+    """The prompt (plus at least one new token) does not fit in the model's context."""
+
+
+class DeviceError(SpecScopeError):
+    """The requested device is not available on this machine."""
+
+
+class OutOfMemoryError(SpecScopeError):
+    """The device ran out of memory while loading or generating."""

@@ -1,0 +1,318 @@
+"""The speculative core: verify a draft, accept or reject it, roll the cache back, report the round.
+
+The acceptance rule is the one of Leviathan et al. (arXiv 2211.17192) and Chen et al. (arXiv 2302.01318):
+keep drafted token x with probability min(1, p_target(x) / p_draft(x)); at the first rejection draw the
+correction from norm(max(0, p_target − p_draft)); when all k are kept, draw a bonus token from the target.
+A drafter with no distribution counts as a one-hot p_draft. Greedy decoding is the temperature → 0 limit:
+keep x while it is the target's argmax. Either way the output is distributed exactly as the target's own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator
+
+import torch
+
+from engine.cache import CachedModel
+from engine.chat import (Conversation, IncrementalDetokenizer, eos_ids, find_stop, normalize_conversation,
+                         prompt_ids)
+from engine.config import SamplingConfig, SpecConfig
+from engine.drafters import Drafter, Proposal, make_drafter
+from engine.errors import ConfigError, OutOfMemoryError, PromptTooLongError
+from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.models import LoadedModel, check_tokenizers, load_model, resolve_source
+from engine.sampling import make_generator, probabilities, sample
+from engine.stats import StatsAccumulator
+
+
+# ------------------------------------------------------------------ verification (pure functions)
+
+def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
+    """Greedy verification of a draft against target logits for positions 0…m.
+
+    Returns n_accepted, the target's own token (argmax at the first disagreement, or the bonus), the
+    target's probability of each drafted token, and its probability of its own token.
+    """
+    m = len(draft_ids)
+    probs = torch.softmax(target_logits, dim=-1)
+    top_p, top_id = probs.max(dim=-1)
+    rows = torch.arange(m, device=probs.device)
+    drafted = torch.tensor(draft_ids, dtype=torch.long, device=probs.device)
+    p_drafted = probs[rows, drafted]
+    # one device → host transfer per round: ids are exact in float32 (< 2**24)
+    values = torch.cat([top_id.float(), top_p, p_drafted]).tolist()
+    argmax = [int(v) for v in values[: m + 1]]
+    n_accepted = 0
+    while n_accepted < m and draft_ids[n_accepted] == argmax[n_accepted]:
+        n_accepted += 1
+    return n_accepted, argmax[n_accepted], values[2 * m + 2:], values[m + 1 + n_accepted]
+
+
+def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_ids: list[int],
+                     generator: torch.Generator) -> tuple[int, int, list[float], list[float], float]:
+    """Speculative sampling (arXiv 2211.17192 Alg. 1; 2302.01318 Alg. 2).
+
+    p_target: (m+1, V) target probabilities; p_draft: (m, V) the draft's, or None for a one-hot draft.
+    Returns n_accepted, the target's token (correction or bonus), p_target and p_draft of each drafted
+    token, and the target's probability of its own token.
+    """
+    m = len(draft_ids)
+    device = p_target.device
+    rows = torch.arange(m, device=device)
+    drafted = torch.tensor(draft_ids, dtype=torch.long, device=device)
+    if p_draft is None:
+        p_draft = torch.zeros((m, p_target.shape[-1]), device=device)
+        p_draft[rows, drafted] = 1.0
+    pt_x = p_target[rows, drafted]
+    pd_x = p_draft[rows, drafted]
+    accept = torch.rand(m, generator=generator, device=device) * pd_x < pt_x  # u < p_target/p_draft
+    # Residual distributions for every position, plus the bonus row: draw all m+1 at once and keep the
+    # one at the first rejection, so the whole round needs a single device → host transfer.
+    residual = torch.clamp(p_target[:m] - p_draft, min=0.0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_target[:m])
+    candidates = sample(torch.cat([residual, p_target[m:m + 1]]), generator)
+    p_candidates = p_target[torch.arange(m + 1, device=device), candidates]
+    values = torch.cat([accept.float(), candidates.float(), p_candidates, pt_x, pd_x]).tolist()
+    n_accepted = 0
+    while n_accepted < m and values[n_accepted] > 0.5:
+        n_accepted += 1
+    target_id = int(values[m + n_accepted])
+    p_own = values[2 * m + 1 + n_accepted]
+    return n_accepted, target_id, values[3 * m + 2: 4 * m + 2], values[4 * m + 2:], p_own
+
+
+def _align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Draft and target vocabularies may differ by a few padding ids (≤ 128): pad or cut the draft's."""
+    extra = vocab_size - p_draft.shape[-1]
+    if extra > 0:
+        return torch.nn.functional.pad(p_draft, (0, extra))
+    return p_draft[:, :vocab_size] if extra < 0 else p_draft
+
+
+# ------------------------------------------------------------------ the engine
+
+class Engine:
+    """Holds a loaded target (and drafts) between messages and runs generations as event streams."""
+
+    def __init__(self, target: LoadedModel, draft_loader=load_model) -> None:
+        self.target = target
+        self.runner = CachedModel(target.model)
+        self.eos_ids = eos_ids(target.tokenizer, target.model)
+        self._draft_loader = draft_loader
+        self._draft: LoadedModel | None = None
+        self._drafter: Drafter | None = None
+        self._drafter_key: tuple | None = None
+        self._lock = threading.Lock()
+
+    # ---- settings
+
+    def validate(self, spec: SpecConfig) -> None:
+        """Raise ConfigError/ModelLoadError/TokenizerMismatchError for a spec this target can't run."""
+        if spec.method == "early-exit" and spec.layers is not None:
+            n_layers = self.target.n_layers
+            if not 1 <= spec.layers <= n_layers - 1:
+                raise ConfigError(f"early-exit layers must be from 1 to {n_layers - 1} for this model "
+                                  f"({n_layers} layers), got {spec.layers}")
+        if spec.method == "draft-model":
+            self.draft_model(spec.draft)
+
+    def draft_model(self, name: str) -> LoadedModel:
+        """Load (once) and check a draft model. The target itself is reused when named again."""
+        if self._draft is not None and self._draft.name == name:
+            return self._draft
+        if name == self.target.name or resolve_source(name) == resolve_source(self.target.name):
+            draft = self.target  # same weights: share them, the drafter still keeps its own cache
+        else:
+            draft = self._draft_loader(name, device=str(self.target.device), dtype=self.target.dtype)
+        check_tokenizers(self.target.tokenizer, draft.tokenizer, self.target.label, draft.label)
+        self._forget_drafter()
+        self._draft = draft
+        return draft
+
+    def _forget_drafter(self) -> None:
+        if self._drafter is not None:
+            self._drafter.release()
+        self._drafter, self._drafter_key = None, None
+
+    def drafter(self, spec: SpecConfig) -> Drafter:
+        key = (spec.method, spec.draft, spec.layers, spec.ngram_max, spec.ngram_min)
+        if key != self._drafter_key:
+            draft_model = self.draft_model(spec.draft).model if spec.method == "draft-model" else None
+            self._forget_drafter()
+            self._drafter = make_drafter(spec, self.target.model, draft_model)
+            self._drafter_key = key
+        return self._drafter
+
+    def release(self) -> None:
+        """Free the KV caches (memory) kept between messages."""
+        self.runner.reset()
+        if self._drafter is not None:
+            self._drafter.release()
+
+    # ---- generation
+
+    def prompt_ids(self, conversation: Conversation, system: str | None = None) -> list[int]:
+        return prompt_ids(self.target.tokenizer, normalize_conversation(conversation, system))
+
+    def generate(self, conversation: Conversation, *, spec: SpecConfig = SpecConfig(),
+                 sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
+                 stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None,
+                 system: str | None = None) -> Iterator[Event]:
+        """Chat: the conversation goes through the model's chat template; yields events."""
+        ids = self.prompt_ids(conversation, system)
+        return self.generate_ids(ids, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
+                                 stop_strings=stop_strings, cancel=cancel)
+
+    def generate_ids(self, prompt: list[int], *, spec: SpecConfig = SpecConfig(),
+                     sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
+                     stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None
+                     ) -> Iterator[Event]:
+        """Raw ids in, events out. Checks everything before the first event, so errors come early."""
+        if max_new_tokens < 1:
+            raise ConfigError(f"max new tokens must be ≥ 1, got {max_new_tokens}")
+        if not prompt:
+            raise ConfigError("the prompt is empty: type a message first")
+        context = self.target.context_length
+        if len(prompt) + 1 > context:
+            raise PromptTooLongError(f"the prompt has {len(prompt)} tokens but {self.target.label} holds "
+                                     f"{context}; shorten it or start a new chat")
+        self.validate(spec)
+        drafter = self.drafter(spec)
+        return self._run(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
+                         cancel or threading.Event(), drafter)
+
+    def _run(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter) -> Iterator[Event]:
+        with self._lock:
+            yield from self._loop(prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter)
+
+    def _loop(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter):
+        target = self.target
+        generator = make_generator(target.device, sampling.seed)
+        drafter.begin(sampling, generator)
+        detok = IncrementalDetokenizer(target.tokenizer, prompt)
+        stats = StatsAccumulator(spec.k)
+        ids = list(prompt)
+        output: list[int] = []
+        text = ""
+        started = time.perf_counter()
+        feed = self.runner.sync(ids)
+        yield GenerationStarted(
+            spec_label=spec.label(), method=spec.method, k=spec.k, model=target.label,
+            draft=spec.draft, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+            greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
+            max_new_tokens=max_new_tokens, warnings=spec.warnings)
+        stop_reason, error = None, None
+        index = 0
+        try:
+            while stop_reason is None:
+                if cancel.is_set():
+                    stop_reason = "cancelled"
+                    break
+                room = min(max_new_tokens - len(output), target.context_length - len(ids))
+                if room <= 0:
+                    stop_reason = "max-new-tokens" if len(output) >= max_new_tokens else "context-full"
+                    break
+                # Drafting more than the budget can take is wasted work: the last one is the target's.
+                k = min(spec.k, room - 1) if index else 0
+                t_draft = time.perf_counter()
+                proposal = drafter.propose(ids, k) if k > 0 else Proposal.empty()
+                t_verify = time.perf_counter()
+                n_accepted, target_id, p_target, p_draft, p_own = self._verify(
+                    feed if index == 0 else [ids[-1]], proposal, sampling, generator)
+                done = time.perf_counter()
+                draft_ids = proposal.ids
+                drafter.observe(n_accepted)
+                if not draft_ids:
+                    status = TokenStatus.PLAIN
+                elif n_accepted == len(draft_ids):
+                    status = TokenStatus.BONUS
+                else:
+                    status = TokenStatus.SUBSTITUTED
+                committed = draft_ids[:n_accepted] + [target_id]
+                cut = next((i + 1 for i, t in enumerate(committed) if t in self.eos_ids), None)
+                if cut is not None:
+                    committed, stop_reason = committed[:cut], "eos"
+                if len(committed) >= room:
+                    committed = committed[:room]
+                    stop_reason = stop_reason or ("max-new-tokens" if len(output) + len(committed)
+                                                  >= max_new_tokens else "context-full")
+                rejected_pieces = detok.peek(draft_ids[n_accepted:]) if n_accepted < len(draft_ids) else []
+                pieces = detok.add(committed)
+                ids.extend(committed)
+                output.extend(committed)
+                if stop_strings:
+                    pieces, stop_reason = self._apply_stop(text, pieces, stop_strings, stop_reason)
+                text += "".join(pieces)
+                draft_pieces = tuple(pieces[:n_accepted] + [""] * max(0, n_accepted - len(pieces))
+                                     + rejected_pieces)
+                event = RoundVerified(
+                    index=index, drafter=drafter.name if draft_ids else "target",
+                    draft_ids=tuple(draft_ids), draft_pieces=draft_pieces, n_accepted=n_accepted,
+                    target_id=target_id, target_status=status,
+                    target_piece=pieces[n_accepted] if len(pieces) > n_accepted else "",
+                    p_target=tuple(p_target), p_draft=tuple(p_draft), p_target_of_target_id=p_own,
+                    committed_ids=tuple(committed), committed_pieces=tuple(pieces),
+                    draft_seconds=t_verify - t_draft, verify_seconds=done - t_verify,
+                    elapsed_seconds=done - started, n_committed_total=len(output))
+                stats.add_round(event)
+                index += 1
+                yield event
+        except torch.OutOfMemoryError:
+            self.release()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            stop_reason = "out-of-memory"
+            error = (f"{target.device.type} ran out of memory after {len(output)} new tokens; the reply so far "
+                     "is kept. Try a shorter conversation, a smaller k or a smaller model.")
+        stats.set_elapsed(time.perf_counter() - started)
+        yield GenerationFinished(stop_reason=stop_reason, text=text, output_ids=tuple(output),
+                                 stats=stats.snapshot(), error=error)
+
+    @torch.inference_mode()
+    def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig,
+                generator: torch.Generator):
+        """One target forward pass over the pending token(s) plus the draft; then accept and roll back."""
+        runner = self.runner
+        draft_ids = proposal.ids
+        m = len(draft_ids)
+        logits = runner.forward(feed + draft_ids, m + 1)
+        if sampling.greedy:
+            n_accepted, target_id, p_target, p_own = verify_greedy(logits, draft_ids)
+            p_draft = self._draft_probs(proposal)
+        else:
+            p_target_rows = probabilities(logits, sampling)
+            p_draft_rows = None if proposal.p_draft is None else \
+                _align_vocab(proposal.p_draft.to(p_target_rows.device), p_target_rows.shape[-1])
+            n_accepted, target_id, p_target, p_draft, p_own = rejection_sample(
+                p_target_rows, p_draft_rows, draft_ids, generator)
+            if proposal.p_draft is None:
+                p_draft = [None] * m
+        # The cache holds everything fed; keep it up to the last accepted draft token. The target's own
+        # token is not in it yet: it is fed at the start of the next round.
+        runner.rollback(len(runner.ids) - (m - n_accepted))
+        return n_accepted, target_id, p_target, p_draft, p_own
+
+    @staticmethod
+    def _draft_probs(proposal: Proposal) -> list[float | None]:
+        if proposal.p_draft is None:
+            return [None] * len(proposal.ids)
+        rows = torch.arange(len(proposal.ids), device=proposal.p_draft.device)
+        drafted = torch.tensor(proposal.ids, dtype=torch.long, device=proposal.p_draft.device)
+        return proposal.p_draft[rows, drafted].tolist()
+
+    @staticmethod
+    def _apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):
+        """Cut this round's pieces where a stop string begins (it may span earlier rounds' text)."""
+        joined = text + "".join(pieces)
+        at = find_stop(joined, stop_strings, len(text))
+        if at is None:
+            return pieces, stop_reason
+        kept, length = [], len(text)
+        for piece in pieces:
+            take = max(0, min(len(piece), at - length))
+            kept.append(piece[:take])
+            length += len(piece)
+        return kept, "stop-string"

@@ -1,0 +1,171 @@
+"""The figures, defined once. The GUI, the CLI and the benchmark all read them from here.
+
+- acceptance rate α = accepted draft tokens / drafted tokens
+- mean accepted length = committed tokens / target forward passes (the prefill counts as one)
+- tok/s = committed tokens after the first / time after the first token; time to first token apart
+- theoretical speed-up (Leviathan et al., arXiv 2211.17192, §3.4): (1 − α^(k+1)) / ((1 − α)(1 + k·c)),
+  with c = draft cost per drafted token / target cost per forward pass. Rounds where the drafter had
+  nothing to offer (a prompt-lookup miss) are plain steps: with f the share of rounds that drafted, the
+  expected tokens per pass are f·(1 − α^(k+1))/(1 − α) + (1 − f) at a cost of 1 + f·k·c (f = 1 gives the
+  formula above). k is the mean draft length of the drafting rounds.
+- speed-up = tok/s of a setting / tok/s of plain decoding on the same prompt in the same run;
+  efficiency = measured speed-up / theoretical speed-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def expected_tokens_per_pass(alpha: float, k: float) -> float:
+    """(1 − α^(k+1)) / (1 − α): tokens one verification yields for per-token acceptance α."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def theoretical_speedup(alpha: float, k: float, cost_ratio: float, drafting_share: float = 1.0) -> float:
+    """Expected speed-up over plain decoding (arXiv 2211.17192 eq. 1, with plain rounds mixed in)."""
+    if k <= 0 or drafting_share <= 0:
+        return 1.0
+    tokens = drafting_share * expected_tokens_per_pass(alpha, k) + (1.0 - drafting_share)
+    cost = 1.0 + drafting_share * k * cost_ratio
+    return tokens / cost
+
+
+def speedup(tok_per_s: float, baseline_tok_per_s: float) -> float | None:
+    return tok_per_s / baseline_tok_per_s if baseline_tok_per_s > 0 else None
+
+
+def efficiency(measured_speedup: float | None, theoretical: float) -> float | None:
+    if measured_speedup is None or theoretical <= 0:
+        return None
+    return measured_speedup / theoretical
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStats:
+    k: int
+    committed_tokens: int
+    target_passes: int
+    rounds: int
+    drafting_rounds: int
+    drafted_tokens: int
+    accepted_tokens: int
+    ttft_seconds: float
+    elapsed_seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    per_position_acceptance: tuple[float, ...]  # position 1…max drafted: accepted / drafted there
+    accept_length_histogram: tuple[int, ...]  # rounds that drafted, by n_accepted 0…max
+
+    @property
+    def tok_per_s(self) -> float:
+        decode_time = self.elapsed_seconds - self.ttft_seconds
+        if self.committed_tokens <= 1 or decode_time <= 0:
+            return 0.0
+        return (self.committed_tokens - 1) / decode_time
+
+    @property
+    def e2e_tok_per_s(self) -> float:
+        """Committed tokens over the whole wall time, prefill included (what `generate()` timings show)."""
+        return self.committed_tokens / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.committed_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def mean_draft_length(self) -> float:
+        return self.drafted_tokens / self.drafting_rounds if self.drafting_rounds else 0.0
+
+    @property
+    def drafting_share(self) -> float:
+        decode_rounds = self.rounds - 1  # the prefill round never drafts
+        return self.drafting_rounds / decode_rounds if decode_rounds > 0 else 0.0
+
+    @property
+    def cost_ratio(self) -> float:
+        """c: draft seconds per drafted token / verify seconds per target pass."""
+        if not self.drafted_tokens or not self.verify_seconds or not self.target_passes:
+            return 0.0
+        return (self.draft_seconds / self.drafted_tokens) / (self.verify_seconds / self.target_passes)
+
+    @property
+    def theoretical_speedup(self) -> float:
+        return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
+                                   self.drafting_share)
+
+    def as_dict(self) -> dict:
+        out = {name: getattr(self, name) for name in self.__slots__}
+        for name in ("tok_per_s", "e2e_tok_per_s", "acceptance_rate", "mean_accepted_length",
+                     "mean_draft_length", "drafting_share", "cost_ratio", "theoretical_speedup"):
+            out[name] = getattr(self, name)
+        out["per_position_acceptance"] = list(self.per_position_acceptance)
+        out["accept_length_histogram"] = list(self.accept_length_histogram)
+        return out
+
+
+class StatsAccumulator:
+    """Folds round events into GenerationStats; cheap enough to call once per round."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.committed_tokens = 0
+        self.target_passes = 0
+        self.rounds = 0
+        self.drafting_rounds = 0
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
+        self.ttft_seconds = 0.0
+        self.elapsed_seconds = 0.0
+        self.draft_seconds = 0.0
+        self.verify_seconds = 0.0
+        self._drafted_at: list[int] = []
+        self._accepted_at: list[int] = []
+        self._histogram: list[int] = []
+
+    def add_round(self, event) -> None:
+        """Take one RoundVerified (duck-typed so that stats need not import events)."""
+        n_drafted = len(event.draft_ids)
+        if self.rounds == 0:
+            self.ttft_seconds = event.elapsed_seconds
+        self.rounds += 1
+        self.target_passes += 1
+        self.committed_tokens += len(event.committed_ids)
+        self.elapsed_seconds = event.elapsed_seconds
+        self.draft_seconds += event.draft_seconds
+        self.verify_seconds += event.verify_seconds
+        if n_drafted:
+            self.drafting_rounds += 1
+            self.drafted_tokens += n_drafted
+            self.accepted_tokens += event.n_accepted
+            grow = n_drafted - len(self._drafted_at)
+            if grow > 0:
+                self._drafted_at += [0] * grow
+                self._accepted_at += [0] * grow
+            for i in range(n_drafted):
+                self._drafted_at[i] += 1
+            for i in range(event.n_accepted):
+                self._accepted_at[i] += 1
+            if event.n_accepted >= len(self._histogram):
+                self._histogram += [0] * (event.n_accepted + 1 - len(self._histogram))
+            self._histogram[event.n_accepted] += 1
+
+    def set_elapsed(self, seconds: float) -> None:
+        self.elapsed_seconds = max(self.elapsed_seconds, seconds)
+
+    def snapshot(self) -> GenerationStats:
+        per_position = tuple(a / d if d else 0.0 for a, d in zip(self._accepted_at, self._drafted_at))
+        histogram = self._histogram + [0] * max(0, len(self._drafted_at) + 1 - len(self._histogram))
+        return GenerationStats(
+            k=self.k, committed_tokens=self.committed_tokens, target_passes=self.target_passes,
+            rounds=self.rounds, drafting_rounds=self.drafting_rounds, drafted_tokens=self.drafted_tokens,
+            accepted_tokens=self.accepted_tokens, ttft_seconds=self.ttft_seconds,
+            elapsed_seconds=self.elapsed_seconds, draft_seconds=self.draft_seconds,
+            verify_seconds=self.verify_seconds, per_position_acceptance=per_position,
+            accept_length_histogram=tuple(histogram) if self.drafting_rounds else ())
