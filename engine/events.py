@@ -99,3 +99,21 @@ class GenerationFinished:
 
 
 Event = GenerationStarted | RoundVerified | GenerationFinished
+
+
+def event_to_dict(event: Event) -> dict:
+    """A JSON-ready dict with a `type` key (`started`, `round`, `finished`)."""
+    kind = {GenerationStarted: "started", RoundVerified: "round", GenerationFinished: "finished"}[type(event)]
+    out: dict = {"type": kind}
+    for name in event.__slots__:
+        value = getattr(event, name)
+        if isinstance(value, TokenStatus):
+            value = value.value
+        elif isinstance(value, GenerationStats):
+            value = value.as_dict()
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    if isinstance(event, RoundVerified):
+        out["committed_statuses"] = [s.value for s in event.committed_statuses]
+    return out

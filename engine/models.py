@@ -250,6 +250,23 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype: st
                        load_seconds=time.perf_counter() - started, converted_now=converted_now)
 
 
+def load_tokenizer_only(name: str):
+    """The tokenizer of a model, without its weights (for compatibility checks)."""
+    from transformers import AutoTokenizer
+    source = resolve_source(name)
+    try:
+        if source.gguf_file:
+            gguf_path = source.path / source.gguf_file
+            _check_gguf_header(gguf_path)
+            converted = converted_folder(gguf_path)
+            if (converted / "config.json").is_file():
+                return AutoTokenizer.from_pretrained(converted)
+            return AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+        return AutoTokenizer.from_pretrained(source.path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"the tokenizer of {name} could not be loaded ({_first_line(exc)})") from None
+
+
 # ---------------------------------------------------------------- tokenizer compatibility
 
 def _vocab_type(tokenizer) -> str:

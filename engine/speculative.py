@@ -218,7 +218,7 @@ class Engine:
                 # Drafting more than the budget can take is wasted work: the last one is the target's.
                 k = min(spec.k, room - 1) if index else 0
                 t_draft = time.perf_counter()
-                proposal = drafter.propose(ids, k) if k > 0 else Proposal.empty()
+                proposal = self._propose(drafter, ids, k) if k > 0 else Proposal.empty()
                 t_verify = time.perf_counter()
                 n_accepted, target_id, p_target, p_draft, p_own = self._verify(
                     feed if index == 0 else [ids[-1]], proposal, sampling, generator)
@@ -270,6 +270,11 @@ class Engine:
         stats.set_elapsed(time.perf_counter() - started)
         yield GenerationFinished(stop_reason=stop_reason, text=text, output_ids=tuple(output),
                                  stats=stats.snapshot(), error=error)
+
+    @staticmethod
+    @torch.inference_mode()
+    def _propose(drafter: Drafter, ids: list[int], k: int) -> Proposal:
+        return drafter.propose(ids, k)
 
     @torch.inference_mode()
     def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig,

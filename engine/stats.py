@@ -169,3 +169,61 @@ class StatsAccumulator:
             elapsed_seconds=self.elapsed_seconds, draft_seconds=self.draft_seconds,
             verify_seconds=self.verify_seconds, per_position_acceptance=per_position,
             accept_length_histogram=tuple(histogram) if self.drafting_rounds else ())
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateStats:
+    """Several generations' figures pooled (a benchmark config over many prompts)."""
+
+    generations: int
+    committed_tokens: int
+    decode_tokens: int  # committed tokens after each generation's first
+    decode_seconds: float
+    elapsed_seconds: float
+    target_passes: int
+    drafted_tokens: int
+    accepted_tokens: int
+    drafting_rounds: int
+    decode_rounds: int
+    draft_seconds: float
+    verify_seconds: float
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def e2e_tok_per_s(self) -> float:
+        return self.committed_tokens / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.committed_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def theoretical_speedup(self) -> float:
+        if not self.drafted_tokens:
+            return 1.0
+        cost_ratio = (self.draft_seconds / self.drafted_tokens) / (self.verify_seconds / self.target_passes)
+        return theoretical_speedup(self.acceptance_rate, self.drafted_tokens / self.drafting_rounds, cost_ratio,
+                                   self.drafting_rounds / self.decode_rounds if self.decode_rounds else 0.0)
+
+
+def aggregate(runs: list[GenerationStats]) -> AggregateStats:
+    return AggregateStats(
+        generations=len(runs),
+        committed_tokens=sum(s.committed_tokens for s in runs),
+        decode_tokens=sum(max(0, s.committed_tokens - 1) for s in runs),
+        decode_seconds=sum(max(0.0, s.elapsed_seconds - s.ttft_seconds) for s in runs),
+        elapsed_seconds=sum(s.elapsed_seconds for s in runs),
+        target_passes=sum(s.target_passes for s in runs),
+        drafted_tokens=sum(s.drafted_tokens for s in runs),
+        accepted_tokens=sum(s.accepted_tokens for s in runs),
+        drafting_rounds=sum(s.drafting_rounds for s in runs),
+        decode_rounds=sum(max(0, s.rounds - 1) for s in runs),
+        draft_seconds=sum(s.draft_seconds for s in runs),
+        verify_seconds=sum(s.verify_seconds for s in runs))

@@ -1,0 +1,317 @@
+"""`specscope bench`: every config against plain decoding on the same prompts, in the same run.
+
+Configs run interleaved, prompt by prompt, so that drift in machine speed hits them all alike. Figures are
+pooled per config, overall and per category, with the definitions of engine.stats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.config import SamplingConfig, SpecConfig, parse_spec
+from engine.errors import ConfigError, SpecScopeError
+from engine.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
+
+
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", required=True, help="JSON lines: Spec-Bench format or {\"prompt\": …}")
+    parser.add_argument("--category", action="append", help="only this category (repeatable)")
+    parser.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--config", action="append", default=[],
+                        help="SPEC such as prompt-lookup:k=5, early-exit:k=4,layers=10, "
+                             "draft-model:k=4,draft=default (repeatable; none always runs)")
+    parser.add_argument("--sweep-k", default=None, metavar="A-B",
+                        help="run every config's method for k = A…B (e.g. 1-8) and print the sweep")
+    parser.add_argument("--compare-hf", action="store_true",
+                        help="also time transformers' own generate() with the equivalent setting")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPrompt:
+    id: str
+    category: str
+    text: str
+
+
+def load_prompts(path: str, categories: list[str] | None = None, limit: int | None = None) -> list[BenchPrompt]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"prompt file not found: {path}")
+    prompts: list[BenchPrompt] = []
+    per_category: dict[str, int] = defaultdict(int)
+    wanted = set(categories or ())
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if "turns" in row:
+                text = row["turns"][0]
+            else:
+                text = row["prompt"]
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise ConfigError(f"{path}:{number} is neither Spec-Bench JSON ({{\"turns\": […]}}) nor "
+                              "{\"prompt\": …}") from None
+        category = str(row.get("category", "all"))
+        if wanted and category not in wanted:
+            continue
+        if limit is not None and per_category[category] >= limit:
+            continue
+        per_category[category] += 1
+        prompts.append(BenchPrompt(str(row.get("question_id", number)), category, str(text)))
+    if not prompts:
+        raise ConfigError(f"no prompts in {path}" + (f" for categories {', '.join(sorted(wanted))}" if wanted
+                                                      else ""))
+    return prompts
+
+
+def parse_sweep(text: str) -> list[int]:
+    try:
+        low, _, high = text.partition("-")
+        ks = list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise ConfigError(f"--sweep-k wants a range like 1-8, got {text!r}") from None
+    if not ks or ks[0] < 1 or ks[-1] > 16:
+        raise ConfigError(f"--sweep-k range must lie within 1-16, got {text!r}")
+    return ks
+
+
+@dataclass
+class ConfigResult:
+    spec: SpecConfig
+    stats: dict[str, list[GenerationStats]] = field(default_factory=lambda: defaultdict(list))
+    identical: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hf_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    hf_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hf_identical: int = 0
+    outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _hf_kwargs(spec: SpecConfig, engine) -> dict:
+    if spec.method == "prompt-lookup":
+        return {"prompt_lookup_num_tokens": spec.k, "max_matching_ngram_size": spec.ngram_max}
+    if spec.method == "draft-model":
+        return {"assistant_model": engine.draft_model(spec.draft).model, "num_assistant_tokens": spec.k,
+                "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    if spec.method == "early-exit":
+        from engine.drafters import default_early_exit_layers
+        return {"assistant_early_exit": spec.layers or default_early_exit_layers(engine.target.n_layers),
+                "num_assistant_tokens": spec.k, "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.0}
+    return {}
+
+
+def hf_generate(engine, prompt_ids: list[int], spec: SpecConfig, max_new_tokens: int) -> tuple[list[int], float]:
+    """transformers' own generate() with the equivalent setting (greedy); returns new ids and seconds."""
+    import torch
+    model = engine.target.model
+    input_ids = torch.tensor([prompt_ids], device=engine.target.device)
+    kwargs = _hf_kwargs(spec, engine)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                             max_new_tokens=max_new_tokens, pad_token_id=engine.target.tokenizer.eos_token_id,
+                             **kwargs)
+    seconds = time.perf_counter() - started
+    return out[0, len(prompt_ids):].tolist(), seconds
+
+
+def _run_one(engine, prompt: BenchPrompt, spec: SpecConfig, sampling, max_new_tokens: int):
+    from engine.events import GenerationFinished
+    engine.release()  # every run starts from an empty cache: no config profits from another's prefill
+    finished = None
+    for event in engine.generate(prompt.text, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens):
+        if isinstance(event, GenerationFinished):
+            finished = event
+    return finished
+
+
+def run_benchmark(engine, prompts: list[BenchPrompt], specs: list[SpecConfig], max_new_tokens: int,
+                  sampling: SamplingConfig, compare_hf: bool = False, progress=None) -> list[ConfigResult]:
+    """Run `none` plus every spec on every prompt. `none` comes first and is never duplicated."""
+    specs = [SpecConfig()] + [s for s in specs if s.method != "none"]
+    for spec in specs:
+        engine.validate(spec)  # fail before the long run, not in its middle
+    results = [ConfigResult(spec) for spec in specs]
+    progress = progress or (lambda done, total, label: None)
+    _run_one(engine, BenchPrompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
+    total, done = len(prompts) * len(specs) * (2 if compare_hf else 1), 0
+    for prompt in prompts:
+        ids = engine.prompt_ids(prompt.text)
+        for result in results:
+            finished = _run_one(engine, prompt, result.spec, sampling, max_new_tokens)
+            done += 1
+            progress(done, total, result.spec.label())
+            for key in ("all", prompt.category):
+                result.stats[key].append(finished.stats)
+            result.outputs[prompt.id] = finished.output_ids
+            baseline = results[0].outputs[prompt.id]
+            if finished.output_ids == baseline:
+                for key in ("all", prompt.category):
+                    result.identical[key] += 1
+            if compare_hf:
+                new_ids, seconds = hf_generate(engine, ids, result.spec, max_new_tokens)
+                done += 1
+                progress(done, total, f"transformers {result.spec.label()}")
+                for key in ("all", prompt.category):
+                    result.hf_seconds[key] += seconds
+                    result.hf_tokens[key] += len(new_ids)
+                ours = list(finished.output_ids)
+                result.hf_identical += int(new_ids[:len(ours)] == ours)
+    return results
+
+
+def summarise(results: list[ConfigResult], compare_hf: bool) -> dict:
+    """Every config's figures, overall ('all') and per category, as plain data."""
+    baseline = results[0]
+    out = {}
+    for result in results:
+        rows = {}
+        for key, runs in result.stats.items():
+            pooled: AggregateStats = aggregate(runs)
+            base: AggregateStats = aggregate(baseline.stats[key])
+            measured = speedup(pooled.tok_per_s, base.tok_per_s)
+            row = {
+                "prompts": pooled.generations,
+                "tokens": pooled.committed_tokens,
+                "tok_per_s": pooled.tok_per_s,
+                "e2e_tok_per_s": pooled.e2e_tok_per_s,
+                "speedup": measured,
+                "acceptance_rate": pooled.acceptance_rate,
+                "mean_accepted_length": pooled.mean_accepted_length,
+                "theoretical_speedup": pooled.theoretical_speedup,
+                "efficiency": efficiency(measured, pooled.theoretical_speedup),
+                "identical_to_none": result.identical[key],
+                "draft_seconds": pooled.draft_seconds,
+                "verify_seconds": pooled.verify_seconds,
+            }
+            if compare_hf and result.hf_seconds[key] > 0:
+                hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
+                row["hf_e2e_tok_per_s"] = hf_tok_s
+                row["ours_over_hf"] = pooled.e2e_tok_per_s / hf_tok_s if hf_tok_s else None
+            rows[key] = row
+        if compare_hf:
+            rows["all"]["hf_identical_outputs"] = result.hf_identical
+        out[result.spec.label()] = rows
+    return out
+
+
+def _table_console():
+    from rich.console import Console
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped or captured: never squeeze the columns
+        console = Console(highlight=False, width=160)
+    return console
+
+
+def _fmt(value, pattern: str) -> str:
+    return "–" if value is None else format(value, pattern)
+
+
+def print_table(summary: dict, compare_hf: bool, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = console or _table_console()
+    categories = sorted({key for rows in summary.values() for key in rows if key != "all"})
+    for key in ["all"] + categories:
+        table = Table(title=f"{'overall' if key == 'all' else key}", title_justify="left")
+        for column in ("config", "tok/s", "speed-up", "accept", "mean len", "theory", "effic.", "identical"):
+            table.add_column(column, justify="left" if column == "config" else "right")
+        if compare_hf:
+            table.add_column("ours/HF", justify="right")
+        for label, rows in summary.items():
+            row = rows.get(key)
+            if row is None:
+                continue
+            cells = [label, f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
+                     f"{row['acceptance_rate']:.0%}", f"{row['mean_accepted_length']:.2f}",
+                     f"{row['theoretical_speedup']:.2f}×", _fmt(row["efficiency"], ".2f"),
+                     f"{row['identical_to_none']}/{row['prompts']}"]
+            if compare_hf:
+                cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
+            table.add_row(*cells)
+        console.print(table)
+
+
+def run(args) -> int:
+    """The `specscope bench` command."""
+    from rich.console import Console
+    from engine.cli import load_engine, set_engine_threads
+    if args.max_new_tokens < 1:
+        raise ConfigError("--max-new-tokens must be ≥ 1")
+    prompts = load_prompts(args.prompts, args.category, args.limit)
+    specs = [parse_spec(text) for text in args.config]
+    sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
+    if sweep:
+        methods = [s for s in specs if s.method != "none"] or [parse_spec("prompt-lookup")]
+        specs = [s.with_k(k) for s in methods for k in sweep]
+    for spec in specs:
+        for note in spec.warnings:
+            print(f"specscope: warning: {note}", file=sys.stderr)
+    if args.compare_hf and args.temperature:
+        raise ConfigError("--compare-hf compares greedy decoding; drop --temperature")
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)
+    set_engine_threads()
+    err = Console(stderr=True, highlight=False)
+    engine = load_engine(args, status=lambda m: err.print(m))
+    err.print(f"{len(prompts)} prompts × {1 + len([s for s in specs if s.method != 'none'])} configs, "
+              f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
+              f"({str(engine.target.dtype).removeprefix('torch.')})")
+    started = time.perf_counter()
+
+    def progress(done, total, label):
+        if err.is_terminal:
+            err.print(f"  [{done}/{total}] {label}".ljust(60), end="\r")
+
+    results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress)
+    if err.is_terminal:
+        err.print(" " * 60, end="\r")
+    summary = summarise(results, args.compare_hf)
+    print_table(summary, args.compare_hf)
+    if sweep:
+        print_sweep(summary, sweep)
+    if args.json_out:
+        document = {
+            "model": engine.target.label, "device": str(engine.target.device),
+            "dtype": str(engine.target.dtype).removeprefix("torch."), "max_new_tokens": args.max_new_tokens,
+            "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
+            "temperature": args.temperature, "seconds": time.perf_counter() - started,
+            "platform": platform.platform(), "configs": summary,
+        }
+        Path(args.json_out).write_text(json.dumps(document, indent=2))
+        err.print(f"figures written to {args.json_out}")
+    return 0
+
+
+def print_sweep(summary: dict, ks: list[int]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="k sweep (overall)", title_justify="left")
+    for column in ("config", "k", "tok/s", "speed-up", "theory", "accept"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    best: dict[str, tuple[float, str]] = {}
+    for label, rows in summary.items():
+        if label == "none":
+            continue
+        row = rows["all"]
+        method = label.split(":")[0]
+        k = int(label.split("k=")[1].split(",")[0])
+        table.add_row(label, str(k), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
+                      f"{row['theoretical_speedup']:.2f}×", f"{row['acceptance_rate']:.0%}")
+        if row["speedup"] is not None and row["speedup"] > best.get(method, (0.0, ""))[0]:
+            best[method] = (row["speedup"], label)
+    console = _table_console()
+    console.print(table)
+    for method, (value, label) in best.items():
+        console.print(f"best for {method}: {label} ({value:.2f}×)")

@@ -1,0 +1,223 @@
+"""The `specscope` command: `generate`, `bench`, `models`, and `gui` (the default without a sub-command).
+
+Exit status: 0 on success, 2 on bad input (one clear line on stderr, no traceback), 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import threading
+from typing import Sequence
+
+from engine import __version__
+from engine.config import METHODS, MAX_K, SamplingConfig, SpecConfig
+from engine.errors import SpecScopeError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one line, exit 2
+        self.exit(EXIT_BAD_INPUT, f"specscope: error: {message}\n")
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def set_engine_threads() -> None:
+    """Leave one core to the rest of the machine (the GUI thread, the terminal)."""
+    import torch
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="default",
+                        help="target: a model folder, a .gguf file, a hub id in the local cache, or 'default'")
+    parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, mps")
+    parser.add_argument("--dtype", default=None, help="float32 (CPU default), bf16 (CUDA default), fp16")
+
+
+def add_spec_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--method", default=None, choices=METHODS,
+                        help="none, or a drafter (default: draft-model with --draft, else none)")
+    parser.add_argument("--draft", default=None, help="draft model for --method draft-model ('default' works)")
+    parser.add_argument("--k", type=int, default=4, help=f"tokens drafted per round, 1…{MAX_K}")
+    parser.add_argument("--layers", type=int, default=None, help="early-exit: target layers that draft")
+    parser.add_argument("--ngram-max", type=int, default=3, help="prompt-lookup: longest n-gram matched")
+    parser.add_argument("--ngram-min", type=int, default=1, help="prompt-lookup: shortest n-gram matched")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
+    parser.add_argument("--seed", type=int, default=None)
+
+
+def spec_from_args(args) -> SpecConfig:
+    method = args.method or ("draft-model" if args.draft else "none")
+    return SpecConfig(method=method, k=args.k, draft=args.draft, layers=args.layers,
+                      ngram_max=args.ngram_max, ngram_min=args.ngram_min)
+
+
+def sampling_from_args(args) -> SamplingConfig:
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def warn(message: str) -> None:
+    print(f"specscope: warning: {message}", file=sys.stderr)
+
+
+def load_engine(args, status=None):
+    """Load the target named by --model/--device/--dtype and wrap it in an Engine."""
+    from engine.models import load_model
+    from engine.speculative import Engine
+    status = status or (lambda message: print(message, file=sys.stderr))
+    target = load_model(args.model, device=args.device, dtype=args.dtype, progress=status)
+    return Engine(target)
+
+
+# ------------------------------------------------------------------ generate
+
+def cmd_generate(args) -> int:
+    from engine.events import GenerationFinished, GenerationStarted, RoundVerified, event_to_dict
+    if not args.prompt.strip():
+        raise SpecScopeError("the prompt is empty: give the text to answer")
+    spec, sampling = spec_from_args(args), sampling_from_args(args)
+    for note in spec.warnings:
+        warn(note)
+    set_engine_threads()
+    quiet = args.json
+    engine = load_engine(args, status=(lambda m: None) if quiet else None)
+    events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
+                             system=args.system, stop_strings=tuple(args.stop or ()))
+    if args.json:
+        for event in events:
+            print(json.dumps(event_to_dict(event)), flush=True)
+        return 0
+    from engine.terminal import TerminalStream
+    stream = TerminalStream(show_rejected=not args.hide_rejected)
+    finished = None
+    for event in events:
+        if isinstance(event, GenerationStarted):
+            stream.legend(event)
+        elif isinstance(event, RoundVerified):
+            stream.round(event)
+        elif isinstance(event, GenerationFinished):
+            finished = event
+    stream.finish(finished)
+    return 0
+
+
+# ------------------------------------------------------------------ models
+
+def cmd_models(args) -> int:
+    from engine.models import DEFAULT_LABEL, check_tokenizers, load_tokenizer_only, resolve_source
+    if args.models_command == "prepare":
+        from engine.models import load_model
+        first = load_model(args.model, device="cpu", progress=lambda m: print(m, file=sys.stderr))
+        again = load_model(args.model, device="cpu")
+        what = "converted and loaded" if first.converted_now else "loaded (already converted)"
+        print(f"{first.label}: {what} in {first.load_seconds:.1f} s; next load {again.load_seconds:.2f} s "
+              f"({first.source.path})")
+        return 0
+    if args.models_command == "check":
+        target, draft = load_tokenizer_only(args.target), load_tokenizer_only(args.draft)
+        check_tokenizers(target, draft, args.target, args.draft)
+        print(f"compatible: {args.draft} can draft for {args.target}")
+        return 0
+    rows = []
+    try:
+        source = resolve_source("default")
+        rows.append({"name": "default", "label": DEFAULT_LABEL, "kind": "built-in",
+                     "path": str(source.path / source.gguf_file)})
+    except SpecScopeError as exc:
+        rows.append({"name": "default", "label": DEFAULT_LABEL, "kind": "missing", "path": str(exc)})
+    try:
+        from huggingface_hub import scan_cache_dir
+        for repo in scan_cache_dir().repos:
+            if repo.repo_type == "model":
+                rows.append({"name": repo.repo_id, "label": repo.repo_id, "kind": "hub-cache",
+                             "path": str(repo.repo_path), "size_on_disk": repo.size_on_disk})
+    except Exception:  # no cache yet, or unreadable: nothing to list
+        pass
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            print(f"{row['name']:<40} {row['kind']:<10} {row['path']}")
+    return 0
+
+
+# ------------------------------------------------------------------ entry
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specscope", description="Watch speculative decoding happen.")
+    parser.add_argument("--version", action="version", version=f"specscope {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    gen = sub.add_parser("generate", help="answer one prompt, tokens coloured by how they were made")
+    add_model_args(gen)
+    add_spec_args(gen)
+    add_sampling_args(gen)
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--system", default=None, help="system prompt")
+    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    gen.add_argument("--hide-rejected", action="store_true", help="do not show rejected draft tokens")
+    gen.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
+    gen.add_argument("prompt")
+
+    bench = sub.add_parser("bench", help="measure methods against plain decoding on a prompt set")
+    from engine.bench import add_bench_args
+    add_model_args(bench)
+    add_bench_args(bench)
+
+    sub.add_parser("gui", help="open the chat window (the default)", add_help=False)
+    sub.add_parser("bench-gui", help="measure what the visualiser costs", add_help=False)
+
+    models = sub.add_parser("models", help="list models, check a target/draft pair")
+    msub = models.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
+    mlist = msub.add_parser("list", help="the built-in model and the local Hugging Face cache")
+    mlist.add_argument("--json", action="store_true")
+    mcheck = msub.add_parser("check", help="exit 0 if DRAFT can draft for TARGET, 2 with the reason if not")
+    mcheck.add_argument("target")
+    mcheck.add_argument("draft")
+    mprep = msub.add_parser("prepare", help="convert a GGUF model once so that later starts are fast")
+    mprep.add_argument("model", nargs="?", default="default")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] == "gui" or (argv[0].startswith("-") and argv[0] not in ("-h", "--help",
+                                                                                       "--version")):
+        gui_args = argv[1:] if argv and argv[0] == "gui" else argv
+        return importlib.import_module("gui.app").main(gui_args)
+    if argv[0] == "bench-gui":
+        return importlib.import_module("gui.benchmark").main(argv[1:])
+    args = build_parser().parse_args(argv)
+    handlers = {"generate": cmd_generate, "models": cmd_models,
+                "bench": lambda a: importlib.import_module("engine.bench").run(a)}
+    try:
+        _quiet_libraries()
+        return handlers[args.command](args)
+    except SpecScopeError as exc:
+        print(f"specscope: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("\nspecscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Terminal rendering for `specscope generate`: tokens coloured by status, then one stats line."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.text import Text
+
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+
+STYLES = {
+    TokenStatus.PLAIN: "",
+    TokenStatus.ACCEPTED: "green",
+    TokenStatus.SUBSTITUTED: "bold dark_orange underline",
+    TokenStatus.BONUS: "bold cyan",
+    TokenStatus.REJECTED: "dim red strike",
+}
+
+
+def stats_line(finished: GenerationFinished) -> str:
+    s = finished.stats
+    parts = [f"{s.committed_tokens} tokens", f"{s.tok_per_s:.1f} tok/s", f"TTFT {s.ttft_seconds:.2f} s"]
+    if s.drafted_tokens:
+        parts += [f"acceptance {s.acceptance_rate:.0%}", f"mean accepted length {s.mean_accepted_length:.2f}",
+                  f"theoretical ×{s.theoretical_speedup:.2f}",
+                  f"draft {s.draft_seconds:.2f} s / verify {s.verify_seconds:.2f} s"]
+    parts.append(f"stop: {finished.stop_reason}")
+    return " · ".join(parts)
+
+
+class TerminalStream:
+    def __init__(self, show_rejected: bool = True, console: Console | None = None) -> None:
+        self.show_rejected = show_rejected
+        self.out = console or Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False)
+
+    def legend(self, started: GenerationStarted) -> None:
+        for note in started.warnings:
+            self.err.print(f"[yellow]warning:[/] {note}")
+        if started.method == "none":
+            return
+        legend = Text("legend: ")
+        for status in (TokenStatus.ACCEPTED, TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.REJECTED):
+            if status is TokenStatus.REJECTED and not self.show_rejected:
+                continue
+            legend.append(status.value, style=STYLES[status]).append("  ")
+        self.err.print(legend)
+
+    def round(self, event: RoundVerified) -> None:
+        text = Text()
+        statuses = event.committed_statuses
+        for i, piece in enumerate(event.committed_pieces):
+            if i == len(statuses) - 1 and self.show_rejected and event.rejected_pieces:
+                for ghost in event.rejected_pieces:  # where they were proposed, before the correction
+                    text.append(ghost, style=STYLES[TokenStatus.REJECTED])
+            text.append(piece, style=STYLES[statuses[i]])
+        self.out.print(text, end="")
+        sys.stdout.flush()
+
+    def finish(self, finished: GenerationFinished | None) -> None:
+        self.out.print()
+        if finished is None:
+            return
+        if finished.error:
+            self.err.print(f"[red]error:[/] {finished.error}")
+        self.out.print(stats_line(finished))

