@@ -63,7 +63,7 @@ def load_prompts(path: str, categories: list[str] | None = None, limit: int | No
         except (json.JSONDecodeError, KeyError, IndexError, TypeError):
             raise ConfigError(f"{path}:{number} is neither Spec-Bench JSON ({{\"turns\": […]}}) nor "
                               "{\"prompt\": …}") from None
-        category = str(row.get("category", "all"))
+        category = str(row.get("category", "general"))
         if wanted and category not in wanted:
             continue
         if limit is not None and per_category[category] >= limit:
@@ -250,8 +250,8 @@ def run(args) -> int:
     from engine.cli import load_engine, set_engine_threads
     if args.max_new_tokens < 1:
         raise ConfigError("--max-new-tokens must be ≥ 1")
-    prompts = load_prompts(args.prompts, args.category, args.limit)
     specs = [parse_spec(text) for text in args.config]
+    prompts = load_prompts(args.prompts, args.category, args.limit)
     sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
     if sweep:
         methods = [s for s in specs if s.method != "none"] or [parse_spec("prompt-lookup")]
@@ -264,7 +264,7 @@ def run(args) -> int:
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)
     set_engine_threads()
     err = Console(stderr=True, highlight=False)
-    engine = load_engine(args, status=lambda m: err.print(m))
+    engine = load_engine(args)
     err.print(f"{len(prompts)} prompts × {1 + len([s for s in specs if s.method != 'none'])} configs, "
               f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
               f"({str(engine.target.dtype).removeprefix('torch.')})")

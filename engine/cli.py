@@ -80,7 +80,8 @@ def load_engine(args, status=None):
     """Load the target named by --model/--device/--dtype and wrap it in an Engine."""
     from engine.models import load_model
     from engine.speculative import Engine
-    status = status or (lambda message: print(message, file=sys.stderr))
+    if status is None:  # progress only where someone watches; errors stay one line
+        status = (lambda message: print(message, file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
     target = load_model(args.model, device=args.device, dtype=args.dtype, progress=status)
     return Engine(target)
 
@@ -203,7 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return importlib.import_module("gui.app").main(gui_args)
     if argv[0] == "bench-gui":
         return importlib.import_module("gui.benchmark").main(argv[1:])
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) and argparse's own errors (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     handlers = {"generate": cmd_generate, "models": cmd_models,
                 "bench": lambda a: importlib.import_module("engine.bench").run(a)}
     try:
