@@ -53,6 +53,8 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="early-exit: target layers that draft")
     parser.add_argument("--ngram-max", type=int, default=3, help="prompt-lookup: longest n-gram matched")
     parser.add_argument("--ngram-min", type=int, default=1, help="prompt-lookup: shortest n-gram matched")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +67,7 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args) -> SpecConfig:
     method = args.method or ("draft-model" if args.draft else "none")
     return SpecConfig(method=method, k=args.k, draft=args.draft, layers=args.layers,
-                      ngram_max=args.ngram_max, ngram_min=args.ngram_min)
+                      ngram_max=args.ngram_max, ngram_min=args.ngram_min, adaptive=args.adaptive)
 
 
 def sampling_from_args(args) -> SamplingConfig:
@@ -121,7 +123,6 @@ def cmd_generate(args) -> int:
 # ------------------------------------------------------------------ models
 
 def cmd_models(args) -> int:
-    from engine.models import DEFAULT_LABEL, check_tokenizers, load_tokenizer_only, resolve_source
     if args.models_command == "prepare":
         from engine.models import load_model
         first = load_model(args.model, device="cpu", progress=lambda m: print(m, file=sys.stderr))
@@ -131,30 +132,129 @@ def cmd_models(args) -> int:
               f"({first.source.path})")
         return 0
     if args.models_command == "check":
-        target, draft = load_tokenizer_only(args.target), load_tokenizer_only(args.draft)
-        check_tokenizers(target, draft, args.target, args.draft)
-        print(f"compatible: {args.draft} can draft for {args.target}")
-        return 0
-    rows = []
-    try:
-        source = resolve_source("default")
-        rows.append({"name": "default", "label": DEFAULT_LABEL, "kind": "built-in",
-                     "path": str(source.path / source.gguf_file)})
-    except SpecScopeError as exc:
-        rows.append({"name": "default", "label": DEFAULT_LABEL, "kind": "missing", "path": str(exc)})
-    try:
-        from huggingface_hub import scan_cache_dir
-        for repo in scan_cache_dir().repos:
-            if repo.repo_type == "model":
-                rows.append({"name": repo.repo_id, "label": repo.repo_id, "kind": "hub-cache",
-                             "path": str(repo.repo_path), "size_on_disk": repo.size_on_disk})
-    except Exception:  # no cache yet, or unreadable: nothing to list
-        pass
+        return _models_check(args)
+    if args.models_command == "download":
+        return _models_download(args)
+    return _models_list(args)
+
+
+def _models_list(args) -> int:
+    from engine import catalog
+    entries = catalog.list_models(args.path or ())
+    estimates = []
+    for entry in entries:
+        try:
+            estimates.append(catalog.estimate_memory(entry, args.device, args.dtype, args.context)
+                             if entry.usable else None)
+        except SpecScopeError:
+            estimates.append(None)
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps([catalog.entry_as_dict(e, m) for e, m in zip(entries, estimates)]))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    where = next((m for m in estimates if m is not None), None)
+    memory_title = f"memory ({where.device}, {where.dtype}, {where.context_tokens:,} tok)" if where else "memory"
+    table = Table(box=None, pad_edge=False)
+    for column in ("name", "kind", "architecture", "parameters", "size", "vocab", "dtype", memory_title):
+        table.add_column(column, overflow="fold")
+    for entry, estimate in zip(entries, estimates):
+        if estimate is None:
+            memory = f"[red]{entry.problem}[/]" if entry.problem else "?"
+        else:
+            memory = catalog.format_bytes(estimate.total_bytes)
+            if estimate.fits is False:
+                memory += f" [red](only {catalog.format_bytes(estimate.free_bytes)} free)[/]"
+        table.add_row(entry.label if entry.name in ("default", entry.repo_id) else entry.name, entry.kind,
+                      entry.architecture or "?", catalog.format_parameters(entry.n_parameters),
+                      catalog.format_bytes(entry.size_bytes), f"{entry.vocab_size:,}" if entry.vocab_size else "?",
+                      entry.dtype or "?", memory)
+    console.print(table)
+    return 0
+
+
+def _models_check(args) -> int:
+    from engine import catalog
+    from engine.errors import TokenizerMismatchError
+    from engine.models import load_tokenizer_only, tokenizer_difference
+    target, draft = load_tokenizer_only(args.target), load_tokenizer_only(args.draft)
+    difference = tokenizer_difference(target, draft)
+    if difference:
+        raise TokenizerMismatchError(f"{args.draft} cannot draft for {args.target}. "
+                                     f"{catalog.explain_mismatch(difference)} (first difference: {difference})")
+    print(f"compatible: {args.draft} can draft for {args.target}")
+    try:
+        target_entry, draft_entry = catalog.describe_name(args.target), catalog.describe_name(args.draft)
+        if target_entry.n_parameters and draft_entry.n_parameters \
+                and draft_entry.n_parameters >= target_entry.n_parameters:
+            warn(f"{args.draft} is not smaller than {args.target}, so drafting with it will not be faster")
+    except SpecScopeError:
+        pass
+    return 0
+
+
+def _models_download(args) -> int:
+    from engine import hub
+    from engine.catalog import format_bytes
+    from engine.errors import DownloadCancelledError
+    if args.token_from_keyring:
+        from gui.secrets import default_store
+        token = default_store().get()
+        if not token:
+            raise SpecScopeError("no Hugging Face token is saved in the keyring; add one in the app's settings "
+                                 "first")
     else:
-        for row in rows:
-            print(f"{row['name']:<40} {row['kind']:<10} {row['path']}")
+        token = os.environ.get("HF_TOKEN") or None
+    plan = hub.plan_download(args.repo_id, revision=args.revision, token=token, files=args.file or None,
+                             allow_pickle=args.allow_pickle)
+    cancel = threading.Event()
+    outcome: dict = {}
+    from rich.console import Console
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+    progress_bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                            TransferSpeedColumn(), TimeRemainingColumn(), transient=False,
+                            disable=not sys.stderr.isatty(),
+                            console=Console(stderr=True))
+    task = progress_bar.add_task(plan.repo_id, total=plan.total_bytes or None)
+
+    def on_progress(p) -> None:
+        progress_bar.update(task, completed=p.bytes_done, total=p.bytes_total or None,
+                            description=f"{plan.repo_id} ({p.files_done}/{p.files_total} files)")
+
+    def work() -> None:
+        try:
+            outcome["result"] = hub.download(plan.repo_id, token=token, plan=plan, progress=on_progress,
+                                             cancel=cancel)
+        except BaseException as exc:  # handed to the main thread, which reports it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="download", daemon=True)
+    with progress_bar:
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.1)
+        except KeyboardInterrupt:  # Ctrl-C: stop at the next chunk, keep what finished
+            cancel.set()
+            worker.join()
+    error = outcome.get("error")
+    if isinstance(error, DownloadCancelledError):
+        print(f"specscope: {error}", file=sys.stderr)
+        return 130
+    if error is not None:
+        raise error
+    result = outcome["result"]
+    if plan.skipped:
+        print(f"skipped {len(plan.skipped)} file(s) SpecScope does not need: {', '.join(plan.skipped[:5])}"
+              f"{', …' if len(plan.skipped) > 5 else ''}", file=sys.stderr)
+    if result.needs_remote_code:
+        warn(f"{plan.repo_id} ships its own Python code (auto_map in its config); SpecScope does not run it, so "
+             "it may not load")
+    print(f"{plan.repo_id}: {len(result.files)} files, {format_bytes(plan.total_bytes)} "
+          f"({format_bytes(result.bytes_downloaded)} downloaded now) in {result.folder}")
+    print(f"use it with --model {result.name}")
     return 0
 
 
@@ -184,13 +284,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("gui", help="open the chat window (the default)", add_help=False)
     sub.add_parser("bench-gui", help="measure what the visualiser costs", add_help=False)
 
-    models = sub.add_parser("models", help="list models, check a target/draft pair")
+    models = sub.add_parser("models", help="list, check and download models")
     msub = models.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
-    mlist = msub.add_parser("list", help="the built-in model and the local Hugging Face cache")
+    mlist = msub.add_parser("list", help="the built-in model, the local Hugging Face cache and --path models, "
+                                         "with their facts and memory needs")
     mlist.add_argument("--json", action="store_true")
+    mlist.add_argument("--path", action="append", help="also describe this model folder or .gguf (repeatable)")
+    mlist.add_argument("--device", default="auto", help="device for the memory estimate (auto, cpu, cuda, mps)")
+    mlist.add_argument("--dtype", default=None, help="dtype for the memory estimate (default: the device's)")
+    mlist.add_argument("--context", type=int, default=None, help="tokens of KV cache in the estimate (4096)")
     mcheck = msub.add_parser("check", help="exit 0 if DRAFT can draft for TARGET, 2 with the reason if not")
     mcheck.add_argument("target")
     mcheck.add_argument("draft")
+    mdown = msub.add_parser("download", help="download a model from the Hugging Face Hub into its cache "
+                                             "(Ctrl-C cancels; running it again continues)")
+    mdown.add_argument("repo_id", help="e.g. Qwen/Qwen3-0.6B")
+    mdown.add_argument("--token-from-keyring", action="store_true",
+                       help="use the Hugging Face token saved by the app (else HF_TOKEN, if set)")
+    mdown.add_argument("--file", action="append", help="only this file or glob, e.g. '*Q4_K_M.gguf' (repeatable)")
+    mdown.add_argument("--revision", default=None, help="branch, tag or commit (default main)")
+    mdown.add_argument("--allow-pickle", action="store_true",
+                       help="accept pickle checkpoints (.bin/.pt) when a repo has no safetensors: they can run code")
     mprep = msub.add_parser("prepare", help="convert a GGUF model once so that later starts are fast")
     mprep.add_argument("model", nargs="?", default="default")
     return parser

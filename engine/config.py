@@ -42,6 +42,7 @@ class SpecConfig:
     layers: int | None = None  # early-exit only: how many of the target's layers draft
     ngram_max: int = 3  # prompt-lookup only
     ngram_min: int = 1  # prompt-lookup only
+    adaptive: bool = False  # draft only as many tokens (≤ k) as pay for their verification
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -80,13 +81,15 @@ class SpecConfig:
             parts.append(f"layers={self.layers}")
         if self.method == "prompt-lookup" and (self.ngram_max, self.ngram_min) != (3, 1):
             parts.append(f"ngram_max={self.ngram_max},ngram_min={self.ngram_min}")
+        if self.adaptive:
+            parts.append("adaptive=1")
         return f"{self.method}:{','.join(parts)}"
 
     def with_k(self, k: int) -> "SpecConfig":
         return replace(self, k=k, warnings=())
 
 
-_SPEC_KEYS = {"k": "k", "draft": "draft", "layers": "layers", "ngram_max": "ngram_max",
+_SPEC_KEYS = {"k": "k", "draft": "draft", "layers": "layers", "ngram_max": "ngram_max", "adaptive": "adaptive",
               "ngram_min": "ngram_min", "max_ngram": "ngram_max", "min_ngram": "ngram_min"}
 
 
@@ -99,10 +102,15 @@ def parse_spec(text: str) -> SpecConfig:
         key = key.strip().replace("-", "_")
         if not sep or key not in _SPEC_KEYS:
             raise ConfigError(
-                f"bad setting {item!r} in {text!r}; use key=value with keys k, draft, layers, ngram_max, ngram_min")
+                f"bad setting {item!r} in {text!r}; use key=value with keys k, draft, layers, ngram_max, "
+                "ngram_min, adaptive")
         name = _SPEC_KEYS[key]
         if name == "draft":
             values[name] = value.strip()
+        elif name == "adaptive":
+            if value.strip().lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+                raise ConfigError(f"adaptive must be 0 or 1 in {text!r}, got {value!r}")
+            values[name] = value.strip().lower() in ("1", "true", "yes", "on")
         else:
             try:
                 values[name] = int(value)

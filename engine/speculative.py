@@ -19,6 +19,7 @@ from engine.cache import CachedModel
 from engine.chat import (Conversation, IncrementalDetokenizer, eos_ids, find_stop, normalize_conversation,
                          prompt_ids)
 from engine.config import SamplingConfig, SpecConfig
+from engine.draft_length import DraftLengthPolicy
 from engine.drafters import Drafter, Proposal, make_drafter
 from engine.errors import ConfigError, OutOfMemoryError, PromptTooLongError
 from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
@@ -97,14 +98,18 @@ def _align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
 class Engine:
     """Holds a loaded target (and drafts) between messages and runs generations as event streams."""
 
-    def __init__(self, target: LoadedModel, draft_loader=load_model) -> None:
+    def __init__(self, target: LoadedModel, draft_loader=load_model, drafter_factory=make_drafter) -> None:
+        """`draft_loader` loads draft models and `drafter_factory(spec, target_model, draft_model)` builds
+        drafters; both are seams for tests (a scripted drafter) and default to the real ones."""
         self.target = target
         self.runner = CachedModel(target.model)
         self.eos_ids = eos_ids(target.tokenizer, target.model)
         self._draft_loader = draft_loader
+        self._drafter_factory = drafter_factory
         self._draft: LoadedModel | None = None
         self._drafter: Drafter | None = None
         self._drafter_key: tuple | None = None
+        self._policy: DraftLengthPolicy | None = None  # adaptive draft length; learns across messages
         self._lock = threading.Lock()
 
     # ---- settings
@@ -142,8 +147,11 @@ class Engine:
         if key != self._drafter_key:
             draft_model = self.draft_model(spec.draft).model if spec.method == "draft-model" else None
             self._forget_drafter()
-            self._drafter = make_drafter(spec, self.target.model, draft_model)
+            self._drafter = self._drafter_factory(spec, self.target.model, draft_model)
             self._drafter_key = key
+            self._policy = None
+        if spec.adaptive and (self._policy is None or self._policy.k != spec.k):
+            self._policy = DraftLengthPolicy(spec.k)
         return self._drafter
 
     def release(self) -> None:
@@ -217,14 +225,24 @@ class Engine:
                     break
                 # Drafting more than the budget can take is wasted work: the last one is the target's.
                 k = min(spec.k, room - 1) if index else 0
+                policy = self._policy if spec.adaptive and index else None
+                if policy is not None:
+                    # A costly drafter drafts no more than pays; a free one (a lookup) proposes k and is
+                    # trimmed below by the kind of guess it turned out to be.
+                    k = k if getattr(drafter, "free_to_propose", False) else policy.best_length(limit=k)
                 t_draft = time.perf_counter()
                 proposal = self._propose(drafter, ids, k) if k > 0 else Proposal.empty()
+                if policy is not None and proposal.ids:
+                    proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
                 t_verify = time.perf_counter()
                 n_accepted, target_id, p_target, p_draft, p_own = self._verify(
                     feed if index == 0 else [ids[-1]], proposal, sampling, generator)
                 done = time.perf_counter()
                 draft_ids = proposal.ids
                 drafter.observe(n_accepted)
+                if policy is not None:
+                    policy.record(proposal.bucket, len(draft_ids), n_accepted, t_verify - t_draft,
+                                  done - t_verify)
                 if not draft_ids:
                     status = TokenStatus.PLAIN
                 elif n_accepted == len(draft_ids):
@@ -239,7 +257,8 @@ class Engine:
                     committed = committed[:room]
                     stop_reason = stop_reason or ("max-new-tokens" if len(output) + len(committed)
                                                   >= max_new_tokens else "context-full")
-                rejected_pieces = detok.peek(draft_ids[n_accepted:]) if n_accepted < len(draft_ids) else []
+                # Rejected tokens are decoded after the accepted ones (their text may finish a character)
+                rejected_pieces = detok.peek(draft_ids)[n_accepted:] if n_accepted < len(draft_ids) else []
                 pieces = detok.add(committed)
                 ids.extend(committed)
                 output.extend(committed)

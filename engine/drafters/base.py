@@ -16,6 +16,14 @@ class Proposal:
     # The distribution each id was drawn from, one row per id (vocabulary of the drafter), or None for a
     # drafter without one (n-gram): it is then verified as a one-hot draft, which keeps sampling lossless.
     p_draft: torch.Tensor | None = None
+    # What kind of guess this is, for the adaptive draft length's acceptance estimates (prompt lookup: the
+    # matched n-gram size). Drafters with one kind of guess leave it at 0.
+    bucket: int = 0
+
+    def trimmed(self, length: int) -> "Proposal":
+        if length >= len(self.ids):
+            return self
+        return Proposal(self.ids[:length], None if self.p_draft is None else self.p_draft[:length], self.bucket)
 
     @staticmethod
     def empty() -> "Proposal":
@@ -24,6 +32,7 @@ class Proposal:
 
 class Drafter(Protocol):
     name: str
+    free_to_propose: bool  # optional (default False): proposing costs next to nothing (a lookup)
 
     def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
         """A generation starts with these sampling settings."""

@@ -13,6 +13,7 @@ from engine.drafters.base import Proposal
 
 class PromptLookupDrafter:
     name = "prompt-lookup"
+    free_to_propose = True  # a dictionary lookup: proposing k and trimming costs nothing
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         self.ngram_max = ngram_max
@@ -51,7 +52,7 @@ class PromptLookupDrafter:
                 continue
             start = self._latest.get(tuple(ids[-n:]))
             if start is not None:
-                return Proposal(ids[start:start + k], None)
+                return Proposal(ids[start:start + k], None, bucket=n)
         return Proposal.empty()
 
     def observe(self, n_accepted: int) -> None:
