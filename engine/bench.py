@@ -51,7 +51,15 @@ def load_prompts(path: str, categories: list[str] | None = None, limit: int | No
     prompts: list[BenchPrompt] = []
     per_category: dict[str, int] = defaultdict(int)
     wanted = set(categories or ())
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+    content = file.read_text(encoding="utf-8")
+    lines = content.splitlines()
+    if content.lstrip().startswith("{") and '"presets"' in content:  # assets/presets.json
+        try:
+            lines = [json.dumps({"question_id": p["id"], "category": p["category"], "prompt": p["prompt"]})
+                     for p in json.loads(content)["presets"]]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # not a presets file after all: read it as JSON lines below
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -195,6 +203,8 @@ def summarise(results: list[ConfigResult], compare_hf: bool) -> dict:
                 "identical_to_none": result.identical[key],
                 "draft_seconds": pooled.draft_seconds,
                 "verify_seconds": pooled.verify_seconds,
+                "drafted_tokens": pooled.drafted_tokens,
+                "cost_ratio": pooled.cost_ratio,
             }
             if compare_hf and result.hf_seconds[key] > 0:
                 hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
@@ -294,24 +304,34 @@ def run(args) -> int:
     return 0
 
 
-def print_sweep(summary: dict, ks: list[int]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    table = Table(title="k sweep (overall)", title_justify="left")
-    for column in ("config", "k", "tok/s", "speed-up", "theory", "accept"):
-        table.add_column(column, justify="left" if column == "config" else "right")
-    best: dict[str, tuple[float, str]] = {}
+def sweep_points(summary: dict) -> dict[str, list]:
+    """Per method, one SweepPoint per k from a bench summary."""
+    from engine.compare import SweepPoint
+    points: dict[str, list] = defaultdict(list)
     for label, rows in summary.items():
         if label == "none":
             continue
         row = rows["all"]
-        method = label.split(":")[0]
-        k = int(label.split("k=")[1].split(",")[0])
-        table.add_row(label, str(k), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
-                      f"{row['theoretical_speedup']:.2f}×", f"{row['acceptance_rate']:.0%}")
-        if row["speedup"] is not None and row["speedup"] > best.get(method, (0.0, ""))[0]:
-            best[method] = (row["speedup"], label)
+        spec = parse_spec(label)
+        points[spec.method].append(SweepPoint(spec.k, row["speedup"] or 0.0, row["acceptance_rate"],
+                                              row["cost_ratio"]))
+    return points
+
+
+def print_sweep(summary: dict, ks: list[int]) -> None:
+    from rich.table import Table
+    from engine.compare import best_k, pooled_alpha_and_cost, theoretical_curve
     console = _table_console()
-    console.print(table)
-    for method, (value, label) in best.items():
-        console.print(f"best for {method}: {label} ({value:.2f}×)")
+    for method, points in sweep_points(summary).items():
+        points.sort(key=lambda p: p.k)
+        alpha, cost = pooled_alpha_and_cost(points)
+        curve = theoretical_curve(alpha, cost, [p.k for p in points])
+        table = Table(title=f"k sweep: {method} (pooled α = {alpha:.0%}, c = {cost:.3f})", title_justify="left")
+        for column in ("k", "speed-up", "theory", "accept"):
+            table.add_column(column, justify="right")
+        for point, predicted in zip(points, curve):
+            table.add_row(str(point.k), f"{point.speedup:.2f}×", f"{predicted:.2f}×", f"{point.acceptance_rate:.0%}")
+        console.print(table)
+        best = best_k(points)
+        if best is not None:
+            console.print(f"best k for {method}: {best.k} ({best.speedup:.2f}× over plain decoding)")

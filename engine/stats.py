@@ -205,11 +205,16 @@ class AggregateStats:
         return self.committed_tokens / self.target_passes if self.target_passes else 0.0
 
     @property
+    def cost_ratio(self) -> float:
+        if not self.drafted_tokens or not self.verify_seconds:
+            return 0.0
+        return (self.draft_seconds / self.drafted_tokens) / (self.verify_seconds / self.target_passes)
+
+    @property
     def theoretical_speedup(self) -> float:
         if not self.drafted_tokens:
             return 1.0
-        cost_ratio = (self.draft_seconds / self.drafted_tokens) / (self.verify_seconds / self.target_passes)
-        return theoretical_speedup(self.acceptance_rate, self.drafted_tokens / self.drafting_rounds, cost_ratio,
+        return theoretical_speedup(self.acceptance_rate, self.drafted_tokens / self.drafting_rounds, self.cost_ratio,
                                    self.drafting_rounds / self.decode_rounds if self.decode_rounds else 0.0)
 
 

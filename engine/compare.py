@@ -1,0 +1,137 @@
+"""Several settings on one prompt, one after another on the same device, and the k sweep.
+
+Runs never overlap: concurrent runs would distort each other's timing. Plain decoding always runs first,
+so every speed-up is measured against it in the same session, and greedy outputs can be checked for being
+identical to it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from engine.config import SamplingConfig, SpecConfig
+from engine.events import Event, GenerationFinished
+from engine.stats import GenerationStats, efficiency, speedup, theoretical_speedup
+
+PLAIN = SpecConfig()
+
+
+def with_plain_first(specs: list[SpecConfig]) -> list[SpecConfig]:
+    return [PLAIN] + [s for s in specs if s != PLAIN]
+
+
+def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens: int = 128,
+                      sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None,
+                      system: str | None = None) -> Iterator[tuple[int, Event]]:
+    """Yield (index into with_plain_first(specs), event) for every run in turn. Each run starts from an
+    empty KV cache, so none profits from another's prefill."""
+    cancel = cancel or threading.Event()
+    for index, spec in enumerate(with_plain_first(specs)):
+        if cancel.is_set():
+            return
+        engine.release()
+        for event in engine.generate(prompt, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
+                                     cancel=cancel, system=system):
+            yield index, event
+
+
+def first_difference(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
+    """Index of the first token where the two outputs differ (or where one ends), None if identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def text_diff(plain: str, other: str) -> str:
+    """A unified word-level diff, readable in a text box."""
+    return "\n".join(difflib.unified_diff(plain.split(" "), other.split(" "), "plain", "this setting",
+                                          lineterm="", n=3))
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    label: str
+    spec: SpecConfig
+    stats: GenerationStats
+    text: str
+    output_ids: tuple[int, ...]
+    tok_per_s: float
+    speedup: float | None
+    acceptance_rate: float
+    mean_accepted_length: float
+    theoretical_speedup: float
+    efficiency: float | None
+    draft_seconds: float
+    verify_seconds: float
+    identical_to_plain: bool | None  # None when sampling (outputs need not match)
+    first_difference: int | None
+    diff: str
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "method": self.spec.method, "k": self.spec.k, "tok_per_s": self.tok_per_s,
+                "speedup": self.speedup, "acceptance_rate": self.acceptance_rate,
+                "mean_accepted_length": self.mean_accepted_length,
+                "theoretical_speedup": self.theoretical_speedup, "efficiency": self.efficiency,
+                "draft_seconds": self.draft_seconds, "verify_seconds": self.verify_seconds,
+                "identical_to_plain": self.identical_to_plain, "first_difference": self.first_difference,
+                "tokens": self.stats.committed_tokens, "text": self.text}
+
+
+def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished], greedy: bool
+                 ) -> list[ComparisonRow]:
+    """The table: one row per finished run, index 0 being plain decoding."""
+    ordered = with_plain_first(specs)
+    plain = finished.get(0)
+    rows = []
+    for index, spec in enumerate(ordered):
+        done = finished.get(index)
+        if done is None:
+            continue
+        s = done.stats
+        measured = speedup(s.tok_per_s, plain.stats.tok_per_s) if plain else None
+        difference = first_difference(plain.output_ids, done.output_ids) if plain and greedy else None
+        identical = (difference is None) if plain and greedy else None
+        rows.append(ComparisonRow(
+            label=spec.label(), spec=spec, stats=s, text=done.text, output_ids=done.output_ids,
+            tok_per_s=s.tok_per_s, speedup=measured, acceptance_rate=s.acceptance_rate,
+            mean_accepted_length=s.mean_accepted_length, theoretical_speedup=s.theoretical_speedup,
+            efficiency=efficiency(measured, s.theoretical_speedup), draft_seconds=s.draft_seconds,
+            verify_seconds=s.verify_seconds, identical_to_plain=identical, first_difference=difference,
+            diff="" if identical in (True, None) else text_diff(plain.text, done.text)))
+    return rows
+
+
+# ------------------------------------------------------------------ k sweep
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    k: int
+    speedup: float
+    acceptance_rate: float
+    cost_ratio: float
+
+
+def theoretical_curve(alpha: float, cost_ratio: float, ks: list[int]) -> list[float]:
+    """Speed-up predicted for each k from one α and one cost ratio c (arXiv 2211.17192 eq. 1)."""
+    return [theoretical_speedup(alpha, k, cost_ratio) for k in ks]
+
+
+def pooled_alpha_and_cost(points: list[SweepPoint]) -> tuple[float, float]:
+    """α and c pooled over the sweep, the inputs of the theoretical curve."""
+    if not points:
+        return 0.0, 0.0
+    return (sum(p.acceptance_rate for p in points) / len(points),
+            sum(p.cost_ratio for p in points) / len(points))
+
+
+def best_k(points: list[SweepPoint]) -> SweepPoint | None:
+    """The fastest k; a tie goes to the smaller k (less memory, less wasted work)."""
+    return max(points, key=lambda p: (round(p.speedup, 6), -p.k), default=None)
+
+
+__all__ = ["comparison_events", "summary_rows", "ComparisonRow", "first_difference", "text_diff",
+           "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "best_k"]
