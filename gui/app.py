@@ -1,0 +1,193 @@
+"""`specscope` / `specscope gui`: the QApplication, the main window and the scripted mode.
+
+Scripted mode (also headless, with QT_QPA_PLATFORM=offscreen):
+
+    specscope gui --prompt TEXT [--method M] [--k K] [--layers L] [--temperature T] [--seed S]
+                  [--max-new-tokens N] [--model M] [--draft D] --screenshot PNG --quit-when-done
+
+opens the window, sends TEXT, waits for the reply, saves a screenshot of the whole window, prints the finish
+stats as one JSON line on stdout and exits 0 (2 when the settings are refused, the model does not load or
+the generation fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from functools import partial
+
+from engine.config import METHODS, SamplingConfig, SpecConfig
+from engine.errors import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specscope gui", description="Open the SpecScope chat window.")
+    parser.add_argument("--model", default="default", help="target model: 'default', a hub id, a folder or a GGUF "
+                                                           "file (default: the built-in model)")
+    parser.add_argument("--method", choices=METHODS, default=None, help="speculation method")
+    parser.add_argument("--draft", default=None, help="draft model (method draft-model)")
+    parser.add_argument("--k", type=int, default=None, help="draft length per round")
+    parser.add_argument("--layers", type=int, default=None, help="early-exit layers")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--system", default=None, help="system prompt")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    parser.add_argument("--theme", choices=("auto", "light", "dark"), default="auto")
+    parser.add_argument("--hide-rejected", action="store_true", help="start with rejected drafts hidden")
+    parser.add_argument("--demo", action="store_true",
+                        help="drive the window with a scripted engine (no model): a tour of the visualiser")
+    parser.add_argument("--prompt", default=None, help="send this message once the model is loaded")
+    parser.add_argument("--screenshot", default=None, metavar="PNG", help="save the window to PNG after the reply")
+    parser.add_argument("--quit-when-done", action="store_true",
+                        help="exit after the reply (with --prompt), printing its stats as one JSON line")
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "gui":
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
+    if args.quit_when_done and not args.prompt:
+        build_parser().error("--quit-when-done needs --prompt")
+    if args.method == "draft-model" and args.draft is None:
+        args.draft = "default"
+    return args
+
+
+def check_settings(args: argparse.Namespace) -> None:
+    """Refuse a bad combination before any window opens (raises ConfigError)."""
+    method = args.method or "none"
+    SpecConfig(method=method, k=args.k if args.k is not None else 4,
+               draft=args.draft if method == "draft-model" else None,
+               layers=args.layers if method == "early-exit" else None)
+    SamplingConfig(temperature=args.temperature if args.temperature is not None else 0.0,
+                   top_k=args.top_k or 0, top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed)
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ConfigError(f"max new tokens must be ≥ 1, got {args.max_new_tokens}")
+
+
+def apply_args(window, args: argparse.Namespace) -> None:
+    """Put the command line's settings into the window's settings panel."""
+    window.controls.apply(model=args.model, method=args.method, draft=args.draft, k=args.k, layers=args.layers,
+                          temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                          max_new_tokens=args.max_new_tokens, system_prompt=args.system)
+    if args.hide_rejected:
+        window.set_show_rejected(False)
+
+
+def demo_loader(name, progress=None):
+    from gui.fake_engine import FakeEngine, FakeModel
+
+    return FakeEngine(target=FakeModel(name="demo (scripted engine)"), delay=0.06)
+
+
+class ScriptedRun:
+    """Send one prompt once the model is ready; on the reply, screenshot, print stats, quit."""
+
+    def __init__(self, app, window, args: argparse.Namespace) -> None:
+        self.app, self.window, self.args = app, window, args
+        self.exit_code = EXIT_OK
+        self._sent = False
+        window.model_ready.connect(self._send)
+        window.reply_finished.connect(self._finished)
+        window.request_failed.connect(self._failed)
+
+    def _send(self, _info) -> None:
+        if self._sent:
+            return
+        self._sent = True
+        if not self.window.send(self.args.prompt):
+            self._failed(self.window.controls.config_problem() or "the message could not be sent")
+
+    def _finished(self, turn) -> None:
+        if not self.args.quit_when_done:
+            self._save_screenshot()
+            return
+        self.window.refresh_live_views()
+        self._save_screenshot()
+        print(json.dumps(self.window.session.finish_record(turn), ensure_ascii=False), flush=True)
+        self._quit(EXIT_OK)
+
+    def _failed(self, message: str) -> None:
+        if not self.args.quit_when_done:
+            return
+        print(f"specscope gui: error: {message}", file=sys.stderr, flush=True)
+        self._save_screenshot()
+        self._quit(EXIT_FAILED)
+
+    def _save_screenshot(self) -> None:
+        if not self.args.screenshot:
+            return
+        from PySide6.QtWidgets import QApplication
+
+        QApplication.processEvents()
+        if not self.window.grab().save(self.args.screenshot):
+            print(f"specscope gui: could not write {self.args.screenshot}", file=sys.stderr, flush=True)
+            self.exit_code = EXIT_FAILED
+
+    def _quit(self, code: int) -> None:
+        self.exit_code = max(self.exit_code, code)
+        self.window.close()
+        self.app.exit(self.exit_code)
+
+
+def main(argv: list[str] | None = None, *, loader=None) -> int:
+    """Entry point of `specscope` and `specscope gui ...` (argv without the program name)."""
+    args = parse_args(argv)
+    try:
+        check_settings(args)
+    except ConfigError as exc:
+        print(f"specscope gui: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from gui import theme
+    from gui.views.main_window import MainWindow
+    from gui.worker import load_real_engine
+
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])
+    app.setApplicationName("SpecScope")
+    app.setOrganizationName("SpecScope")
+    app.setDesktopFileName("specscope")
+    palette = theme.resolve(args.theme)
+    theme.apply(app, palette)
+
+    if loader is None:
+        loader = demo_loader if args.demo else partial(load_real_engine, device=args.device)
+    window = MainWindow(loader=loader, palette=palette, model=args.model)
+    apply_args(window, args)
+    window.resize(window.sizeHint())
+    window.show()
+
+    scripted = ScriptedRun(app, window, args) if args.prompt else None
+    window.start()
+
+    # Ctrl+C in the terminal closes the window cleanly (Python only sees signals between Qt events).
+    previous = signal.signal(signal.SIGINT, lambda *_: window.close())
+    tick = QTimer()
+    tick.start(250)
+    tick.timeout.connect(lambda: None)
+    try:
+        code = app.exec()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        tick.stop()
+        window.shutdown()
+        window.deleteLater()
+    if scripted is not None:
+        return scripted.exit_code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""A scripted stand-in for `engine.speculative.Engine`: same `generate()` signature, canned events, no model.
+
+The GUI tests drive the whole window with it, the benchmark uses it to measure the visualiser on its own,
+and `specscope gui --model fake` opens a demo of the visualiser without loading a model. Its rounds cycle
+through every case the transcript draws: a plain prefill, full acceptance with a bonus token, a correction
+after a partial draft, a rejection at position 0, and (prompt-lookup) rounds that drafted nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from engine.config import SamplingConfig, SpecConfig
+from engine.errors import ConfigError
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.stats import StatsAccumulator
+
+WORDS = ("Speculative", " decoding", " lets", " a", " small", " drafter", " guess", " the", " next", " few",
+         " tokens", ",", " and", " the", " large", " model", " checks", " them", " all", " in", " one",
+         " pass", ".", "\n\n", "When", " the", " guesses", " are", " right", ",", " several", " tokens",
+         " arrive", " for", " the", " price", " of", " one", ";", " when", " they", " are", " wrong", ",",
+         " the", " target", " model", " writes", " its", " own", " token", " instead", ".", "\n")
+WRONG = (" cat", " blue", " quickly", " seven", " because", " under", " maybe", " red")
+
+
+@dataclass
+class FakeModel:
+    """What `engine.models.LoadedModel` tells about itself (the GUI reads no more than this)."""
+
+    name: str = "fake"
+    device: str = "cpu"
+    dtype: str = "float32"
+    n_layers: int = 12
+    context_length: int = 8192
+    model: object = None
+    tokenizer: object = None
+
+
+@dataclass
+class FakeCall:
+    conversation: object
+    spec: SpecConfig
+    sampling: SamplingConfig
+    max_new_tokens: int
+
+
+@dataclass
+class FakeEngine:
+    """Yields GenerationStarted, rounds, GenerationFinished, like the real engine.
+
+    delay: seconds to sleep between rounds (0: as fast as possible).
+    pause_after: after this many rounds, block (still honouring `cancel`) until `resume` is set.
+    fail_with: an exception to raise from generate() before anything is yielded.
+    """
+
+    target: FakeModel = field(default_factory=FakeModel)
+    delay: float = 0.0
+    pause_after: int | None = None
+    resume: threading.Event = field(default_factory=threading.Event)
+    fail_with: BaseException | None = None
+    calls: list[FakeCall] = field(default_factory=list)
+
+    def validate(self, spec: SpecConfig) -> None:
+        if spec.method == "early-exit" and spec.layers is not None and spec.layers >= self.target.n_layers:
+            raise ConfigError(f"early-exit layers must be below the model's {self.target.n_layers} layers, "
+                              f"got {spec.layers}")
+        if spec.method == "draft-model" and spec.draft == "mismatch":
+            raise ConfigError("the draft model's tokenizer differs from the target's (vocabulary size 49152 vs 32000)")
+
+    def generate(self, conversation, *, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
+                 max_new_tokens: int = 256, stop_strings=(), cancel: threading.Event | None = None
+                 ) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
+        self.calls.append(FakeCall(conversation, spec, sampling, max_new_tokens))
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.validate(spec)
+        prompt_tokens = sum(len(m["content"].split()) for m in conversation) if isinstance(conversation, list) \
+            else len(str(conversation).split())
+        yield GenerationStarted(spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.name,
+                                draft=spec.draft, device=self.target.device, dtype=self.target.dtype,
+                                greedy=sampling.greedy, prompt_tokens=prompt_tokens, reused_prefix_tokens=0,
+                                max_new_tokens=max_new_tokens, warnings=spec.warnings)
+        accumulator = StatsAccumulator(spec.k)
+        words = itertools.cycle(enumerate(WORDS))
+        start = time.perf_counter()
+        committed: list[int] = []
+        pieces: list[str] = []
+        stop_reason = "max-new-tokens"
+        for index in itertools.count():
+            if cancel is not None and cancel.is_set():
+                stop_reason = "cancelled"
+                break
+            if len(committed) >= max_new_tokens:
+                break
+            if self.pause_after is not None and index == self.pause_after:
+                while not self.resume.wait(0.005):
+                    if cancel is not None and cancel.is_set():
+                        break
+                if cancel is not None and cancel.is_set():
+                    stop_reason = "cancelled"
+                    break
+            if self.delay:
+                time.sleep(self.delay)
+            event = self._round(index, spec, words, max_new_tokens - len(committed), start, len(committed))
+            accumulator.add_round(event)
+            committed += event.committed_ids
+            pieces += event.committed_pieces
+            yield event
+        accumulator.set_elapsed(time.perf_counter() - start)
+        yield GenerationFinished(stop_reason=stop_reason, text="".join(pieces), output_ids=tuple(committed),
+                                 stats=accumulator.snapshot())
+
+    @staticmethod
+    def _round(index: int, spec: SpecConfig, words, budget: int, start: float, n_before: int) -> RoundVerified:
+        k = spec.k
+        if index == 0 or spec.method == "none":
+            n_drafted, n_accepted = 0, 0
+        elif spec.method == "prompt-lookup" and index % 5 == 3:
+            n_drafted, n_accepted = 0, 0  # a lookup miss: a plain step
+        else:
+            pattern = (k, min(1, k - 1) if k > 1 else 0, 0, max(0, k - 2), k)
+            n_accepted = pattern[index % len(pattern)]
+            n_drafted = k
+        truth = [next(words) for _ in range(n_accepted + 1)]
+        draft_ids = [i + 100 for i, _ in truth[:n_accepted]]
+        draft_pieces = [w for _, w in truth[:n_accepted]]
+        for j in range(n_drafted - n_accepted):
+            wrong = WRONG[(index + j) % len(WRONG)]
+            draft_ids.append(1000 + (index + j) % len(WRONG))
+            draft_pieces.append(wrong)
+        if n_drafted == 0:
+            status = TokenStatus.PLAIN
+        elif n_accepted == n_drafted:
+            status = TokenStatus.BONUS
+        else:
+            status = TokenStatus.SUBSTITUTED
+        committed_ids = tuple(i + 100 for i, _ in truth)[:budget]
+        committed_pieces = tuple(w for _, w in truth)[:budget]
+        p_target = tuple(0.9 - 0.1 * j if j < n_accepted else 0.05 for j in range(n_drafted))
+        p_draft = tuple(None if spec.method == "prompt-lookup" else 0.8 - 0.05 * j for j in range(n_drafted))
+        return RoundVerified(
+            index=index, drafter=spec.method if n_drafted else "none", draft_ids=tuple(draft_ids),
+            draft_pieces=tuple(draft_pieces), n_accepted=n_accepted, target_id=truth[-1][0] + 100,
+            target_status=status, target_piece=truth[-1][1], p_target=p_target, p_draft=p_draft,
+            p_target_of_target_id=0.75, committed_ids=committed_ids, committed_pieces=committed_pieces,
+            draft_seconds=0.002 * n_drafted, verify_seconds=0.01,
+            elapsed_seconds=max(time.perf_counter() - start, 0.001 * (index + 1)),
+            n_committed_total=n_before + len(committed_ids))

@@ -1,0 +1,481 @@
+"""The main window: chat in the middle, settings on the left, live stats and graphs on the right.
+
+It wires the session model (state), the worker thread (the engine) and the views (rendering). Events
+arrive once per round through queued signals; the transcript appends each round at once, while graphs and
+the stats strip are redrawn from a 20 Hz timer, and only when something changed.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
+                               QProgressBar, QPushButton, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
+
+from engine.config import SpecConfig
+from engine.errors import ConfigError
+from gui import theme
+from gui.session_model import MIN_BASELINE_TOKENS, SessionModel
+from gui.views.controls import ControlsPanel
+from gui.views.message_box import MessageBox
+from gui.views.plots import PANELS, LivePlots
+from gui.views.stats import StatsStrip
+from gui.views.transcript import LegendBar, TranscriptView
+from gui.worker import EngineLoader, GenerationRequest, ModelInfo, WorkerThread
+
+REFRESH_MS = 50  # graphs and stats strip: at most 20 redraws a second
+
+
+class MainWindow(QMainWindow):
+    # what happened (tests and the scripted mode wait on these)
+    reply_finished = Signal(object)  # Turn
+    request_failed = Signal(str)
+    model_ready = Signal(object)  # ModelInfo
+    baseline_measured = Signal(float)
+    # asks, queued to the worker thread
+    load_requested = Signal(str)
+    generation_requested = Signal(object)
+
+    def __init__(self, loader: EngineLoader | None = None, palette: theme.Palette | None = None,
+                 model: str = "default") -> None:
+        super().__init__()
+        self.setWindowTitle("SpecScope")
+        self.palette_ = palette or theme.LIGHT
+        self.session = SessionModel()
+        self.model_info: ModelInfo | None = None
+        self._loading: str | None = None
+        self._active: GenerationRequest | None = None
+        self._next_request_id = 1
+        self._drawn_version = -1
+        self._drawn = dict.fromkeys(PANELS, -1)
+        self._next_panel = 0
+        self._pending_changes = False
+        self._closed = False
+        self._baseline_model = ""
+
+        self._build_views(model)
+        self._build_menu()
+
+        self.worker_thread = WorkerThread(loader)
+        worker = self.worker_thread.worker
+        self.load_requested.connect(worker.load)
+        self.generation_requested.connect(worker.generate)
+        worker.model_load_started.connect(self._on_load_started)
+        worker.model_load_progressed.connect(self._set_status)
+        worker.model_loaded.connect(self._on_model_loaded)
+        worker.load_failed.connect(self._on_load_failed)
+        worker.generation_started.connect(self._on_generation_started)
+        worker.round_verified.connect(self._on_round_verified)
+        worker.generation_finished.connect(self._on_generation_finished)
+        worker.generation_failed.connect(self._on_generation_failed)
+
+        self.refresh_timer = QTimer(self)
+        self.refresh_timer.setInterval(REFRESH_MS)
+        self.refresh_timer.timeout.connect(self._refresh_tick)
+        self._update_actions()
+
+    # ------------------------------------------------------------------ construction
+    def _build_views(self, model: str) -> None:
+        p = self.palette_
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(10, 8, 10, 10)
+        column.setSpacing(6)
+        self.legend = LegendBar(p)
+        self.legend.show_rejected_toggled.connect(self.set_show_rejected)
+        column.addWidget(self.legend)
+        self.transcript = TranscriptView(self._token, p)
+        self.transcript.setPlaceholderText("Loading the model…")
+        column.addWidget(self.transcript, 1)
+
+        input_row = QHBoxLayout()
+        input_row.setSpacing(6)
+        self.message_box = MessageBox()
+        self.message_box.setPlaceholderText("Loading the model… (you can type already)")
+        self.message_box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.message_box.send_requested.connect(self.send)
+        input_row.addWidget(self.message_box, 1)
+        buttons = QVBoxLayout()
+        buttons.setSpacing(4)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("send_button")
+        self.send_button.setToolTip("Send the message (Enter; Shift+Enter for a new line)")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop at the next round and keep what was written (Esc)")
+        self.stop_button.clicked.connect(self.stop)
+        self.new_chat_button = QPushButton("New chat")
+        self.new_chat_button.setToolTip("Start over (Ctrl+N); the settings and the plain-speed figure stay")
+        self.new_chat_button.clicked.connect(self.new_chat)
+        for button in (self.send_button, self.stop_button, self.new_chat_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        input_row.addLayout(buttons)
+        column.addLayout(input_row)
+        self.setCentralWidget(central)
+
+        # settings dock (left)
+        self.controls = ControlsPanel()
+        self.controls.apply(model=model)
+        self.controls.settings_changed.connect(self._on_settings_changed)
+        self.controls.model_change_requested.connect(self.load_model)
+        scroll = QScrollArea()
+        scroll.setWidget(self.controls)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(self.controls.minimumSizeHint().width() + 24)
+        self.controls_dock = QDockWidget("Settings", self)
+        self.controls_dock.setObjectName("settings_dock")
+        self.controls_dock.setWidget(scroll)
+        self.controls_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                                       | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
+
+        # speculation dock (right): stats strip + graphs
+        live = QWidget()
+        live_layout = QVBoxLayout(live)
+        live_layout.setContentsMargins(6, 0, 6, 6)
+        live_layout.setSpacing(6)
+        self.stats_strip = StatsStrip(p)
+        self.stats_strip.baseline_requested.connect(self.measure_baseline)
+        live_layout.addWidget(self.stats_strip)
+        self.plots = LivePlots(p)
+        live_layout.addWidget(self.plots, 1)
+        self.live_dock = QDockWidget("Speculation", self)
+        self.live_dock.setObjectName("speculation_dock")
+        self.live_dock.setWidget(live)
+        self.live_dock.setFeatures(self.controls_dock.features())
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.live_dock)
+        self.resizeDocks([self.controls_dock, self.live_dock], [290, 470], Qt.Orientation.Horizontal)
+
+        # status bar
+        self.status_label = QLabel("Starting…")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(160)
+        self.progress.setMaximumHeight(14)
+        self.progress.setTextVisible(False)
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+        self.progress.hide()
+
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        self.stats_strip.show_figures(self.session.figures())
+
+    def _build_menu(self) -> None:
+        chat = self.menuBar().addMenu("&Chat")
+        new = QAction("&New chat", self, shortcut=QKeySequence.StandardKey.New, triggered=self.new_chat)
+        stop = QAction("&Stop", self, triggered=self.stop)
+        quit_ = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close)
+        chat.addActions([new, stop])
+        chat.addSeparator()
+        chat.addAction(quit_)
+        view = self.menuBar().addMenu("&View")
+        self.rejected_action = QAction("Show &rejected drafts", self, checkable=True, checked=True)
+        self.rejected_action.toggled.connect(self.legend.show_rejected.setChecked)
+        view.addAction(self.rejected_action)
+        view.addSeparator()
+        view.addAction(self.controls_dock.toggleViewAction())
+        view.addAction(self.live_dock.toggleViewAction())
+        view.addSeparator()
+        for name in ("light", "dark"):
+            view.addAction(QAction(f"{name.title()} theme", self, triggered=lambda _=False, n=name: self.set_theme(n)))
+        help_ = self.menuBar().addMenu("&Help")
+        help_.addAction(QAction("&About SpecScope", self, triggered=self._about))
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(1440, 900)
+
+    # ------------------------------------------------------------------ public actions
+    def start(self) -> None:
+        """Load the model chosen in the settings (in the background)."""
+        self.load_model(self.controls.model_name())
+
+    def load_model(self, name: str) -> None:
+        name = name.strip() or "default"
+        if name == self._loading or (self._loading is None and self.model_info is not None
+                                     and name == self.model_info.requested):
+            return
+        self._loading = name
+        self._update_actions()
+        self.load_requested.emit(name)
+
+    def send(self, text: str | None = None) -> bool:
+        """Send the message box's text (or `text`); returns whether a request went out."""
+        if self._active is not None or self._loading is not None or self.model_info is None:
+            return False
+        text = (text if text is not None else self.message_box.toPlainText()).strip()
+        if not text:
+            return False
+        try:
+            settings = self.controls.read()
+        except ConfigError as exc:
+            self.controls.revalidate()
+            self._set_status(f"Refused: {exc}")
+            return False
+        self.session.system_prompt = settings.system_prompt
+        self.controls.show_runtime_problem(None)
+        turn = self.session.add_user(text)
+        self.transcript.append_user(turn)
+        self.message_box.clear()
+        request = GenerationRequest(request_id=self._take_id(), model=self._loaded_name,
+                                    conversation=self.session.conversation(), spec=settings.spec,
+                                    sampling=settings.sampling, max_new_tokens=settings.max_new_tokens)
+        self._begin(request, f"Generating with {settings.spec.label()}…")
+        return True
+
+    def stop(self) -> None:
+        """Stop at the next round boundary; what was committed stays."""
+        if self._active is not None:
+            self.worker_thread.stop_generation()
+            self._set_status("Stopping at the next round…")
+
+    def new_chat(self) -> None:
+        if self._active is not None:
+            self.worker_thread.stop_generation()
+            self._end_active()
+        self.session.new_chat()
+        self.transcript.render_turns([])
+        self.plots.clear()
+        self.refresh_live_views()
+        self._set_status("New chat" + (f" · {self.model_info.describe()}" if self.model_info else ""))
+        self.message_box.setFocus()
+
+    def measure_baseline(self) -> None:
+        """Re-run the last message with plain decoding, hidden, to measure this model's reference tok/s."""
+        if self._active is not None or self.model_info is None or self._loading is not None:
+            return
+        history = self.session.conversation()
+        while history and history[-1]["role"] == "assistant":
+            history.pop()
+        if not history or history[-1]["role"] != "user":
+            history = ([m for m in history if m["role"] == "system"]
+                       + [{"role": "user", "content": "Write a short paragraph about the sea."}])
+        try:
+            settings = self.controls.read()
+        except ConfigError:
+            return
+        last = next((t for t in reversed(self.session.turns) if t.role == "assistant" and t.stats), None)
+        budget = max(32, last.stats.committed_tokens) if last is not None else 128
+        request = GenerationRequest(request_id=self._take_id(), model=self._loaded_name, conversation=history,
+                                    spec=SpecConfig(method="none"), sampling=settings.sampling,
+                                    max_new_tokens=budget, purpose="baseline")
+        self._begin(request, "Measuring plain decoding speed…")
+
+    def set_show_rejected(self, show: bool) -> None:
+        if self.transcript.show_rejected == show:
+            return
+        self.transcript.show_rejected = show
+        self.rejected_action.setChecked(show)
+        self.transcript.render_turns(self.session.turns, self.session.current)
+
+    def set_theme(self, name_or_palette) -> None:
+        palette = theme.resolve(name_or_palette) if isinstance(name_or_palette, str) else name_or_palette
+        self.palette_ = palette
+        app = QApplication.instance()
+        if app is not None:
+            theme.apply(app, palette)
+        self.transcript.set_palette(palette)
+        self.legend.set_palette(palette)
+        self.plots.set_palette(palette)
+        self.stats_strip.set_palette(palette)
+        self.transcript.render_turns(self.session.turns, self.session.current)
+        self.refresh_live_views()
+
+    def refresh_live_views(self) -> None:
+        """Redraw every graph and the stats strip now (at the end of a reply, on a theme change)."""
+        live = self.session.live
+        self.plots.update_from(live, self.session.baselines.get(live.model))
+        self.stats_strip.show_figures(self.session.figures())
+        self._drawn = dict.fromkeys(self._drawn, live.version)
+        self._drawn_version = live.version
+
+    def _refresh_tick(self) -> None:
+        """The 20 Hz timer while generating: the stats strip, and at most one graph per tick (round robin), so
+        no tick holds the event loop for long and each graph is redrawn at most 5 times a second."""
+        live = self.session.live
+        if live.version != self._drawn_version:
+            self._drawn_version = live.version
+            self.stats_strip.show_figures(self.session.figures())
+        for _ in range(len(PANELS)):
+            panel = PANELS[self._next_panel]
+            self._next_panel = (self._next_panel + 1) % len(PANELS)
+            if self._drawn[panel] != live.version:
+                self._drawn[panel] = live.version
+                if self.live_dock.isVisible():
+                    self.plots.update_from(live, self.session.baselines.get(live.model), panels=(panel,))
+                return
+        if self._active is None:
+            self.refresh_timer.stop()
+
+    @property
+    def generating(self) -> bool:
+        return self._active is not None
+
+    @property
+    def _loaded_name(self) -> str:
+        return self.model_info.requested if self.model_info is not None else self.controls.model_name()
+
+    # ------------------------------------------------------------------ worker signals
+    def _on_load_started(self, name: str) -> None:
+        self._loading = name
+        self.progress.show()
+        self._set_status(f"Loading {name} model…" if name == "default" else f"Loading {name}…")
+        self.controls.set_model_state("loading…")
+        self.transcript.setPlaceholderText(f"Loading {name}…")
+        self._update_actions()
+
+    def _on_model_loaded(self, info: ModelInfo) -> None:
+        self._loading = None
+        self.model_info = info
+        self.progress.setVisible(self._active is not None)
+        self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested)
+        self.transcript.setPlaceholderText(f"{info.name} is ready. Type a message below and press Enter.")
+        self.message_box.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
+        self._set_status(f"Ready · {info.describe()}")
+        self._update_actions()
+        self.message_box.setFocus()
+        self.model_ready.emit(info)
+
+    def _on_load_failed(self, name: str, message: str) -> None:
+        self._loading = None
+        self.progress.setVisible(self._active is not None)
+        text = f"Could not load {name}: {message}"
+        self._set_status(text)
+        self.controls.revert_model()
+        self.controls.set_model_state(self.model_info.describe() if self.model_info else "not loaded")
+        self.controls.show_runtime_problem(text)
+        if self.model_info is None:
+            self.transcript.setPlaceholderText(text)
+        self.transcript.append_notice(text)
+        self._update_actions()
+        self.request_failed.emit(text)
+
+    def _on_generation_started(self, request_id: int, event) -> None:
+        request = self._active
+        if request is None or request.request_id != request_id:
+            return
+        if request.purpose != "chat":
+            self._baseline_model = event.model
+            return
+        turn = self.session.start(event)
+        self.transcript.begin_assistant(turn)
+        self.plots.clear(event.k if event.method != "none" else 0)
+        self.stats_strip.show_figures(self.session.figures())
+        self._drawn = dict.fromkeys(self._drawn, self.session.live.version)
+        self._drawn_version = self.session.live.version
+        self.refresh_timer.start()
+
+    def _on_round_verified(self, request_id: int, event) -> None:
+        request = self._active
+        if request is None or request.request_id != request_id or request.purpose != "chat":
+            return
+        tokens = self.session.apply_round(event)
+        self.transcript.append_tokens(tokens)
+
+    def _on_generation_finished(self, request_id: int, event) -> None:
+        request = self._active
+        if request is None or request.request_id != request_id:
+            return
+        self._end_active()
+        if request.purpose == "baseline":
+            tok_per_s = event.stats.tok_per_s
+            if event.stop_reason == "cancelled" or event.stats.committed_tokens < MIN_BASELINE_TOKENS:
+                self._set_status("Plain-speed measurement stopped before it had enough tokens")
+                return
+            self.session.record_baseline(self._baseline_model, tok_per_s)
+            self.refresh_live_views()
+            self._set_status(f"Plain decoding: {tok_per_s:.1f} tok/s on this machine")
+            self.baseline_measured.emit(tok_per_s)
+            return
+        turn = self.session.finish(event)
+        if turn is not None:
+            self.transcript.end_assistant(turn)
+        self.refresh_live_views()
+        stats = event.stats
+        self._set_status(f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
+                         + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
+        if turn is not None:
+            self.reply_finished.emit(turn)
+
+    def _on_generation_failed(self, request_id: int, message: str) -> None:
+        request = self._active
+        if request is None or request.request_id != request_id:
+            return
+        self._end_active()
+        if request.purpose == "chat":
+            restored = self.session.fail(message)
+            if restored is not None:
+                self.transcript.render_turns(self.session.turns)
+                if not self.message_box.toPlainText().strip():
+                    self.message_box.setPlainText(restored)
+            else:
+                turn = self.session.turns[-1] if self.session.turns else None
+                if turn is not None and turn.role == "assistant":
+                    self.transcript.end_assistant(turn)
+            self.transcript.append_notice(f"Not generated: {message}")
+        self.controls.show_runtime_problem(message)
+        self._set_status(f"Refused: {message}")
+        self.refresh_live_views()
+        self.request_failed.emit(message)
+
+    # ------------------------------------------------------------------ internals
+    def _take_id(self) -> int:
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        return request_id
+
+    def _begin(self, request: GenerationRequest, status: str) -> None:
+        self._active = request
+        self._pending_changes = False
+        self.controls.set_pending_note(None)
+        self.progress.show()
+        self._set_status(status)
+        self._update_actions()
+        self.generation_requested.emit(request)
+
+    def _end_active(self) -> None:
+        self._active = None
+        self.progress.setVisible(self._loading is not None)
+        self.controls.set_pending_note(None)
+        self._update_actions()
+
+    def _on_settings_changed(self) -> None:
+        if self._active is not None and self._active.purpose == "chat":
+            self.controls.set_pending_note("Changes apply from the next message.")
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        ready = self.model_info is not None and self._loading is None
+        idle = self._active is None
+        self.send_button.setEnabled(ready and idle and self.controls.config_problem() is None)
+        self.stop_button.setEnabled(not idle)
+        self.stats_strip.measure.setEnabled(ready and idle)
+
+    def _set_status(self, text: str) -> None:
+        self.status_label.setText(text)
+
+    def _token(self, serial: int):
+        tokens = self.session.tokens
+        return tokens[serial] if 0 <= serial < len(tokens) else None
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About SpecScope",
+                          "<b>SpecScope</b><br>Speculative decoding, running locally, that you can watch.<br><br>"
+                          "Each round a drafter proposes k tokens and the target model checks them in one pass: "
+                          "accepted tokens are kept, the first disagreement is replaced by the target's own "
+                          "token, and a fully accepted draft earns a bonus token.")
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        """Stop the generator at the next round and join the worker thread. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.refresh_timer.stop()
+        self.worker_thread.shutdown()
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.shutdown()
+        super().closeEvent(event)

@@ -1,0 +1,322 @@
+"""The transcript: turns as rich text, every token drawn by its status, a tooltip per token, and the legend.
+
+Appending is incremental: one QTextCursor kept at the end of the document inserts each round's tokens, so
+a long conversation costs the same per round at its end as at its start. Only a change of what is drawn
+(the rejected-drafts toggle, the theme) re-renders the whole document, from the session model.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Callable
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QTextBlockFormat, QTextCursor, QTextDocument, QTextFrameFormat, QTextLength
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolTip, QWidget
+
+from engine.events import TokenStatus
+from gui import theme
+from gui.session_model import Token, Turn
+
+
+def describe_token(token: Token) -> str:
+    """The tooltip of a token (rich text): status, round, draft position, p_target, p_draft, drafter."""
+
+    def prob(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    def piece(text: str) -> str:
+        shown = text.replace("\n", "↵").replace("\t", "⇥")
+        return escape(shown if shown.strip() else repr(text))
+
+    lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{piece(token.text)}” &nbsp;(id {token.token_id})",
+             f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
+    if token.position is None:
+        lines.append("draft position: — (nothing was drafted this round)")
+    elif token.status is TokenStatus.BONUS:
+        lines.append(f"draft position {token.position}: after all {token.draft_length} drafted tokens")
+    else:
+        lines.append(f"draft position {token.position} of {token.draft_length}")
+    if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
+        p_draft = "one-hot (n-gram)" if token.p_draft is None else prob(token.p_draft)
+        lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")
+        lines.append(f"proposed by: {escape(token.drafter)}")
+    else:
+        lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
+        lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"
+                                                        if token.drafter not in ("", "none") else ""))
+    if token.replaced is not None:
+        p_draft = "one-hot" if token.replaced_p_draft is None else prob(token.replaced_p_draft)
+        lines.append(f"replaced the draft “{piece(token.replaced)}” "
+                     f"(p_target {prob(token.replaced_p_target)}, p_draft {p_draft})")
+    return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
+
+
+def _ghost_text(text: str) -> str:
+    """Rejected drafts never break a line: a drafted newline shows as ↵."""
+    return text.replace("\r\n", "↵").replace("\n", "↵")
+
+
+class TranscriptView(QTextEdit):
+    """Read-only rich text of the conversation; renders from `Turn`s and `Token`s, keeps no state of its own
+    beyond the write cursor."""
+
+    def __init__(self, lookup: Callable[[int], Token | None], palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("transcript")
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.document().setDocumentMargin(14)
+        self.viewport().setMouseTracking(True)
+        self._lookup = lookup
+        self._palette = palette
+        self.show_rejected = True
+        self._cursor = QTextCursor(self.document())
+        self._body_started = False
+
+    # ------------------------------------------------------------------ whole-document rendering
+    def set_palette(self, palette: theme.Palette) -> None:
+        self._palette = palette
+
+    def render_turns(self, turns: list[Turn], current: Turn | None = None) -> None:
+        """Redraw everything (theme or toggle change, new chat); the hot path is `append_tokens`."""
+        self.setUpdatesEnabled(False)
+        self.document().clear()
+        batch = QTextCursor(self.document())
+        batch.beginEditBlock()  # a single layout pass for the whole document
+        try:
+            self._cursor = QTextCursor(self.document())
+            for turn in turns:
+                if turn.role == "user":
+                    self.append_user(turn)
+                else:
+                    self.begin_assistant(turn)
+                    self.append_tokens(turn.tokens, scroll=False)
+                    if turn.finished:
+                        self.end_assistant(turn)
+        finally:
+            batch.endEditBlock()
+            self.setUpdatesEnabled(True)
+        self._scroll_to_end()
+
+    # ------------------------------------------------------------------ incremental rendering
+    def append_user(self, turn: Turn) -> None:
+        p = self._palette
+        follow = self._at_bottom()
+        cursor = self._end_cursor()
+        if not self.document().isEmpty() or cursor.block().previous().isValid():
+            cursor.insertBlock(QTextBlockFormat(), theme.text_format(p))
+        frame_format = QTextFrameFormat()
+        frame_format.setBackground(QColor(p.surface_alt))
+        frame_format.setPadding(10)
+        frame_format.setTopMargin(10)
+        frame_format.setBottomMargin(6)
+        frame_format.setBorder(0)
+        frame_format.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
+        cursor.insertFrame(frame_format)
+        cursor.setBlockFormat(QTextBlockFormat())
+        cursor.insertText("You", theme.text_format(p, bold=True, small=True, dim=True))
+        cursor.insertBlock(QTextBlockFormat(), theme.text_format(p))
+        cursor.insertText(turn.text, theme.text_format(p))
+        self._cursor = self._end_cursor()
+        self._body_started = False
+        if follow:
+            self._scroll_to_end()
+
+    def begin_assistant(self, turn: Turn) -> None:
+        p = self._palette
+        cursor = self._end_cursor()
+        header = QTextBlockFormat()
+        header.setTopMargin(8)
+        if self.document().isEmpty():
+            cursor.setBlockFormat(header)
+        else:
+            cursor.insertBlock(header)
+        title = "Assistant"
+        details = " · ".join(x for x in (turn.model, turn.spec_label) if x)
+        cursor.insertText(title, theme.text_format(p, bold=True, small=True, dim=True))
+        if details:
+            cursor.insertText("   " + details, theme.text_format(p, small=True, dim=True))
+        for warning in turn.warnings:
+            cursor.insertBlock(QTextBlockFormat())
+            cursor.insertText("⚠ " + warning, theme.text_format(p, small=True, color=p.warning))
+        body = QTextBlockFormat()
+        body.setTopMargin(4)
+        body.setLineHeight(125, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
+        cursor.insertBlock(body, theme.text_format(p))
+        self._cursor = cursor
+        self._body_started = True
+
+    def append_tokens(self, tokens: list[Token], scroll: bool = True) -> None:
+        """Insert one round's tokens at the end (the per-round hot path)."""
+        if not tokens:
+            return
+        follow = scroll and self._at_bottom()
+        p = self._palette
+        cursor = self._cursor
+        cursor.beginEditBlock()  # one layout pass per round, not one per token
+        try:
+            for token in tokens:
+                if token.status is TokenStatus.REJECTED:
+                    if not self.show_rejected:
+                        continue
+                    text = _ghost_text(token.text)
+                else:
+                    text = token.text
+                if text:
+                    cursor.insertText(text, theme.token_format(p, token.status, token.serial % 2 == 1, token.serial))
+        finally:
+            cursor.endEditBlock()
+        if follow:
+            self._scroll_to_end()
+
+    def end_assistant(self, turn: Turn) -> None:
+        p = self._palette
+        cursor = self._cursor
+        footer = QTextBlockFormat()
+        footer.setTopMargin(6)
+        footer.setBottomMargin(4)
+        if turn.error:
+            cursor.insertBlock(footer)
+            cursor.insertText("⚠ " + turn.error, theme.text_format(p, small=True, color=p.error))
+        if turn.stop_reason is not None:
+            cursor.insertBlock(footer)
+            cursor.insertText(footer_text(turn), theme.text_format(p, small=True, dim=True))
+        self._cursor = self._end_cursor()
+        self._body_started = False
+        if self._at_bottom(slack=200):
+            self._scroll_to_end()
+
+    def append_notice(self, message: str, error: bool = True) -> None:
+        """A line that is not part of any turn (a failed request, a load error)."""
+        p = self._palette
+        cursor = self._end_cursor()
+        fmt = QTextBlockFormat()
+        fmt.setTopMargin(8)
+        if self.document().isEmpty():
+            cursor.setBlockFormat(fmt)
+        else:
+            cursor.insertBlock(fmt)
+        cursor.insertText(("⚠ " if error else "") + message,
+                          theme.text_format(p, small=True, color=p.error if error else p.text_dim))
+        self._cursor = self._end_cursor()
+        self._scroll_to_end()
+
+    # ------------------------------------------------------------------ hover
+    def token_at_position(self, position: int) -> Token | None:
+        """The token drawn at document position `position`, if any."""
+        block = self.document().findBlock(position)
+        if not block.isValid():
+            return None
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.contains(position):
+                serial = fragment.charFormat().property(theme.TOKEN_SERIAL_PROPERTY)
+                return self._lookup(serial) if isinstance(serial, int) else None
+            it += 1
+        return None
+
+    def token_at(self, point) -> Token | None:
+        """The token under a viewport point."""
+        offset = QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
+        position = self.document().documentLayout().hitTest(QPointF(point) + offset, Qt.HitTestAccuracy.ExactHit)
+        return self.token_at_position(position) if position >= 0 else None
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.ToolTip:
+            token = self.token_at(event.pos())
+            if token is not None:
+                QToolTip.showText(event.globalPos(), describe_token(token), self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+    # ------------------------------------------------------------------ helpers
+    def _end_cursor(self) -> QTextCursor:
+        return self.document().rootFrame().lastCursorPosition()
+
+    def _at_bottom(self, slack: int = 24) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - slack
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+
+def footer_text(turn: Turn) -> str:
+    stats = turn.stats
+    reason = {"eos": "end of reply", "stop-string": "stop string", "max-new-tokens": "token limit reached",
+              "cancelled": "stopped", "context-full": "context full"}.get(turn.stop_reason, turn.stop_reason)
+    parts = [reason]
+    if stats is not None:
+        parts.append(f"{stats.committed_tokens} tokens")
+        parts.append(f"{stats.tok_per_s:.1f} tok/s")
+        if stats.drafted_tokens:
+            parts.append(f"acceptance {stats.acceptance_rate:.0%}")
+            parts.append(f"{stats.mean_accepted_length:.2f} tokens/pass")
+    return " · ".join(parts)
+
+
+class LegendChip(QWidget):
+    """A status name drawn with the very format the transcript uses, so the legend cannot drift."""
+
+    def __init__(self, status: TokenStatus, palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        self.status = status
+        self._doc = QTextDocument(self)
+        self._doc.setDocumentMargin(2)
+        self.setToolTip(theme.STATUS_DESCRIPTIONS[status])
+        self.set_palette(palette)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        self._doc.clear()
+        self._doc.setDefaultFont(self.font())
+        cursor = QTextCursor(self._doc)
+        cursor.insertText(" " + theme.STATUS_LABELS[self.status] + " ", theme.token_format(palette, self.status))
+        self.updateGeometry()
+        self.update()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        size = self._doc.size()
+        return QSize(int(size.width()) + 2, int(size.height()) + 2)
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.translate(1, 1)
+        self._doc.drawContents(painter, QRectF(0, 0, self.width(), self.height()))
+        painter.end()
+
+
+class LegendBar(QWidget):
+    """Names every status, with the toggle that hides rejected drafts."""
+
+    show_rejected_toggled = Signal(bool)
+
+    def __init__(self, palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(2, 0, 2, 0)
+        layout.setSpacing(6)
+        caption = QLabel("Tokens:")
+        caption.setObjectName("dim")
+        layout.addWidget(caption)
+        self.chips = {status: LegendChip(status, palette) for status in theme.LEGEND_ORDER}
+        for chip in self.chips.values():
+            layout.addWidget(chip)
+        layout.addStretch(1)
+        self.show_rejected = QCheckBox("Show rejected")
+        self.show_rejected.setChecked(True)
+        self.show_rejected.setToolTip("Draw drafted tokens the target threw away, where they were proposed")
+        self.show_rejected.toggled.connect(self.show_rejected_toggled)
+        layout.addWidget(self.show_rejected)
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        for chip in self.chips.values():
+            chip.set_palette(palette)

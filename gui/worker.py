@@ -1,0 +1,206 @@
+"""EngineWorker: the one long-lived thread that holds the models and runs the engine's generator.
+
+The window asks through queued signals (`load_requested`, `generation_requested` on its side, connected to
+the slots here), so requests run one at a time, in order, on the worker thread. Stop is a
+`threading.Event` set directly from the GUI thread: the worker is busy inside the generator, and the engine
+checks it between rounds. Every event goes back to the GUI thread by a queued signal, tagged with the id of
+the request it belongs to, so the window can drop what a cancelled request still sends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine.config import SamplingConfig, SpecConfig
+from engine.errors import SpecScopeError
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the GUI knows of a loaded model (it never touches the model itself)."""
+
+    name: str  # what the model calls itself
+    requested: str  # what it was loaded as ("default", a path, a hub id)
+    device: str
+    dtype: str
+    n_layers: int | None
+    context_length: int | None
+
+    def describe(self) -> str:
+        parts = [self.name, self.device, self.dtype]
+        if self.n_layers:
+            parts.append(f"{self.n_layers} layers")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: int
+    model: str
+    conversation: list
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens: int = 256
+    purpose: str = "chat"  # chat | baseline (a hidden plain-decoding run that measures the reference tok/s)
+
+
+Progress = Callable[[str], None]
+EngineLoader = Callable[[str, Progress], object]  # (model name, progress) -> engine with .target, .generate()
+
+
+def load_real_engine(name: str, progress: Progress | None = None, device: str = "auto"):
+    """Load `name` with engine.models and wrap it in the speculative engine (runs on the worker thread)."""
+    limit_torch_threads(import_torch=True)
+    _quiet_libraries()
+    from engine.models import load_model  # imports torch and transformers: only ever on the worker thread
+    from engine.speculative import Engine
+
+    return Engine(load_model(name, device=device, progress=progress))
+
+
+def _quiet_libraries() -> None:
+    """No library progress bars or warnings on the terminal; the window shows the loader's own messages."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def limit_torch_threads(import_torch: bool = False) -> int | None:
+    """Leave one core to the interface: at most (cores − 1) torch threads. Call on the worker thread."""
+    if "torch" not in sys.modules and not import_torch:
+        return None
+    import torch
+
+    n = max(1, (os.cpu_count() or 2) - 1)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def model_info(engine, fallback_name: str) -> ModelInfo:
+    target = getattr(engine, "target", None)
+
+    def attr(name, default=None):
+        return getattr(target, name, default) if target is not None else default
+
+    return ModelInfo(name=str(attr("label", None) or attr("name", fallback_name) or fallback_name), requested=fallback_name, device=str(attr("device", "cpu")),
+                     dtype=str(attr("dtype", "")).replace("torch.", ""), n_layers=attr("n_layers"),
+                     context_length=attr("context_length"))
+
+
+def error_message(exc: BaseException) -> str:
+    """One clear sentence for the user; our own errors carry one, anything else is named."""
+    if isinstance(exc, SpecScopeError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    return f"unexpected error ({type(exc).__name__}: {exc})"
+
+
+class EngineWorker(QObject):
+    """Lives on its own QThread; holds the loaded engine between messages."""
+
+    model_load_started = Signal(str)
+    model_load_progressed = Signal(str)  # a line from the loader (GGUF conversion, device, dtype)
+    model_loaded = Signal(object)  # ModelInfo
+    load_failed = Signal(str, str)  # model name, message
+    generation_started = Signal(int, object)  # request id, GenerationStarted
+    round_verified = Signal(int, object)  # request id, RoundVerified
+    generation_finished = Signal(int, object)  # request id, GenerationFinished
+    generation_failed = Signal(int, str)  # request id, message
+
+    def __init__(self, loader: EngineLoader | None = None) -> None:
+        super().__init__()
+        self._loader = loader or load_real_engine
+        self._engine = None
+        self._info: ModelInfo | None = None
+        self._requested_name: str | None = None
+        self.cancel = threading.Event()
+        self.closing = threading.Event()
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    # ------------------------------------------------------------------ slots (worker thread)
+    @Slot(str)
+    def load(self, name: str) -> None:
+        if self.closing.is_set():
+            return
+        self._ensure_loaded(name)
+
+    @Slot(object)
+    def generate(self, request: GenerationRequest) -> None:
+        if self.closing.is_set():
+            return
+        self.cancel.clear()
+        if not self._ensure_loaded(request.model):
+            self.generation_failed.emit(request.request_id, f"model {request.model!r} is not loaded")
+            return
+        rid = request.request_id
+        try:
+            limit_torch_threads()
+            events = self._engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
+                                           max_new_tokens=request.max_new_tokens, cancel=self.cancel)
+            for event in events:
+                if isinstance(event, RoundVerified):
+                    self.round_verified.emit(rid, event)
+                elif isinstance(event, GenerationStarted):
+                    self.generation_started.emit(rid, event)
+                elif isinstance(event, GenerationFinished):
+                    self.generation_finished.emit(rid, event)
+        except Exception as exc:  # noqa: BLE001 — the GUI shows every failure as a message, never crashes
+            if not isinstance(exc, SpecScopeError):
+                traceback.print_exc()
+            self.generation_failed.emit(rid, error_message(exc))
+
+    # ------------------------------------------------------------------ helpers
+    def _ensure_loaded(self, name: str) -> bool:
+        if self._engine is not None and name == self._requested_name:
+            return True
+        self.model_load_started.emit(name)
+        try:
+            engine = self._loader(name, self.model_load_progressed.emit)
+            limit_torch_threads()
+        except Exception as exc:  # noqa: BLE001
+            if not isinstance(exc, SpecScopeError):
+                traceback.print_exc()
+            self.load_failed.emit(name, error_message(exc))
+            return False
+        self._engine = engine
+        self._requested_name = name
+        self._info = model_info(engine, name)
+        self.model_loaded.emit(self._info)
+        return True
+
+
+class WorkerThread:
+    """Owns the QThread and the worker on it; `shutdown()` stops the generator and joins the thread."""
+
+    def __init__(self, loader: EngineLoader | None = None) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("engine")
+        self.worker = EngineWorker(loader)
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def stop_generation(self) -> None:
+        self.worker.cancel.set()
+
+    def shutdown(self) -> None:
+        """Stop at the next round, finish the thread's event loop and wait for it. Safe to call twice."""
+        self.worker.closing.set()
+        self.worker.cancel.set()
+        if self.thread.isRunning():
+            self.thread.quit()
+            self.thread.wait()
