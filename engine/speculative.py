@@ -39,9 +39,7 @@ def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[in
     m = len(draft_ids)
     probs = torch.softmax(target_logits, dim=-1)
     top_p, top_id = probs.max(dim=-1)
-    rows = torch.arange(m, device=probs.device)
-    drafted = torch.tensor(draft_ids, dtype=torch.long, device=probs.device)
-    p_drafted = probs[rows, drafted]
+    p_drafted = _gather_drafted(probs, draft_ids)
     # one device → host transfer per round: ids are exact in float32 (< 2**24)
     values = torch.cat([top_id.float(), top_p, p_drafted]).tolist()
     argmax = [int(v) for v in values[: m + 1]]
@@ -61,13 +59,13 @@ def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft
     """
     m = len(draft_ids)
     device = p_target.device
-    rows = torch.arange(m, device=device)
-    drafted = torch.tensor(draft_ids, dtype=torch.long, device=device)
     if p_draft is None:
         p_draft = torch.zeros((m, p_target.shape[-1]), device=device)
-        p_draft[rows, drafted] = 1.0
-    pt_x = p_target[rows, drafted]
-    pd_x = p_draft[rows, drafted]
+        in_vocab = [(i, x) for i, x in enumerate(draft_ids) if x < p_target.shape[-1]]
+        if in_vocab:
+            p_draft[[i for i, _ in in_vocab], [x for _, x in in_vocab]] = 1.0
+    pt_x = _gather_drafted(p_target[:m], draft_ids)
+    pd_x = _gather_drafted(p_draft, draft_ids, outside=1.0)
     accept = torch.rand(m, generator=generator, device=device) * pd_x < pt_x  # u < p_target/p_draft
     # Residual distributions for every position, plus the bonus row: draw all m+1 at once and keep the
     # one at the first rejection, so the whole round needs a single device → host transfer.
@@ -83,6 +81,15 @@ def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft
     target_id = int(values[m + n_accepted])
     p_own = values[2 * m + 1 + n_accepted]
     return n_accepted, target_id, values[3 * m + 2: 4 * m + 2], values[4 * m + 2:], p_own
+
+
+def _gather_drafted(rows: torch.Tensor, draft_ids: list[int], outside: float = 0.0) -> torch.Tensor:
+    """rows[i, draft_ids[i]]; a draft id beyond the target's vocabulary (vocabularies may differ by up to
+    128 padding ids) has target probability 0, so it is always rejected."""
+    vocab = rows.shape[-1]
+    drafted = torch.tensor(draft_ids, dtype=torch.long, device=rows.device)
+    picked = rows[torch.arange(len(draft_ids), device=rows.device), drafted.clamp(max=vocab - 1)]
+    return torch.where(drafted < vocab, picked, torch.full_like(picked, outside))
 
 
 def _align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -110,7 +117,7 @@ class Engine:
         self._drafter: Drafter | None = None
         self._drafter_key: tuple | None = None
         self._policy: DraftLengthPolicy | None = None  # adaptive draft length; learns across messages
-        self._lock = threading.Lock()
+        self._active: Iterator[Event] | None = None  # the generation in progress, if any
 
     # ---- settings
 
@@ -187,14 +194,14 @@ class Engine:
         if len(prompt) + 1 > context:
             raise PromptTooLongError(f"the prompt has {len(prompt)} tokens but {self.target.label} holds "
                                      f"{context}; shorten it or start a new chat")
+        # One generation at a time: one its caller abandoned is closed, so the caches are consistent.
+        if self._active is not None:
+            self._active.close()
         self.validate(spec)
         drafter = self.drafter(spec)
-        return self._run(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
-                         cancel or threading.Event(), drafter)
-
-    def _run(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter) -> Iterator[Event]:
-        with self._lock:
-            yield from self._loop(prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter)
+        self._active = self._loop(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
+                                  cancel or threading.Event(), drafter)
+        return self._active
 
     def _loop(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter):
         target = self.target
@@ -231,7 +238,7 @@ class Engine:
                     # trimmed below by the kind of guess it turned out to be.
                     k = k if getattr(drafter, "free_to_propose", False) else policy.best_length(limit=k)
                 t_draft = time.perf_counter()
-                proposal = self._propose(drafter, ids, k) if k > 0 else Proposal.empty()
+                proposal = self._propose(drafter, ids, k).trimmed(k) if k > 0 else Proposal.empty()
                 if policy is not None and proposal.ids:
                     proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
                 t_verify = time.perf_counter()
@@ -263,8 +270,9 @@ class Engine:
                 ids.extend(committed)
                 output.extend(committed)
                 if stop_strings:
-                    pieces, stop_reason = self._apply_stop(text, pieces, stop_strings, stop_reason)
-                text += "".join(pieces)
+                    pieces, stop_reason, text = self._apply_stop(text, pieces, stop_strings, stop_reason)
+                else:
+                    text += "".join(pieces)
                 draft_pieces = tuple(pieces[:n_accepted] + [""] * max(0, n_accepted - len(pieces))
                                      + rejected_pieces)
                 event = RoundVerified(
@@ -329,14 +337,15 @@ class Engine:
 
     @staticmethod
     def _apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):
-        """Cut this round's pieces where a stop string begins (it may span earlier rounds' text)."""
+        """Cut where a stop string begins. It may begin in an earlier round's text, which was already
+        streamed: the final text is cut there all the same. Returns pieces, stop reason, text so far."""
         joined = text + "".join(pieces)
         at = find_stop(joined, stop_strings, len(text))
         if at is None:
-            return pieces, stop_reason
+            return pieces, stop_reason, joined
         kept, length = [], len(text)
         for piece in pieces:
             take = max(0, min(len(piece), at - length))
             kept.append(piece[:take])
             length += len(piece)
-        return kept, "stop-string"
+        return kept, "stop-string", joined[:at]

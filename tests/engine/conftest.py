@@ -1,0 +1,73 @@
+"""Fixtures for the engine suite: a tiny Llama built here (no download), its tokenizer, a perturbed copy to
+draft with, and the built-in default model (session-scoped: loaded once per run)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.errors import DefaultModelMissingError
+from engine.models import load_model
+from engine.speculative import Engine
+from engine_testkit import build_tiny_tokenizer, save_tiny_model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def specscope_cache_dir() -> Path | None:
+    """Converted models go where the app keeps them (packaging/install.sh converts the built-in model there
+    once per machine), unless SPECSCOPE_TEST_CACHE_DIR names another directory."""
+    folder = os.environ.get("SPECSCOPE_TEST_CACHE_DIR")
+    if not folder:
+        yield None
+        return
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECSCOPE_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A 4-layer random Llama (float32, fixed seed) and its tokenizer, saved as a Hugging Face folder."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-target"), tiny_tokenizer, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """The target's weights plus a little noise: a second model with the same tokenizer that agrees with the
+    target often, but not always (so drafts are partly accepted)."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-draft"), tiny_tokenizer, seed=0, noise=0.001)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir):
+    return load_model(str(tiny_dir), device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def tiny_engine(tiny_model):
+    """A fresh engine (empty KV caches) on the shared tiny model."""
+    return Engine(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def default_model(specscope_cache_dir):
+    try:
+        return load_model("default", device="cpu", dtype="float32")
+    except DefaultModelMissingError as exc:  # only when the package is absent; any other failure fails
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def default_engine(default_model):
+    """One engine shared by the default-model tests: its caches carry over, as in the app."""
+    return Engine(default_model)
+

@@ -1,0 +1,162 @@
+"""Helpers shared by the engine tests: the tiny model and tokenizer, a scripted drafter, event collection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine.drafters import Proposal
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+# Text the tiny tokenizer is trained on: it must see accents, CJK and emoji so that some of them are split
+# into several byte-level tokens and others are merged.
+TINY_CORPUS = [
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "def add(a, b):\n    return a + b\n",
+    "Bonjour, ça va? Très bien, merci. Café crème, naïve façade.",
+    "日本語のテキスト、中文文本。",
+    "Emoji 😀 🎉 👍 and more 🎉🎉",
+    "Speculative decoding drafts tokens and verifies them with the target model.",
+] * 5
+
+# Prompts of different kinds, used for both the tiny and the built-in model.
+PROMPTS = {
+    "summarise": (
+        "Summarise this article in a short paragraph for a newsletter: The city council met on Tuesday to "
+        "discuss the new bike lanes. After two hours of debate, members voted seven to two to build protected "
+        "lanes on Main Street and Oak Avenue, starting next spring. Shop owners worried about parking, while "
+        "parents said the lanes would make it safer for children to ride to school. The project will cost "
+        "2.4 million dollars, paid for by a state grant."),
+    "code": (
+        "Rename the variable x to total in this Python function and return the code:\n\n"
+        "def add_all(values):\n    x = 0\n    for v in values:\n        x += v\n    return x"),
+    "translate": (
+        "Translate this paragraph into French: The weather is nice today, so we are going to the park with the "
+        "children. We will bring sandwiches, apples and a bottle of water, and we will come home before "
+        "dinner."),
+    "qa": "What is the capital of Japan, and what is it famous for?",
+    "chat": "Hi! I'm planning a small birthday party for my friend. Any ideas?",
+}
+
+
+def build_tiny_tokenizer():
+    """A byte-level BPE tokenizer (~400 ids) with ChatML-style special tokens and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(TINY_CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_config(tokenizer, **overrides):
+    from transformers import LlamaConfig
+    values = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256,
+                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                  tie_word_embeddings=False)
+    values.update(overrides)
+    return LlamaConfig(**values)
+
+
+def save_tiny_model(folder: Path, tokenizer, seed: int = 0, noise: float = 0.0, **config) -> Path:
+    """Build a float32 tiny Llama with a fixed seed (optionally with Gaussian noise added to every weight)
+    and save it with `tokenizer` so that engine.models.load_model(str(folder)) loads it."""
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_config(tokenizer, **config)).eval()
+    if noise:
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * noise)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class ScriptedDrafter:
+    """A Drafter that proposes what it is told. `script` is a list, one entry per decoding round: a list of
+    ids (verified as a one-hot draft) or a Proposal (with p_draft rows). Rounds past the script draft nothing.
+    It records every call so that tests can check what the engine asked and told it."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.contexts: list[list[int]] = []
+        self.ks: list[int] = []
+        self.observed: list[int] = []
+        self.began = 0
+        self.released = 0
+
+    def begin(self, sampling, generator) -> None:
+        self.began += 1
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        self.contexts.append(list(context_ids))
+        self.ks.append(k)
+        entry = self.script.pop(0) if self.script else []
+        if isinstance(entry, Proposal):
+            return entry
+        return Proposal(list(entry)[:k], None)
+
+    def observe(self, n_accepted: int) -> None:
+        self.observed.append(n_accepted)
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def factory_for(drafter):
+    """A drafter_factory for Engine that always hands out `drafter`."""
+    return lambda spec, target_model, draft_model=None: drafter
+
+
+def run(engine, prompt, **kwargs):
+    """Drain a generation: (GenerationStarted, [RoundVerified…], GenerationFinished). `prompt` is a list of
+    ids (generate_ids) or a conversation (generate)."""
+    if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
+        events = list(engine.generate_ids(prompt, **kwargs))
+    else:
+        events = list(engine.generate(prompt, **kwargs))
+    started, rounds, finished = events[0], events[1:-1], events[-1]
+    assert isinstance(started, GenerationStarted)
+    assert all(isinstance(e, RoundVerified) for e in rounds)
+    assert isinstance(finished, GenerationFinished)
+    return started, rounds, finished
+
+
+def check_round_invariants(rounds, finished) -> None:
+    """What every stream of round events must satisfy, whatever the method."""
+    assert [r.index for r in rounds] == list(range(len(rounds)))
+    output: list[int] = []
+    for r in rounds:
+        assert 0 <= r.n_accepted <= len(r.draft_ids)
+        assert len(r.p_target) == len(r.draft_ids) == len(r.p_draft) == len(r.draft_pieces)
+        assert all(0.0 <= p <= 1.0 + 1e-6 for p in r.p_target)
+        assert all(p is None or 0.0 <= p <= 1.0 + 1e-6 for p in r.p_draft)
+        assert 0.0 <= r.p_target_of_target_id <= 1.0 + 1e-6
+        expected = r.draft_ids[:r.n_accepted] + (r.target_id,)
+        assert r.committed_ids == expected[:len(r.committed_ids)]
+        assert len(r.committed_pieces) == len(r.committed_ids)
+        output.extend(r.committed_ids)
+        assert r.n_committed_total == len(output)
+    assert finished.output_ids == tuple(output)
+    stats = finished.stats
+    assert stats.committed_tokens == len(output)
+    assert stats.rounds == stats.target_passes == len(rounds)
+    assert stats.drafted_tokens == sum(len(r.draft_ids) for r in rounds)
+    assert stats.accepted_tokens == sum(r.n_accepted for r in rounds)
