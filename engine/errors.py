@@ -31,3 +31,15 @@ class DeviceError(SpecScopeError):
 
 class OutOfMemoryError(SpecScopeError):
     """The device ran out of memory while loading or generating."""
+
+
+class DownloadError(SpecScopeError):
+    """A model could not be downloaded: offline, hub unreachable, unknown, gated or private repository."""
+
+
+class DownloadCancelledError(DownloadError):
+    """The user cancelled a download; the files that finished are kept and a retry continues from them."""
+
+
+class UnsafeCheckpointError(DownloadError):
+    """A repository has its weights only as pickle checkpoints, which need the user's explicit consent."""

@@ -8,6 +8,8 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -83,6 +85,10 @@ def cache_root() -> Path:
 
 
 def default_model_gguf() -> Path:
+    if getattr(sys, "frozen", False):  # the desktop bundle carries the file itself (packaging/specscope.spec)
+        candidate = Path(getattr(sys, "_MEIPASS", "")) / "models" / DEFAULT_GGUF
+        if candidate.is_file():
+            return candidate
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)  # finds the package without importing it
     if spec is not None and spec.submodule_search_locations:
         for folder in spec.submodule_search_locations:
@@ -117,8 +123,9 @@ def resolve_source(name: str) -> ModelSource:
 
 def _hub_snapshot(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
+    from engine.catalog import hub_cache_dir
     try:
-        folder = snapshot_download(repo_id=repo_id, local_files_only=True)
+        folder = snapshot_download(repo_id=repo_id, local_files_only=True, cache_dir=hub_cache_dir())
     except Exception:
         raise ModelLoadError(
             f"{repo_id} is not in the local Hugging Face cache; download it first (nothing is downloaded "
@@ -191,7 +198,8 @@ def _convert_gguf(source: ModelSource, progress: Progress) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
         model = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
                                                      dtype=torch.float32)
-    except (ValueError, KeyError, IndexError, OSError, RuntimeError, TypeError, AssertionError) as exc:
+    except (ValueError, KeyError, IndexError, OSError, RuntimeError, TypeError, AssertionError,
+            struct.error, EOFError, OverflowError) as exc:  # struct.error, EOFError: a truncated file
         raise ModelLoadError(f"{gguf_path} could not be read as a GGUF model ({_first_line(exc)})") from None
     model.hf_quantizer = None  # the weights are dequantized now; lets save_pretrained write them
     if hasattr(model.config, "quantization_config"):
@@ -217,6 +225,25 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
+def check_memory(source: ModelSource, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse (OutOfMemoryError) a model whose estimated footprint clearly exceeds the free memory on the
+    device, before any weights are read. Best effort: a model whose facts cannot be read is let through, and
+    SPECSCOPE_SKIP_MEMORY_CHECK=1 turns the check off."""
+    if os.environ.get("SPECSCOPE_SKIP_MEMORY_CHECK", "") not in ("", "0"):
+        return
+    from engine import catalog
+    try:
+        target = source.path / source.gguf_file if source.gguf_file else source.path
+        if source.gguf_file and (converted_folder(target) / "config.json").is_file():
+            target = converted_folder(target)  # its metadata is cheaper to read than the GGUF header
+        entry = catalog.describe_path(target, label=source.label, with_tokenizer=False)
+    except Exception:  # unreadable metadata: the loader itself will say what is wrong
+        return
+    if entry.n_parameters is None:
+        return
+    catalog.memory_check(entry, str(device), dtype)
+
+
 def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype: str | torch.dtype | None = None,
                progress: Progress | None = None) -> LoadedModel:
     """Load a model and its tokenizer, ready for inference. Raises ModelLoadError and friends."""
@@ -226,6 +253,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype: st
     source = resolve_source(name)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    check_memory(source, torch_device, torch_dtype)
     folder, converted_now = source.path, False
     if source.gguf_file:
         folder_before = converted_folder(source.path / source.gguf_file)

@@ -1,0 +1,697 @@
+"""What models are on this machine and what they need: the built-in default, the local Hugging Face cache,
+user-added folders and .gguf files. Facts come from metadata only (config.json, safetensors headers, the
+tokenizer.json, a GGUF header); no weights are loaded. Also: memory estimates, free memory per device, and
+which drafts fit a target.
+
+Everything here is best effort and cheap: a model whose facts cannot be read is still listed, with the
+missing facts as None and a `problem` saying why it cannot be used.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+from engine.errors import ModelLoadError, OutOfMemoryError, SpecScopeError
+
+DEFAULT_CONTEXT_TOKENS = 4096  # the KV-cache estimate's context unless the caller says otherwise
+RUNTIME_OVERHEAD_BYTES = 256 * 2**20  # activations, logits, allocator slack: rough, on top of weights + KV
+RUNTIME_OVERHEAD_FRACTION = 0.05
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "int32": 4, "int64": 8, "int16": 2, "bool": 1}
+_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8",
+                       "U8": "uint8", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32",
+                       "I64": "int64", "I16": "int16", "BOOL": "bool"}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
+                  "float": "float32"}
+WEIGHT_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One model, described from its metadata. `name` is what `engine.models.load_model` accepts."""
+    name: str
+    label: str
+    kind: str  # built-in | hub-cache | folder | gguf
+    path: Path  # the model folder, or the .gguf file
+    architecture: str | None = None  # config `architectures[0]` (e.g. Qwen3ForCausalLM) or GGUF architecture
+    model_type: str | None = None  # config `model_type` (e.g. qwen3)
+    n_parameters: int | None = None
+    size_bytes: int = 0  # on disk
+    dtype: str | None = None  # as stored: float32, bfloat16, … or a GGUF quantisation (Q4_1)
+    tokenizer_family: str | None = None  # the tokenizer's model type: BPE, Unigram, WordPiece, …
+    vocab_size: int | None = None  # with added tokens, as len(tokenizer) counts them
+    n_layers: int | None = None
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    context_length: int | None = None
+    weights_format: str | None = None  # safetensors | gguf | pickle | None (no weights found)
+    needs_remote_code: bool = False  # config.json (or tokenizer_config.json) has an auto_map
+    complete: bool = True  # False for a download that has not finished (or lost files)
+    problem: str | None = None  # why it cannot be used, in plain words; None when usable
+    repo_id: str | None = None  # hub-cache entries
+    revision: str | None = None  # hub-cache entries: the snapshot's commit
+
+    @property
+    def usable(self) -> bool:
+        return self.complete and self.problem is None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    device: str  # cpu, cuda, cuda:1, mps
+    dtype: str  # float32, bfloat16, float16
+    context_tokens: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    overhead_bytes: int
+    free_bytes: int | None  # None when the device's free memory is unknown
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.overhead_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.free_bytes is None else self.total_bytes <= self.free_bytes
+
+
+# ---------------------------------------------------------------- where things are
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once, at import)."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+    return Path(constants.HF_HUB_CACHE)
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def format_parameters(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}".replace(".0" + unit, unit)
+    return str(n)
+
+
+# ---------------------------------------------------------------- listing
+
+def list_models(extra_paths: Iterable[str | os.PathLike] = (), *, include_default: bool = True,
+                cache_dir: str | os.PathLike | None = None) -> list[CatalogEntry]:
+    """The built-in default, every model in the local Hugging Face cache, then `extra_paths` (folders and
+    .gguf files the user added). Never raises for one bad model: it is listed with its `problem`."""
+    entries: list[CatalogEntry] = []
+    if include_default:
+        entries.append(describe_default())
+    entries.extend(list_hub_cache(cache_dir))
+    for path in extra_paths:
+        entries.append(describe_path(path))
+    return entries
+
+
+def describe_default() -> CatalogEntry:
+    from engine.models import DEFAULT_LABEL, converted_folder, resolve_source
+    try:
+        source = resolve_source("default")
+    except SpecScopeError as exc:
+        return CatalogEntry(name="default", label=DEFAULT_LABEL, kind="built-in", path=Path(),
+                            complete=False, problem=str(exc))
+    gguf_path = source.path / source.gguf_file
+    converted = converted_folder(gguf_path)
+    if not _gguf_facts_file(gguf_path).is_file() and (converted / "config.json").is_file():
+        # its converted copy describes the same model and is read in milliseconds, not seconds
+        entry = describe_path(converted, name="default", label=DEFAULT_LABEL, kind="built-in")
+        if entry.usable:
+            return replace(entry, path=gguf_path, size_bytes=_size(gguf_path), weights_format="gguf")
+    return describe_path(gguf_path, name="default", label=DEFAULT_LABEL, kind="built-in")
+
+
+def list_hub_cache(cache_dir: str | os.PathLike | None = None) -> list[CatalogEntry]:
+    """Models in the Hugging Face cache (found by `huggingface_hub.scan_cache_dir`)."""
+    from huggingface_hub import CacheNotFound, scan_cache_dir
+    folder = Path(cache_dir) if cache_dir is not None else hub_cache_dir()
+    try:
+        info = scan_cache_dir(folder)
+    except (CacheNotFound, OSError, ValueError):
+        return []
+    entries = []
+    for repo in sorted(info.repos, key=lambda r: r.repo_id.lower()):
+        if repo.repo_type != "model" or not repo.revisions:
+            continue
+        entries.extend(_describe_cached_repo(repo))
+    return entries
+
+
+def _describe_cached_repo(repo) -> list[CatalogEntry]:
+    main = [rev for rev in repo.revisions if "main" in rev.refs]
+    revision = main[0] if main else max(repo.revisions, key=lambda rev: rev.last_modified)
+    snapshot = Path(revision.snapshot_path)
+    on_main = bool(main)
+    common = dict(kind="hub-cache", repo_id=repo.repo_id, revision=revision.commit_hash)
+    entries = []
+    if (snapshot / "config.json").is_file():
+        entry = describe_path(snapshot, name=repo.repo_id if on_main else str(snapshot), label=repo.repo_id,
+                              **common)
+        entries.append(replace(entry, size_bytes=revision.size_on_disk))
+    for gguf in sorted(snapshot.rglob("*.gguf")):
+        relative = gguf.relative_to(snapshot).as_posix()
+        entries.append(describe_path(gguf, label=f"{repo.repo_id}/{relative}", **common))
+    if not entries:
+        entries.append(CatalogEntry(
+            name=repo.repo_id, label=repo.repo_id, path=snapshot, size_bytes=revision.size_on_disk,
+            complete=False, problem="the download has not finished (no config.json yet); download it again to "
+                                    "continue", **common))
+    return entries
+
+
+# ---------------------------------------------------------------- describing one model
+
+def describe_name(name: str) -> CatalogEntry:
+    """Describe what `load_model(name)` would load ("default", a folder, a .gguf file, a cached hub id)."""
+    from engine.models import resolve_source
+    if name.strip() == "default":
+        return describe_default()
+    source = resolve_source(name)
+    if source.kind == "hub":
+        for entry in list_hub_cache():
+            if entry.repo_id == name and entry.kind == "hub-cache" and entry.path == source.path:
+                return entry
+        return describe_path(source.path, name=name, label=name, kind="hub-cache", repo_id=name)
+    target = source.path / source.gguf_file if source.gguf_file else source.path
+    return describe_path(target, name=name)
+
+
+def describe_path(path: str | os.PathLike, *, name: str | None = None, label: str | None = None,
+                  kind: str | None = None, with_tokenizer: bool = True, **extra) -> CatalogEntry:
+    """Describe a model folder or a .gguf file from its metadata alone."""
+    path = Path(path).expanduser()
+    name = name or str(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return _describe_gguf(path, name=name, label=label or path.stem, kind=kind or "gguf", **extra)
+    label = label or path.name or str(path)
+    kind = kind or "folder"
+    if not path.exists():
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, complete=False,
+                            problem=f"{path} does not exist (moved or deleted?)", **extra)
+    if path.is_file():
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path),
+                            complete=False, problem=f"{path.name} is a file but not a .gguf model", **extra)
+    return _describe_folder(path, name=name, label=label, kind=kind, with_tokenizer=with_tokenizer, **extra)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _size(path: Path) -> int:
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def _text_config(config: dict) -> dict:
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else config
+
+
+def _normalize_dtype(value) -> str | None:
+    if not value or not isinstance(value, str):
+        return None
+    value = value.removeprefix("torch.").lower()
+    return _DTYPE_ALIASES.get(value, value)
+
+
+def weight_files(folder: Path) -> tuple[list[Path], list[str], str | None]:
+    """(present weight files, missing weight file names, format) for a model folder. An index json names the
+    shards; without one, every top-level safetensors file counts (pickles only when there is none)."""
+    for index_name in WEIGHT_INDEX_FILES:
+        index = _read_json(folder / index_name)
+        if index and isinstance(index.get("weight_map"), dict):
+            names = sorted(set(index["weight_map"].values()))
+            present = [folder / n for n in names if (folder / n).is_file()]
+            missing = [n for n in names if not (folder / n).is_file()]
+            return present, missing, "safetensors" if index_name.startswith("model.safetensors") else "pickle"
+    safetensors = sorted(folder.glob("*.safetensors"))
+    if len(safetensors) > 1:  # e.g. Mistral's consolidated.safetensors next to the HF shards: count one set
+        not_consolidated = [p for p in safetensors if not p.name.startswith("consolidated")]
+        safetensors = not_consolidated or safetensors
+    if safetensors:
+        return safetensors, [], "safetensors"
+    pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()
+                     and ("model" in p.name or "consolidated" in p.name))
+    return pickles, [], "pickle" if pickles else None
+
+
+def _safetensors_facts(files: list[Path]) -> tuple[int | None, str | None]:
+    """Parameter count and the dominant dtype, from the safetensors headers (no tensor is read)."""
+    from safetensors import safe_open
+    n_parameters, by_dtype = 0, {}
+    try:
+        for file in files:
+            with safe_open(str(file), framework="numpy") as f:
+                for key in f.keys():
+                    tensor = f.get_slice(key)
+                    count = 1
+                    for dim in tensor.get_shape():
+                        count *= int(dim)
+                    n_parameters += count
+                    dtype = _SAFETENSORS_DTYPES.get(tensor.get_dtype(), tensor.get_dtype().lower())
+                    by_dtype[dtype] = by_dtype.get(dtype, 0) + count
+    except Exception:  # a truncated or foreign file: the facts are unknown, not an error
+        return None, None
+    return n_parameters, (max(by_dtype, key=by_dtype.get) if by_dtype else None)
+
+
+def needs_remote_code(folder: str | os.PathLike) -> bool:
+    """True when the model (or its tokenizer) names its own Python code (an `auto_map` in its config), which
+    SpecScope never runs without the user's say-so (`trust_remote_code` stays off)."""
+    folder = Path(folder)
+    if folder.is_file():
+        return False
+    for name in ("config.json", "tokenizer_config.json"):
+        data = _read_json(folder / name)
+        if data and data.get("auto_map"):
+            return True
+    return False
+
+
+def tokenizer_facts(folder: Path, config: dict | None = None) -> tuple[str | None, int | None]:
+    """(family, vocabulary size) from tokenizer.json through the `tokenizers` library (no model weights)."""
+    file = folder / "tokenizer.json"
+    if file.is_file():
+        try:
+            from tokenizers import Tokenizer
+            tokenizer = Tokenizer.from_file(str(file))
+            return type(tokenizer.model).__name__, tokenizer.get_vocab_size(with_added_tokens=True)
+        except Exception:  # unreadable tokenizer.json: fall back to the config's numbers
+            pass
+    family = "SentencePiece" if (folder / "tokenizer.model").is_file() else None
+    vocab = (config or {}).get("vocab_size")
+    return family, int(vocab) if isinstance(vocab, int) else None
+
+
+def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tokenizer: bool,
+                     **extra) -> CatalogEntry:
+    config = _read_json(folder / "config.json")
+    problems = []
+    if config is None:
+        problems.append("it has no readable config.json" if (folder / "config.json").exists()
+                        else "it has no config.json")
+        config = {}
+    text = _text_config(config)
+    architectures = config.get("architectures") or []
+    present, missing, weights_format = weight_files(folder)
+    n_parameters, stored_dtype = (None, None)
+    if weights_format == "safetensors" and not missing:
+        n_parameters, stored_dtype = _safetensors_facts(present)
+    if missing:
+        problems.append(f"{len(missing)} of {len(missing) + len(present)} weight files are missing "
+                        "(an unfinished download?)")
+    elif weights_format is None:
+        problems.append("it has no weights (no .safetensors file)")
+    family, vocab = tokenizer_facts(folder, text) if with_tokenizer else (None, text.get("vocab_size"))
+    n_heads = text.get("num_attention_heads")
+    head_dim = text.get("head_dim") or (text["hidden_size"] // n_heads if n_heads and text.get("hidden_size")
+                                        else None)
+    complete = not missing and weights_format is not None and bool(config)
+    return CatalogEntry(
+        name=name, label=label, kind=kind, path=folder,
+        architecture=architectures[0] if architectures else None,
+        model_type=config.get("model_type"),
+        n_parameters=n_parameters, size_bytes=_size(folder),
+        dtype=_normalize_dtype(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype")
+                               or text.get("dtype")) or stored_dtype,
+        tokenizer_family=family, vocab_size=vocab,
+        n_layers=text.get("num_hidden_layers"),
+        n_kv_heads=text.get("num_key_value_heads") or n_heads,
+        head_dim=head_dim,
+        context_length=text.get("max_position_embeddings"),
+        weights_format=weights_format,
+        needs_remote_code=needs_remote_code(folder),
+        complete=complete,
+        problem="; ".join(problems) or None, **extra)
+
+
+# GGUF: reading the header with gguf's reader costs seconds on a big vocabulary, so the facts are cached in
+# SpecScope's cache folder, keyed by path, size and modification time.
+
+_GGUF_TOKENIZER_FAMILIES = {"gpt2": "BPE", "llama": "BPE", "bert": "WordPiece", "t5": "Unigram"}
+
+
+def _gguf_facts_file(path: Path) -> Path:
+    from engine.models import cache_root
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_root() / "facts" / f"{path.stem}-{key}.json"
+
+
+def gguf_facts(path: Path) -> dict:
+    """Architecture, parameter count and shapes of a GGUF file, from its header (cached)."""
+    cached = _gguf_facts_file(path)
+    facts = _read_json(cached)
+    if facts is not None:
+        return facts
+    from gguf import GGMLQuantizationType, GGUFReader
+    reader = GGUFReader(str(path), "r")
+
+    def value(key, default=None):
+        field = reader.fields.get(key)
+        if field is None:
+            return default
+        try:
+            return field.contents()
+        except Exception:
+            return default
+
+    arch = value("general.architecture")
+    by_type: dict[str, int] = {}
+    n_parameters = 0
+    for tensor in reader.tensors:
+        n_parameters += int(tensor.n_elements)
+        type_name = GGMLQuantizationType(tensor.tensor_type).name
+        by_type[type_name] = by_type.get(type_name, 0) + int(tensor.n_elements)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    n_heads = value(f"{arch}.attention.head_count")
+    embedding = value(f"{arch}.embedding_length")
+    facts = {
+        "architecture": arch,
+        "n_parameters": n_parameters,
+        "dtype": max(by_type, key=by_type.get) if by_type else None,
+        "tokenizer_family": _GGUF_TOKENIZER_FAMILIES.get(value("tokenizer.ggml.model"), value("tokenizer.ggml.model")),
+        "vocab_size": len(tokens.data) if tokens is not None else value(f"{arch}.vocab_size"),
+        "n_layers": value(f"{arch}.block_count"),
+        "n_kv_heads": value(f"{arch}.attention.head_count_kv") or n_heads,
+        "head_dim": value(f"{arch}.attention.key_length") or (embedding // n_heads if embedding and n_heads
+                                                              else None),
+        "context_length": value(f"{arch}.context_length"),
+    }
+    facts = {k: (int(v) if isinstance(v, (int, float)) and k != "dtype" and not isinstance(v, bool) else v)
+             for k, v in facts.items()}
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(facts))
+        os.replace(tmp, cached)
+    except OSError:  # a read-only cache only costs time
+        pass
+    return facts
+
+
+def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> CatalogEntry:
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, complete=False,
+                            problem=f"cannot read {path.name}: {exc.strerror}", **extra)
+    if magic != b"GGUF":
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path), complete=False,
+                            problem=f"{path.name} is not a GGUF file", **extra)
+    try:
+        facts = gguf_facts(path)
+    except Exception as exc:  # the reader raises many types on a damaged file
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path),
+                            weights_format="gguf", complete=False,
+                            problem=f"{path.name} could not be read as GGUF ({type(exc).__name__})", **extra)
+    return CatalogEntry(name=name, label=label, kind=kind, path=path, architecture=facts.get("architecture"),
+                        model_type=facts.get("architecture"), n_parameters=facts.get("n_parameters"),
+                        size_bytes=_size(path), dtype=facts.get("dtype"),
+                        tokenizer_family=facts.get("tokenizer_family"), vocab_size=facts.get("vocab_size"),
+                        n_layers=facts.get("n_layers"), n_kv_heads=facts.get("n_kv_heads"),
+                        head_dim=facts.get("head_dim"), context_length=facts.get("context_length"),
+                        weights_format="gguf", **extra)
+
+
+# ---------------------------------------------------------------- memory
+
+def _device_and_dtype(device, dtype) -> tuple[str, str]:
+    """Normalise a device and dtype for estimates, without requiring that the device exists here."""
+    import torch
+    from engine.models import resolve_device
+    device = str(device or "auto").lower()
+    if device == "auto":
+        device = str(resolve_device("auto"))
+    kind = device.split(":")[0]
+    if isinstance(dtype, torch.dtype):
+        return device, str(dtype).removeprefix("torch.")
+    name = _normalize_dtype(dtype) if dtype not in (None, "auto") else None
+    if name is None:
+        if kind == "cuda":
+            bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+            name = "bfloat16" if bf16 or not torch.cuda.is_available() else "float16"
+        else:
+            name = "float16" if kind == "mps" else "float32"
+    if name not in DTYPE_BYTES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
+    return device, name
+
+
+def estimate_memory(entry: CatalogEntry, device: str = "auto", dtype=None,
+                    context_tokens: int | None = None) -> MemoryEstimate:
+    """Memory to hold `entry` on `device` in `dtype`: weights + KV cache for `context_tokens` (default 4,096,
+    at most the model's context) + a rough runtime allowance. GGUF weights count at `dtype`, since they are
+    dequantised on load."""
+    device, dtype_name = _device_and_dtype(device, dtype)
+    bytes_per = DTYPE_BYTES[dtype_name]
+    if entry.n_parameters is not None:
+        weights = entry.n_parameters * bytes_per
+    else:  # unknown count: what is on disk, scaled from the stored dtype where known
+        stored = DTYPE_BYTES.get(entry.dtype or "", None)
+        weights = int(entry.size_bytes * bytes_per / stored) if stored else entry.size_bytes
+    if context_tokens is None:
+        context_tokens = min(DEFAULT_CONTEXT_TOKENS, entry.context_length or DEFAULT_CONTEXT_TOKENS)
+    kv = 0
+    if entry.n_layers and entry.n_kv_heads and entry.head_dim:
+        kv = 2 * entry.n_layers * entry.n_kv_heads * entry.head_dim * bytes_per * context_tokens
+    overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
+    return MemoryEstimate(device=device, dtype=dtype_name, context_tokens=context_tokens, weights_bytes=weights,
+                          kv_cache_bytes=kv, overhead_bytes=overhead, free_bytes=free_memory(device))
+
+
+def free_memory(device: str = "cpu") -> int | None:
+    """Bytes free on `device` now: CUDA from the driver, CPU (and MPS's unified memory) from the operating
+    system (MemAvailable, within a cgroup limit if any). None when unknown."""
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        index = torch.device(device).index
+        free, _total = torch.cuda.mem_get_info(index if index is not None else torch.cuda.current_device())
+        return int(free)
+    if kind == "mps":
+        import torch
+        mps = getattr(torch, "mps", None)
+        try:
+            return int(mps.recommended_max_memory() - mps.driver_allocated_memory())
+        except Exception:  # older torch: unified memory, so the system's figure is the right one
+            pass
+    return _system_available_memory()
+
+
+def _system_available_memory() -> int | None:
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if available is None and sys.platform == "win32":
+        available = _windows_available_memory()
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    limit = _cgroup_room()
+    if limit is not None:
+        available = limit if available is None else min(available, limit)
+    return available
+
+
+def _cgroup_room() -> int | None:
+    """Room left under a cgroup v2 memory limit (containers), or None without one."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
+
+
+def _windows_available_memory() -> int | None:
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):
+        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                    ("sullAvailExtendedVirtual", ctypes.c_ulonglong)]
+    status = MemoryStatus()
+    status.dwLength = ctypes.sizeof(MemoryStatus)
+    try:
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
+            return int(status.ullAvailPhys)
+    except (AttributeError, OSError):
+        pass
+    return None
+
+
+def memory_check(entry: CatalogEntry, device: str = "auto", dtype=None,
+                 context_tokens: int | None = None) -> MemoryEstimate:
+    """The estimate, or OutOfMemoryError when it clearly exceeds the free memory on `device`."""
+    estimate = estimate_memory(entry, device, dtype, context_tokens)
+    if estimate.fits is False:
+        where = "RAM" if estimate.device == "cpu" else f"{estimate.device} memory"
+        raise OutOfMemoryError(
+            f"{entry.label} needs about {format_bytes(estimate.total_bytes)} of {where} in {estimate.dtype} "
+            f"(weights {format_bytes(estimate.weights_bytes)}, KV cache for {estimate.context_tokens:,} tokens "
+            f"{format_bytes(estimate.kv_cache_bytes)}), but only {format_bytes(estimate.free_bytes)} is free; "
+            "pick a smaller model, a smaller dtype or another device")
+    return estimate
+
+
+# ---------------------------------------------------------------- drafts
+
+_tokenizers: dict[tuple, object] = {}
+
+
+def _load_tokenizer(entry: CatalogEntry):
+    from engine.models import load_tokenizer_only
+    try:
+        stamp = entry.path.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    key = (entry.name, str(entry.path), stamp)
+    if key not in _tokenizers:
+        _tokenizers[key] = load_tokenizer_only(entry.name)
+    return _tokenizers[key]
+
+
+def _smaller(draft: CatalogEntry, target: CatalogEntry) -> bool:
+    if draft.n_parameters is not None and target.n_parameters is not None:
+        return draft.n_parameters < target.n_parameters
+    return draft.size_bytes < target.size_bytes
+
+
+def _same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
+    try:
+        return a.path.resolve() == b.path.resolve()
+    except OSError:
+        return a.path == b.path
+
+
+def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> str | None:
+    """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
+    tokenizers (never the weights); a cheap vocabulary-size check runs first."""
+    from engine.models import VOCAB_SIZE_TOLERANCE, tokenizer_difference
+    if target.vocab_size is not None and draft.vocab_size is not None \
+            and abs(target.vocab_size - draft.vocab_size) > VOCAB_SIZE_TOLERANCE:
+        return (f"vocabulary sizes differ by {abs(target.vocab_size - draft.vocab_size)} (target "
+                f"{target.vocab_size}, draft {draft.vocab_size}; at most {VOCAB_SIZE_TOLERANCE} allowed)")
+    return tokenizer_difference(_load_tokenizer(target), _load_tokenizer(draft))
+
+
+def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:
+    """The usable candidates that are smaller than `target` and whose tokenizer passes
+    `engine.models.tokenizer_difference` against the target's, in the order given."""
+    found = []
+    for candidate in candidates:
+        if not candidate.usable or _same_model(candidate, target) or not _smaller(candidate, target):
+            continue
+        try:
+            if draft_difference(target, candidate) is None:
+                found.append(candidate)
+        except SpecScopeError:  # its tokenizer cannot be loaded: not a draft we can offer
+            continue
+    return found
+
+
+_TOKEN_DIFFERS = re.compile(r"token (\d+) differs: target (.*), draft (.*)$")
+_SIZES_DIFFER = re.compile(r"vocabulary sizes differ by (\d+) \(target (\d+), draft (\d+)")
+_TYPES_DIFFER = re.compile(r"vocabulary types differ: target (\S+), draft (\S+)")
+_SPECIAL_DIFFER = re.compile(r"(BOS|EOS) tokens differ: target (.*), draft (.*)$")
+_ADVICE = ("The draft's guesses would mean different text to the target, so it cannot speed it up. Pick a draft "
+           "from the same family (for example Qwen3-0.6B for Qwen3-32B, Llama-3.2-1B for Llama-3.1-8B).")
+
+
+def explain_mismatch(difference: str) -> str:
+    """Plain words for the engine's tokenizer difference message (see engine.models.tokenizer_difference)."""
+    difference = difference.strip()
+    if match := _TYPES_DIFFER.search(difference):
+        detail = (f"the target uses a {match[1]} vocabulary and the draft a {match[2]} one")
+    elif match := _SIZES_DIFFER.search(difference):
+        detail = (f"the target knows {int(match[2]):,} pieces and the draft {int(match[3]):,} "
+                  f"({int(match[1]):,} apart)")
+    elif match := _SPECIAL_DIFFER.search(difference):
+        where = "start" if match[1] == "BOS" else "end"
+        detail = f"they mark the {where} of a text with different tokens (target {match[2]}, draft {match[3]})"
+    elif match := _TOKEN_DIFFERS.search(difference):
+        detail = (f"piece number {int(match[1]):,} is {match[2]} for the target but {match[3]} for the draft")
+    else:
+        detail = difference
+    return f"These two models split text into different pieces: {detail}. {_ADVICE}"
+
+
+def find_entry(entries: Iterable[CatalogEntry], name: str) -> CatalogEntry | None:
+    """The entry whose name, label or repo id is `name` (exact), else one whose label matches as a glob."""
+    entries = list(entries)
+    for entry in entries:
+        if name in (entry.name, entry.label, entry.repo_id):
+            return entry
+    for entry in entries:
+        if fnmatch.fnmatch(entry.label, name):
+            return entry
+    return None
+
+
+def entry_as_dict(entry: CatalogEntry, estimate: MemoryEstimate | None = None) -> dict:
+    """JSON-ready facts (for `specscope models list --json`)."""
+    out = {name: getattr(entry, name) for name in entry.__slots__}
+    out["path"] = str(entry.path)
+    out["usable"] = entry.usable
+    if estimate is not None:
+        out["memory"] = {"device": estimate.device, "dtype": estimate.dtype,
+                         "context_tokens": estimate.context_tokens, "weights_bytes": estimate.weights_bytes,
+                         "kv_cache_bytes": estimate.kv_cache_bytes, "overhead_bytes": estimate.overhead_bytes,
+                         "total_bytes": estimate.total_bytes, "free_bytes": estimate.free_bytes,
+                         "fits": estimate.fits}
+    return out
