@@ -118,6 +118,7 @@ class Engine:
         self._drafter_key: tuple | None = None
         self._policy: DraftLengthPolicy | None = None  # adaptive draft length; learns across messages
         self._active: Iterator[Event] | None = None  # the generation in progress, if any
+        self.on_status = None  # optional callable(str): slow steps (loading a draft model) report here
 
     # ---- settings
 
@@ -138,7 +139,10 @@ class Engine:
         if name == self.target.name or resolve_source(name) == resolve_source(self.target.name):
             draft = self.target  # same weights: share them, the drafter still keeps its own cache
         else:
-            draft = self._draft_loader(name, device=str(self.target.device), dtype=self.target.dtype)
+            if self.on_status is not None:
+                self.on_status(f"Loading draft model {name}…")
+            draft = self._draft_loader(name, device=str(self.target.device), dtype=self.target.dtype,
+                                       progress=self.on_status)
         check_tokenizers(self.target.tokenizer, draft.tokenizer, self.target.label, draft.label)
         self._forget_drafter()
         self._draft = draft

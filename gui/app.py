@@ -8,6 +8,12 @@ Scripted mode (also headless, with QT_QPA_PLATFORM=offscreen):
 opens the window, sends TEXT, waits for the reply, saves a screenshot of the whole window, prints the finish
 stats as one JSON line on stdout and exits 0 (2 when the settings are refused, the model does not load or
 the generation fails).
+
+    specscope gui --compare SPEC [SPEC…] --prompt TEXT [--max-new-tokens N] --screenshot PNG --quit-when-done
+
+runs plain decoding and each SPEC (as in `specscope bench --config`, e.g. prompt-lookup:k=5) on TEXT, one after
+another, saves a screenshot of the compare window and prints the summary as one JSON line: a list with one
+object per setting (plain decoding first), the fields of the summary table.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import signal
 import sys
 from functools import partial
 
-from engine.config import METHODS, SamplingConfig, SpecConfig
+from engine.config import METHODS, SamplingConfig, SpecConfig, parse_spec
 from engine.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
@@ -47,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--screenshot", default=None, metavar="PNG", help="save the window to PNG after the reply")
     parser.add_argument("--quit-when-done", action="store_true",
                         help="exit after the reply (with --prompt), printing its stats as one JSON line")
+    parser.add_argument("--compare", nargs="+", default=None, metavar="SPEC",
+                        help="compare these settings (1-4 SPECs such as prompt-lookup:k=5) with plain decoding on "
+                             "--prompt, in the compare window")
     return parser
 
 
@@ -72,6 +81,22 @@ def check_settings(args: argparse.Namespace) -> None:
                    top_k=args.top_k or 0, top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ConfigError(f"max new tokens must be ≥ 1, got {args.max_new_tokens}")
+    if args.compare is not None:
+        compare_specs(args)
+
+
+def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
+    """The --compare SPECs, parsed (raises ConfigError)."""
+    from gui.views.compare import MAX_SETTINGS
+
+    specs = [parse_spec(text) for text in args.compare]
+    if not 1 <= len(specs) <= MAX_SETTINGS:
+        raise ConfigError(f"--compare takes 1 to {MAX_SETTINGS} settings, got {len(specs)}")
+    if any(not spec.speculative for spec in specs):
+        raise ConfigError("--compare: plain decoding (none) always runs; name only speculative settings")
+    if not args.prompt:
+        raise ConfigError("--compare needs --prompt")
+    return specs
 
 
 def apply_args(window, args: argparse.Namespace) -> None:
@@ -123,13 +148,13 @@ class ScriptedRun:
         self._save_screenshot()
         self._quit(EXIT_FAILED)
 
-    def _save_screenshot(self) -> None:
+    def _save_screenshot(self, widget=None) -> None:
         if not self.args.screenshot:
             return
         from PySide6.QtWidgets import QApplication
 
         QApplication.processEvents()
-        if not self.window.grab().save(self.args.screenshot):
+        if not (widget or self.window).grab().save(self.args.screenshot):
             print(f"specscope gui: could not write {self.args.screenshot}", file=sys.stderr, flush=True)
             self.exit_code = EXIT_FAILED
 
@@ -137,6 +162,59 @@ class ScriptedRun:
         self.exit_code = max(self.exit_code, code)
         self.window.close()
         self.app.exit(self.exit_code)
+
+
+class ScriptedCompare(ScriptedRun):
+    """--compare: once the model is ready, run the comparison in the compare window; on its end, screenshot
+    the compare window, print the summary (one JSON line) and quit."""
+
+    def _send(self, _info) -> None:
+        if self._sent:
+            return
+        self._sent = True
+        try:
+            self._start_comparison()
+        except Exception as exc:  # noqa: BLE001 — a scripted run must end, never hang on a broken slot
+            self._failed(f"the comparison could not start ({type(exc).__name__}: {exc})")
+
+    def _start_comparison(self) -> None:
+        args = self.args
+        compare = self.window.open_compare()
+        compare.comparison_finished.connect(self._compared)
+        compare.comparison_failed.connect(self._failed)
+        compare.set_specs(compare_specs(args))
+        compare.prompt.setPlainText(args.prompt)
+        if args.max_new_tokens is not None:
+            compare.max_new_tokens.setValue(args.max_new_tokens)
+        if args.temperature is not None:
+            compare.temperature.setValue(args.temperature)
+        if args.seed is not None:
+            compare.seed.setValue(args.seed)
+        compare.resize(compare.sizeHint())
+        if not compare.run_comparison():
+            self._failed(compare.status_label.text())
+
+    def _finished(self, turn) -> None:  # no chat reply in this mode
+        pass
+
+    def _compared(self, session) -> None:
+        compare = self.window.compare_window
+        self._save_screenshot(compare)
+        if not self.args.quit_when_done:
+            return
+        if session.cancelled:
+            self._failed("the comparison was stopped")
+            return
+        print(json.dumps([row.as_dict() for row in session.rows()], ensure_ascii=False), flush=True)
+        self._quit(EXIT_OK)
+
+    def _failed(self, message: str) -> None:
+        if self.args.quit_when_done and self.window.compare_window is not None:
+            print(f"specscope gui: error: {message}", file=sys.stderr, flush=True)
+            self._save_screenshot(self.window.compare_window)
+            self._quit(EXIT_FAILED)
+            return
+        super()._failed(message)
 
 
 def main(argv: list[str] | None = None, *, loader=None) -> int:
@@ -152,6 +230,7 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from gui import theme
+    from gui.resources import app_icon
     from gui.views.main_window import MainWindow
     from gui.worker import load_real_engine
 
@@ -159,6 +238,7 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     app.setApplicationName("SpecScope")
     app.setOrganizationName("SpecScope")
     app.setDesktopFileName("specscope")
+    app.setWindowIcon(app_icon())
     palette = theme.resolve(args.theme)
     theme.apply(app, palette)
 
@@ -169,7 +249,7 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     window.resize(window.sizeHint())
     window.show()
 
-    scripted = ScriptedRun(app, window, args) if args.prompt else None
+    scripted = (ScriptedCompare if args.compare else ScriptedRun)(app, window, args) if args.prompt else None
     window.start()
 
     # Ctrl+C in the terminal closes the window cleanly (Python only sees signals between Qt events).

@@ -63,6 +63,7 @@ class FakeEngine:
     resume: threading.Event = field(default_factory=threading.Event)
     fail_with: BaseException | None = None
     calls: list[FakeCall] = field(default_factory=list)
+    releases: int = 0
 
     def validate(self, spec: SpecConfig) -> None:
         if spec.method == "early-exit" and spec.layers is not None and spec.layers >= self.target.n_layers:
@@ -71,9 +72,13 @@ class FakeEngine:
         if spec.method == "draft-model" and spec.draft == "mismatch":
             raise ConfigError("the draft model's tokenizer differs from the target's (vocabulary size 49152 vs 32000)")
 
+    def release(self) -> None:
+        """The real engine frees its KV caches here (before each run of a comparison); nothing to free."""
+        self.releases += 1
+
     def generate(self, conversation, *, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
-                 max_new_tokens: int = 256, stop_strings=(), cancel: threading.Event | None = None
-                 ) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
+                 max_new_tokens: int = 256, stop_strings=(), cancel: threading.Event | None = None,
+                 system: str | None = None) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
         self.calls.append(FakeCall(conversation, spec, sampling, max_new_tokens))
         if self.fail_with is not None:
             raise self.fail_with

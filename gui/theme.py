@@ -221,6 +221,7 @@ QLabel#stat_value {{ font-weight: 600; }}
 QLabel#problem {{ color: {p.error}; }}
 QLabel#notice {{ color: {p.warning}; }}
 QLabel#dim {{ color: {p.text_dim}; }}
+QLabel#pane_title {{ font-weight: 600; }}
 QGroupBox {{ font-weight: 600; border: 1px solid {p.border}; border-radius: 8px; margin-top: 10px;
     padding-top: 6px; }}
 QGroupBox::title {{ subcontrol-origin: margin; left: 10px; padding: 0 4px; color: {p.text_dim}; }}

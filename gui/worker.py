@@ -1,7 +1,8 @@
 """EngineWorker: the one long-lived thread that holds the models and runs the engine's generator.
 
 The window asks through queued signals (`load_requested`, `generation_requested` on its side, connected to
-the slots here), so requests run one at a time, in order, on the worker thread. Stop is a
+the slots here; the compare window's `comparison_requested`), so requests run one at a time, in order, on the
+worker thread: a comparison's runs never overlap a chat reply or each other. Stop is a
 `threading.Event` set directly from the GUI thread: the worker is busy inside the generator, and the engine
 checks it between rounds. Every event goes back to the GUI thread by a queued signal, tagged with the id of
 the request it belongs to, so the window can drop what a cancelled request still sends.
@@ -50,6 +51,19 @@ class GenerationRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 256
     purpose: str = "chat"  # chat | baseline (a hidden plain-decoding run that measures the reference tok/s)
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRequest:
+    """Plain decoding, then each spec in turn, on one prompt (engine.compare.comparison_events)."""
+
+    request_id: int
+    model: str
+    prompt: str
+    specs: tuple[SpecConfig, ...]
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens: int = 128
+    system: str | None = None
 
 
 Progress = Callable[[str], None]
@@ -118,6 +132,9 @@ class EngineWorker(QObject):
     round_verified = Signal(int, object)  # request id, RoundVerified
     generation_finished = Signal(int, object)  # request id, GenerationFinished
     generation_failed = Signal(int, str)  # request id, message
+    comparison_advanced = Signal(int, int, object)  # request id, run index (0: plain), event
+    comparison_finished = Signal(int)  # request id (also after Stop: the runs that finished stand)
+    comparison_failed = Signal(int, str)  # request id, message
 
     def __init__(self, loader: EngineLoader | None = None) -> None:
         super().__init__()
@@ -163,6 +180,40 @@ class EngineWorker(QObject):
             if not isinstance(exc, SpecScopeError):
                 traceback.print_exc()
             self.generation_failed.emit(rid, error_message(exc))
+
+    @Slot(object)
+    def compare(self, request: ComparisonRequest) -> None:
+        """Every spec is checked before the first run, so a refused one costs no waiting; Stop ends the
+        comparison at the next round boundary."""
+        if self.closing.is_set():
+            return
+        self.cancel.clear()
+        rid = request.request_id
+        if not self._ensure_loaded(request.model):
+            self.comparison_failed.emit(rid, f"model {request.model!r} is not loaded")
+            return
+        from engine.compare import comparison_events
+
+        try:
+            limit_torch_threads()
+            validate = getattr(self._engine, "validate", None)
+            for spec in request.specs:
+                try:
+                    if validate is not None:
+                        validate(spec)
+                except SpecScopeError as exc:
+                    self.comparison_failed.emit(rid, f"{spec.label()}: {error_message(exc)}")
+                    return
+            for index, event in comparison_events(self._engine, request.prompt, list(request.specs),
+                                                  max_new_tokens=request.max_new_tokens, sampling=request.sampling,
+                                                  cancel=self.cancel, system=request.system):
+                self.comparison_advanced.emit(rid, index, event)
+        except Exception as exc:  # noqa: BLE001 — shown as a message, never a crash
+            if not isinstance(exc, SpecScopeError):
+                traceback.print_exc()
+            self.comparison_failed.emit(rid, error_message(exc))
+            return
+        self.comparison_finished.emit(rid)
 
     # ------------------------------------------------------------------ helpers
     def _ensure_loaded(self, name: str) -> bool:

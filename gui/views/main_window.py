@@ -52,6 +52,7 @@ class MainWindow(QMainWindow):
         self._pending_changes = False
         self._closed = False
         self._baseline_model = ""
+        self.compare_window = None  # gui.views.compare.CompareWindow, made on first use
 
         self._build_views(model)
         self._build_menu()
@@ -181,6 +182,9 @@ class MainWindow(QMainWindow):
         view.addSeparator()
         for name in ("light", "dark"):
             view.addAction(QAction(f"{name.title()} theme", self, triggered=lambda _=False, n=name: self.set_theme(n)))
+        tools = self.menuBar().addMenu("&Tools")
+        tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+C"),
+                                triggered=self.open_compare))
         help_ = self.menuBar().addMenu("&Help")
         help_.addAction(QAction("&About SpecScope", self, triggered=self._about))
 
@@ -203,7 +207,7 @@ class MainWindow(QMainWindow):
 
     def send(self, text: str | None = None) -> bool:
         """Send the message box's text (or `text`); returns whether a request went out."""
-        if self._active is not None or self._loading is not None or self.model_info is None:
+        if self._active is not None or self._loading is not None or self.model_info is None or self._comparing():
             return False
         text = (text if text is not None else self.message_box.toPlainText()).strip()
         if not text:
@@ -244,7 +248,7 @@ class MainWindow(QMainWindow):
 
     def measure_baseline(self) -> None:
         """Re-run the last message with plain decoding, hidden, to measure this model's reference tok/s."""
-        if self._active is not None or self.model_info is None or self._loading is not None:
+        if self._active is not None or self.model_info is None or self._loading is not None or self._comparing():
             return
         history = self.session.conversation()
         while history and history[-1]["role"] == "assistant":
@@ -282,6 +286,8 @@ class MainWindow(QMainWindow):
         self.stats_strip.set_palette(palette)
         self.transcript.render_turns(self.session.turns, self.session.current)
         self.refresh_live_views()
+        if self.compare_window is not None:
+            self.compare_window.set_palette(palette)
 
     def refresh_live_views(self) -> None:
         """Redraw every graph and the stats strip now (at the end of a reply, on a theme change)."""
@@ -449,12 +455,44 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         ready = self.model_info is not None and self._loading is None
         idle = self._active is None
-        self.send_button.setEnabled(ready and idle and self.controls.config_problem() is None)
+        self.send_button.setEnabled(ready and idle and not self._comparing() and self.controls.config_problem() is None)
         self.stop_button.setEnabled(not idle)
         self.stats_strip.measure.setEnabled(ready and idle)
 
     def _set_status(self, text: str) -> None:
         self.status_label.setText(text)
+
+    # ------------------------------------------------------------------ compare window
+    def open_compare(self):
+        """Show the compare window (settings side by side, k sweep); it runs on this window's worker."""
+        if self.compare_window is None:
+            from gui.views.compare import CompareWindow
+
+            self.compare_window = CompareWindow(
+                self.worker_thread, self.palette_, model_name=lambda: self._loaded_name,
+                chat_busy=self._compare_blocker, apply_to_chat=self._apply_compared_spec, parent=self)
+            self.compare_window.running_changed.connect(lambda _running: self._update_actions())
+            self.compare_window.resize(self.compare_window.sizeHint())
+        self.compare_window.show()
+        if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
+            self.compare_window.raise_()
+            self.compare_window.activateWindow()
+        return self.compare_window
+
+    def _comparing(self) -> bool:
+        return self.compare_window is not None and self.compare_window.running
+
+    def _compare_blocker(self) -> str | None:
+        """Why a comparison cannot start now (it would share the device with the chat), or None."""
+        if self._loading is not None or self.model_info is None:
+            return "The model is still loading."
+        if self._active is not None:
+            return "The chat is generating: wait for the reply or stop it first."
+        return None
+
+    def _apply_compared_spec(self, spec: SpecConfig) -> None:
+        self.controls.apply(method=spec.method, k=spec.k, draft=spec.draft, layers=spec.layers)
+        self._set_status(f"Settings from the k sweep: {spec.label()}")
 
     def _token(self, serial: int):
         tokens = self.session.tokens
@@ -474,6 +512,8 @@ class MainWindow(QMainWindow):
             return
         self._closed = True
         self.refresh_timer.stop()
+        if self.compare_window is not None:
+            self.compare_window.close()
         self.worker_thread.shutdown()
 
     def closeEvent(self, event) -> None:  # noqa: N802
