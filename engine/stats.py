@@ -43,28 +43,14 @@ def efficiency(measured_speedup: float | None, theoretical: float) -> float | No
     return measured_speedup / theoretical
 
 
-@dataclass(frozen=True, slots=True)
-class GenerationStats:
-    k: int
-    committed_tokens: int
-    target_passes: int
-    rounds: int
-    drafting_rounds: int
-    drafted_tokens: int
-    accepted_tokens: int
-    ttft_seconds: float
-    elapsed_seconds: float
-    draft_seconds: float
-    verify_seconds: float
-    per_position_acceptance: tuple[float, ...]  # position 1…max drafted: accepted / drafted there
-    accept_length_histogram: tuple[int, ...]  # rounds that drafted, by n_accepted 0…max
+class _Rates:
+    """The figures derived from counts, shared by one generation's stats and pooled ones."""
+
+    __slots__ = ()
 
     @property
     def tok_per_s(self) -> float:
-        decode_time = self.elapsed_seconds - self.ttft_seconds
-        if self.committed_tokens <= 1 or decode_time <= 0:
-            return 0.0
-        return (self.committed_tokens - 1) / decode_time
+        return self.decode_tokens / self.decode_seconds if self.decode_tokens and self.decode_seconds > 0 else 0.0
 
     @property
     def e2e_tok_per_s(self) -> float:
@@ -85,8 +71,7 @@ class GenerationStats:
 
     @property
     def drafting_share(self) -> float:
-        decode_rounds = self.rounds - 1  # the prefill round never drafts
-        return self.drafting_rounds / decode_rounds if decode_rounds > 0 else 0.0
+        return self.drafting_rounds / self.decode_rounds if self.decode_rounds > 0 else 0.0
 
     @property
     def cost_ratio(self) -> float:
@@ -99,6 +84,36 @@ class GenerationStats:
     def theoretical_speedup(self) -> float:
         return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                    self.drafting_share)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStats(_Rates):
+    k: int
+    committed_tokens: int
+    target_passes: int
+    rounds: int
+    drafting_rounds: int
+    drafted_tokens: int
+    accepted_tokens: int
+    ttft_seconds: float
+    elapsed_seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    per_position_acceptance: tuple[float, ...]  # position 1…max drafted: accepted / drafted there
+    accept_length_histogram: tuple[int, ...]  # rounds that drafted, by n_accepted 0…max
+
+    @property
+    def decode_tokens(self) -> int:
+        """Committed tokens after the first (the first one's time is the time to first token)."""
+        return max(0, self.committed_tokens - 1)
+
+    @property
+    def decode_seconds(self) -> float:
+        return max(0.0, self.elapsed_seconds - self.ttft_seconds)
+
+    @property
+    def decode_rounds(self) -> int:
+        return max(0, self.rounds - 1)  # the prefill round never drafts
 
     def as_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__slots__}
@@ -172,7 +187,7 @@ class StatsAccumulator:
 
 
 @dataclass(frozen=True, slots=True)
-class AggregateStats:
+class AggregateStats(_Rates):
     """Several generations' figures pooled (a benchmark config over many prompts)."""
 
     generations: int
@@ -188,47 +203,18 @@ class AggregateStats:
     draft_seconds: float
     verify_seconds: float
 
-    @property
-    def tok_per_s(self) -> float:
-        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-    @property
-    def e2e_tok_per_s(self) -> float:
-        return self.committed_tokens / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        return self.committed_tokens / self.target_passes if self.target_passes else 0.0
-
-    @property
-    def cost_ratio(self) -> float:
-        if not self.drafted_tokens or not self.verify_seconds:
-            return 0.0
-        return (self.draft_seconds / self.drafted_tokens) / (self.verify_seconds / self.target_passes)
-
-    @property
-    def theoretical_speedup(self) -> float:
-        if not self.drafted_tokens:
-            return 1.0
-        return theoretical_speedup(self.acceptance_rate, self.drafted_tokens / self.drafting_rounds, self.cost_ratio,
-                                   self.drafting_rounds / self.decode_rounds if self.decode_rounds else 0.0)
-
 
 def aggregate(runs: list[GenerationStats]) -> AggregateStats:
     return AggregateStats(
         generations=len(runs),
         committed_tokens=sum(s.committed_tokens for s in runs),
-        decode_tokens=sum(max(0, s.committed_tokens - 1) for s in runs),
-        decode_seconds=sum(max(0.0, s.elapsed_seconds - s.ttft_seconds) for s in runs),
+        decode_tokens=sum(s.decode_tokens for s in runs),
+        decode_seconds=sum(s.decode_seconds for s in runs),
         elapsed_seconds=sum(s.elapsed_seconds for s in runs),
         target_passes=sum(s.target_passes for s in runs),
         drafted_tokens=sum(s.drafted_tokens for s in runs),
         accepted_tokens=sum(s.accepted_tokens for s in runs),
         drafting_rounds=sum(s.drafting_rounds for s in runs),
-        decode_rounds=sum(max(0, s.rounds - 1) for s in runs),
+        decode_rounds=sum(s.decode_rounds for s in runs),
         draft_seconds=sum(s.draft_seconds for s in runs),
         verify_seconds=sum(s.verify_seconds for s in runs))
