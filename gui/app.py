@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import os
 import sys
-from functools import partial
 
 from engine.config import METHODS, SamplingConfig, SpecConfig, parse_spec
 from engine.errors import ConfigError
@@ -32,8 +32,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specscope gui", description="Open the SpecScope chat window.")
-    parser.add_argument("--model", default="default", help="target model: 'default', a hub id, a folder or a GGUF "
-                                                           "file (default: the built-in model)")
+    parser.add_argument("--model", default=None, help="target model: 'default', a hub id, a folder or a GGUF "
+                                                      "file (default: the last one used, else the built-in model)")
     parser.add_argument("--method", choices=METHODS, default=None, help="speculation method")
     parser.add_argument("--draft", default=None, help="draft model (method draft-model)")
     parser.add_argument("--k", type=int, default=None, help="draft length per round")
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    parser.add_argument("--device", default=None, help="auto, cpu, cuda, mps (default: the last one chosen)")
     parser.add_argument("--theme", choices=("auto", "light", "dark"), default="auto")
     parser.add_argument("--hide-rejected", action="store_true", help="start with rejected drafts hidden")
     parser.add_argument("--demo", action="store_true",
@@ -217,6 +217,13 @@ class ScriptedCompare(ScriptedRun):
         super()._failed(message)
 
 
+def no_display() -> bool:
+    """On Linux Qt aborts the process when it finds no display: say so in one line instead."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return False
+    return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def main(argv: list[str] | None = None, *, loader=None) -> int:
     """Entry point of `specscope` and `specscope gui ...` (argv without the program name)."""
     args = parse_args(argv)
@@ -224,6 +231,10 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
         check_settings(args)
     except ConfigError as exc:
         print(f"specscope gui: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if no_display():
+        print("specscope gui: error: no display to open a window on (DISPLAY and WAYLAND_DISPLAY are unset); "
+              "for scripted runs set QT_QPA_PLATFORM=offscreen", file=sys.stderr)
         return EXIT_USAGE
 
     from PySide6.QtCore import QTimer
@@ -243,10 +254,15 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     theme.apply(app, palette)
 
     if loader is None:
-        loader = demo_loader if args.demo else partial(load_real_engine, device=args.device)
-    window = MainWindow(loader=loader, palette=palette, model=args.model)
+        loader = demo_loader if args.demo else load_real_engine
+    # a scripted run or the demo neither restores nor saves the settings, nor writes the chat history
+    persist = args.prompt is None and not args.demo
+    window = MainWindow(loader=loader, palette=palette, model=args.model, persist=persist)
+    if args.device is not None or not persist:  # for this run only
+        window.set_device(args.device or "auto", window.settings.dtype() if persist else "auto", remember=False)
     apply_args(window, args)
-    window.resize(window.sizeHint())
+    if not window.geometry_restored:
+        window.resize(window.sizeHint())
     window.show()
 
     scripted = (ScriptedCompare if args.compare else ScriptedRun)(app, window, args) if args.prompt else None
