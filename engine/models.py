@@ -245,8 +245,9 @@ def check_memory(source: ModelSource, device: torch.device, dtype: torch.dtype) 
 
 
 def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype: str | torch.dtype | None = None,
-               progress: Progress | None = None) -> LoadedModel:
-    """Load a model and its tokenizer, ready for inference. Raises ModelLoadError and friends."""
+               progress: Progress | None = None, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a model and its tokenizer, ready for inference. Raises ModelLoadError and friends.
+    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed, for this model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     progress = progress or (lambda message: None)
     started = time.perf_counter()
@@ -261,8 +262,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype: st
         folder = _convert_gguf(source, progress)
     progress(f"Loading {source.label} on {torch_device.type} ({str(torch_dtype).removeprefix('torch.')})…")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        kwargs = {"dtype": torch_dtype}
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
         if torch_device.type != "cpu":
             kwargs["device_map"] = {"": str(torch_device)}
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)

@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(["specscope-bench-gui"])
     theme.apply(app, theme.LIGHT)
     window = MainWindow(loader=load_real_engine, palette=theme.LIGHT, model=args.model)
+    window.set_device("auto", "auto", remember=False)
     window.resize(1440, 900)
     window.show()
     try:

@@ -205,6 +205,12 @@ class SessionModel:
         self._current = None
         self.live.reset(k=0, method="none", model="")
 
+    def restore(self, turns: list[Turn], tokens: list[Token]) -> None:
+        """Replace the conversation with saved turns (their tokens' serials index `tokens`)."""
+        self.new_chat()
+        self.turns.extend(turns)
+        self.tokens.extend(tokens)
+
     # ------------------------------------------------------------------ events
     def start(self, event: GenerationStarted) -> Turn:
         turn = Turn(role="assistant", spec_label=event.spec_label, model=event.model, warnings=event.warnings)
@@ -258,6 +264,8 @@ class SessionModel:
             return None
         turn.stop_reason = event.stop_reason
         turn.stats = event.stats
+        if getattr(event, "error", None):  # the reply ended on a problem (out of memory): what came stays
+            turn.error = event.error
         if event.text and len(event.text) >= len(turn.text):
             turn.text = event.text  # the engine's own decoding of the whole reply is authoritative
         if self.live.method == "none" and event.stats.committed_tokens >= MIN_BASELINE_TOKENS:

@@ -10,6 +10,7 @@ the request it belongs to, so the window can drop what a cancelled request still
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -67,17 +68,94 @@ class ComparisonRequest:
 
 
 Progress = Callable[[str], None]
-EngineLoader = Callable[[str, Progress], object]  # (model name, progress) -> engine with .target, .generate()
+# (model name, progress[, device=, dtype=, trust_remote_code=]) -> engine with .target, .generate(). A loader that
+# takes no keyword arguments is called with the name and progress only.
+EngineLoader = Callable[..., object]
+REMOTE_CODE, PICKLE = "remote-code", "pickle"
 
 
-def load_real_engine(name: str, progress: Progress | None = None, device: str = "auto"):
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """How models are loaded: device, dtype, and the user's per-model answers to the two safety questions
+    (run the model's own code? load pickle weights?). Names missing from both sets of a question: not asked."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    remote_code_allowed: frozenset[str] = frozenset()
+    remote_code_refused: frozenset[str] = frozenset()
+    pickle_allowed: frozenset[str] = frozenset()
+    pickle_refused: frozenset[str] = frozenset()
+
+    def loader_kwargs(self, name: str) -> dict:
+        return {"device": self.device, "dtype": None if self.dtype == "auto" else self.dtype,
+                "trust_remote_code": name in self.remote_code_allowed}
+
+    def key(self, name: str) -> tuple:
+        """What makes a loaded model the one asked for."""
+        return name, self.device, self.dtype, name in self.remote_code_allowed
+
+
+class ConsentNeeded(SpecScopeError):
+    """Loading `model` needs the user's answer to a safety question first (`kind`: remote-code | pickle)."""
+
+    def __init__(self, kind: str, model: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.model = kind, model
+
+
+def safety_check(name: str, options: LoadOptions) -> None:
+    """Before loading a folder or cached hub model: ask (ConsentNeeded) when it names its own Python code and
+    the user was never asked about it, or when its weights are pickle checkpoints only; refuse pickle weights
+    the user declined. Cheap (reads config files); names it cannot resolve are left to the loader."""
+    from engine.catalog import needs_remote_code, weight_files
+    from engine.errors import UnsafeCheckpointError
+    from engine.models import resolve_source
+
+    try:
+        source = resolve_source(name)
+    except SpecScopeError:
+        return
+    if source.gguf_file or not source.path.is_dir():
+        return
+    label = source.label
+    if needs_remote_code(source.path) and name not in options.remote_code_allowed \
+            and name not in options.remote_code_refused:
+        raise ConsentNeeded(REMOTE_CODE, name,
+                            f"{label} comes with its own Python code (trust_remote_code). Running it means "
+                            f"running code from {label}'s authors on this computer. Run it for this model?")
+    try:
+        _present, _missing, weights_format = weight_files(source.path)
+    except OSError:
+        return
+    if weights_format == "pickle":
+        if name in options.pickle_refused:
+            raise UnsafeCheckpointError(f"{label} has its weights only as pickle checkpoints, and you chose not "
+                                        "to load them (they can run code when loaded)")
+        if name not in options.pickle_allowed:
+            raise ConsentNeeded(PICKLE, name,
+                                f"{label} has its weights only as pickle checkpoints (.bin/.pt), which can run "
+                                "any code on this computer when loaded. Load them only if you trust its "
+                                "authors. Load them?")
+
+
+def load_real_engine(name: str, progress: Progress | None = None, device: str = "auto", dtype: str | None = None,
+                     trust_remote_code: bool = False):
     """Load `name` with engine.models and wrap it in the speculative engine (runs on the worker thread)."""
     limit_torch_threads(import_torch=True)
     _quiet_libraries()
     from engine.models import load_model  # imports torch and transformers: only ever on the worker thread
     from engine.speculative import Engine
 
-    return Engine(load_model(name, device=device, progress=progress))
+    return Engine(load_model(name, device=device, dtype=dtype, progress=progress,
+                             trust_remote_code=trust_remote_code))
+
+
+def _takes_options(loader) -> bool:
+    try:
+        parameters = inspect.signature(loader).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_KEYWORD or p.name == "device" for p in parameters)
 
 
 def _quiet_libraries() -> None:
@@ -126,6 +204,7 @@ class EngineWorker(QObject):
 
     model_load_started = Signal(str)
     model_load_progressed = Signal(str)  # a line from the loader (GGUF conversion, device, dtype)
+    consent_needed = Signal(str, str, str)  # model name, kind (remote-code | pickle), the question
     model_loaded = Signal(object)  # ModelInfo
     load_failed = Signal(str, str)  # model name, message
     generation_started = Signal(int, object)  # request id, GenerationStarted
@@ -139,9 +218,13 @@ class EngineWorker(QObject):
     def __init__(self, loader: EngineLoader | None = None) -> None:
         super().__init__()
         self._loader = loader or load_real_engine
+        self._loader_takes_options = _takes_options(self._loader)
         self._engine = None
         self._info: ModelInfo | None = None
         self._requested_name: str | None = None
+        self._loaded_key: tuple | None = None
+        # set from the GUI thread (one reference assignment of a frozen value), read here before each load
+        self.load_options = LoadOptions()
         self.cancel = threading.Event()
         self.closing = threading.Event()
 
@@ -217,12 +300,20 @@ class EngineWorker(QObject):
 
     # ------------------------------------------------------------------ helpers
     def _ensure_loaded(self, name: str) -> bool:
-        if self._engine is not None and name == self._requested_name:
+        options = self.load_options
+        if self._engine is not None and options.key(name) == self._loaded_key:
             return True
         self.model_load_started.emit(name)
         try:
-            engine = self._loader(name, self.model_load_progressed.emit)
+            safety_check(name, options)
+            if self._loader_takes_options:
+                engine = self._loader(name, self.model_load_progressed.emit, **options.loader_kwargs(name))
+            else:
+                engine = self._loader(name, self.model_load_progressed.emit)
             limit_torch_threads()
+        except ConsentNeeded as exc:
+            self.consent_needed.emit(name, exc.kind, str(exc))
+            return False
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, SpecScopeError):
                 traceback.print_exc()
@@ -230,6 +321,7 @@ class EngineWorker(QObject):
             return False
         self._engine = engine
         self._requested_name = name
+        self._loaded_key = options.key(name)
         self._info = model_info(engine, name)
         self.model_loaded.emit(self._info)
         return True

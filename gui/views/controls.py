@@ -42,6 +42,7 @@ class Settings:
 class ControlsPanel(QWidget):
     settings_changed = Signal()
     model_change_requested = Signal(str)
+    models_requested = Signal()  # the model manager
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -69,6 +70,11 @@ class ControlsPanel(QWidget):
         row.addWidget(self.model, 1)
         row.addWidget(browse)
         model_form.addRow("Target", row)
+        self.models_button = QToolButton()
+        self.models_button.setText("Models…")
+        self.models_button.setToolTip("Every model on this computer, pairing a draft, downloads (Ctrl+M)")
+        self.models_button.clicked.connect(self.models_requested)
+        model_form.addRow("", self.models_button)
         self.model_status = QLabel("not loaded")
         self.model_status.setObjectName("dim")
         self.model_status.setWordWrap(True)

@@ -7,7 +7,7 @@ the stats strip are redrawn from a 20 Hz timer, and only when something changed.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
                                QProgressBar, QPushButton, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
@@ -15,15 +15,21 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, Q
 from engine.config import SpecConfig
 from engine.errors import ConfigError
 from gui import theme
+from gui.history import HistoryRecorder, turns_from_conversation
 from gui.session_model import MIN_BASELINE_TOKENS, SessionModel
+from gui.settings import AppSettings
+from gui.store import HistoryError, HistoryStore
 from gui.views.controls import ControlsPanel
+from gui.views.history_panel import HistoryPanel, ask_yes_no
 from gui.views.message_box import MessageBox
 from gui.views.plots import PANELS, LivePlots
 from gui.views.stats import StatsStrip
 from gui.views.transcript import LegendBar, TranscriptView
-from gui.worker import EngineLoader, GenerationRequest, ModelInfo, WorkerThread
+from gui.worker import PICKLE, REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
 REFRESH_MS = 50  # graphs and stats strip: at most 20 redraws a second
+SETTINGS_KEYS = ("model", "method", "draft", "k", "layers", "temperature", "top_p", "top_k", "seed",
+                 "max_new_tokens", "system_prompt")
 
 
 class MainWindow(QMainWindow):
@@ -32,16 +38,40 @@ class MainWindow(QMainWindow):
     request_failed = Signal(str)
     model_ready = Signal(object)  # ModelInfo
     baseline_measured = Signal(float)
+    conversation_opened = Signal(int)
+    consent_answered = Signal(str, str, bool)  # model, kind (remote-code | pickle), answer
     # asks, queued to the worker thread
     load_requested = Signal(str)
     generation_requested = Signal(object)
 
     def __init__(self, loader: EngineLoader | None = None, palette: theme.Palette | None = None,
-                 model: str = "default") -> None:
+                 model: str | None = None, *, persist: bool = False, settings: AppSettings | None = None,
+                 store: HistoryStore | None = None) -> None:
+        """`persist`: keep the chat history (SQLite, gui/store.py) and restore/save the settings and window
+        layout (QSettings, gui/settings.py). Off for scripted runs, benchmarks and most tests. The device, dtype,
+        added models and safety answers always come from (and go to) `settings`."""
         super().__init__()
         self.setWindowTitle("SpecScope")
         self.palette_ = palette or theme.LIGHT
+        self.persist = persist
+        self.settings = settings if settings is not None else AppSettings()
         self.session = SessionModel()
+        self.history_problem: str | None = None
+        if store is None and persist:
+            try:
+                store = HistoryStore()
+            except HistoryError as exc:
+                self.history_problem = f"Chat history is off: {exc}"
+        self.store = store
+        self.recorder = HistoryRecorder(store)
+        self._request_settings: dict = {}
+        self._consents: dict[tuple[str, str], bool] = {}
+        self._device_override: tuple[str, str] | None = None
+        # replaceable: the yes/no question of the safety checks (tests answer it without a modal dialog)
+        self.confirm = lambda title, text: ask_yes_no(self, title, text)
+        self.model_manager = None
+        self.settings_dialog = None
+        self.geometry_restored = False
         self.model_info: ModelInfo | None = None
         self._loading: str | None = None
         self._active: GenerationRequest | None = None
@@ -54,12 +84,16 @@ class MainWindow(QMainWindow):
         self._baseline_model = ""
         self.compare_window = None  # gui.views.compare.CompareWindow, made on first use
 
-        self._build_views(model)
+        self._build_views(model or "default")
         self._build_menu()
+        if persist:
+            self.restore_settings(model_given=model is not None)
 
         self.worker_thread = WorkerThread(loader)
         worker = self.worker_thread.worker
+        self._sync_load_options()
         self.load_requested.connect(worker.load)
+        worker.consent_needed.connect(self._on_consent_needed)
         self.generation_requested.connect(worker.generate)
         worker.model_load_started.connect(self._on_load_started)
         worker.model_load_progressed.connect(self._set_status)
@@ -132,6 +166,21 @@ class MainWindow(QMainWindow):
         self.controls_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
                                        | QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
+        self.controls.models_requested.connect(self.open_models)
+
+        # chats dock (left, above the settings)
+        self.history_panel = HistoryPanel(self.store, p)
+        if self.history_problem:
+            self.history_panel.show_notice(self.history_problem)
+        self.history_panel.conversation_opened.connect(self.open_conversation)
+        self.history_panel.conversation_deleted.connect(self._on_conversation_deleted)
+        self.history_dock = QDockWidget("Chats", self)
+        self.history_dock.setObjectName("chats_dock")
+        self.history_dock.setWidget(self.history_panel)
+        self.history_dock.setFeatures(self.controls_dock.features())
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
+        self.splitDockWidget(self.history_dock, self.controls_dock, Qt.Orientation.Vertical)
+        self.resizeDocks([self.history_dock, self.controls_dock], [230, 640], Qt.Orientation.Vertical)
 
         # speculation dock (right): stats strip + graphs
         live = QWidget()
@@ -171,18 +220,26 @@ class MainWindow(QMainWindow):
         quit_ = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close)
         chat.addActions([new, stop])
         chat.addSeparator()
+        chat.addAction(QAction("Export chat as &Markdown…", self,
+                               triggered=lambda: self._export_current("markdown")))
+        chat.addAction(QAction("Export chat as &JSON…", self, triggered=lambda: self._export_current("json")))
+        chat.addSeparator()
         chat.addAction(quit_)
         view = self.menuBar().addMenu("&View")
         self.rejected_action = QAction("Show &rejected drafts", self, checkable=True, checked=True)
         self.rejected_action.toggled.connect(self.legend.show_rejected.setChecked)
         view.addAction(self.rejected_action)
         view.addSeparator()
+        view.addAction(self.history_dock.toggleViewAction())
         view.addAction(self.controls_dock.toggleViewAction())
         view.addAction(self.live_dock.toggleViewAction())
         view.addSeparator()
         for name in ("light", "dark"):
             view.addAction(QAction(f"{name.title()} theme", self, triggered=lambda _=False, n=name: self.set_theme(n)))
         tools = self.menuBar().addMenu("&Tools")
+        tools.addAction(QAction("&Models…", self, shortcut=QKeySequence("Ctrl+M"), triggered=self.open_models))
+        tools.addAction(QAction("&Settings…", self, shortcut=QKeySequence.StandardKey.Preferences,
+                                triggered=self.open_settings))
         tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+C"),
                                 triggered=self.open_compare))
         help_ = self.menuBar().addMenu("&Help")
@@ -196,9 +253,11 @@ class MainWindow(QMainWindow):
         """Load the model chosen in the settings (in the background)."""
         self.load_model(self.controls.model_name())
 
-    def load_model(self, name: str) -> None:
+    def load_model(self, name: str, force: bool = False) -> None:
+        """Load `name` in the background. `force`: also when it is the loaded one (the device or dtype
+        changed, a safety question was answered)."""
         name = name.strip() or "default"
-        if name == self._loading or (self._loading is None and self.model_info is not None
+        if name == self._loading or (not force and self._loading is None and self.model_info is not None
                                      and name == self.model_info.requested):
             return
         self._loading = name
@@ -220,6 +279,9 @@ class MainWindow(QMainWindow):
             return False
         self.session.system_prompt = settings.system_prompt
         self.controls.show_runtime_problem(None)
+        self._request_settings = self._settings_record(settings)
+        self.recorder.user_message(text, self._request_settings)
+        self.history_panel.set_current(self.recorder.conversation_id)
         turn = self.session.add_user(text)
         self.transcript.append_user(turn)
         self.message_box.clear()
@@ -238,8 +300,13 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         if self._active is not None:
             self.worker_thread.stop_generation()
+            if self._active.purpose == "chat":  # what it wrote is kept, marked as stopped
+                self.recorder.reply_failed("stopped: a new chat was started", taken_back=False)
             self._end_active()
         self.session.new_chat()
+        self.recorder.new_chat()
+        self.history_panel.set_current(None)
+        self.history_panel.refresh()
         self.transcript.render_turns([])
         self.plots.clear()
         self.refresh_live_views()
@@ -284,6 +351,9 @@ class MainWindow(QMainWindow):
         self.legend.set_palette(palette)
         self.plots.set_palette(palette)
         self.stats_strip.set_palette(palette)
+        self.history_panel.set_palette(palette)
+        if self.model_manager is not None:
+            self.model_manager.set_palette(palette)
         self.transcript.render_turns(self.session.turns, self.session.current)
         self.refresh_live_views()
         if self.compare_window is not None:
@@ -366,6 +436,8 @@ class MainWindow(QMainWindow):
             self._baseline_model = event.model
             return
         turn = self.session.start(event)
+        self.recorder.reply_started({**self._request_settings, "spec": event.spec_label, "model_label": event.model,
+                                     "device": event.device, "dtype": event.dtype})
         self.transcript.begin_assistant(turn)
         self.plots.clear(event.k if event.method != "none" else 0)
         self.stats_strip.show_figures(self.session.figures())
@@ -379,6 +451,7 @@ class MainWindow(QMainWindow):
             return
         tokens = self.session.apply_round(event)
         self.transcript.append_tokens(tokens)
+        self.recorder.round_verified(event)  # one short transaction: a kill mid-reply keeps every round so far
 
     def _on_generation_finished(self, request_id: int, event) -> None:
         request = self._active
@@ -396,12 +469,17 @@ class MainWindow(QMainWindow):
             self.baseline_measured.emit(tok_per_s)
             return
         turn = self.session.finish(event)
+        self.recorder.reply_finished(event)
+        self.history_panel.refresh()
         if turn is not None:
             self.transcript.end_assistant(turn)
         self.refresh_live_views()
         stats = event.stats
-        self._set_status(f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
-                         + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
+        if event.error:
+            self._set_status(f"Reply ended: {event.error}")
+        else:
+            self._set_status(f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
+                             + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
         if turn is not None:
             self.reply_finished.emit(turn)
 
@@ -412,6 +490,8 @@ class MainWindow(QMainWindow):
         self._end_active()
         if request.purpose == "chat":
             restored = self.session.fail(message)
+            self.recorder.reply_failed(message, taken_back=restored is not None)
+            self.history_panel.refresh()
             if restored is not None:
                 self.transcript.render_turns(self.session.turns)
                 if not self.message_box.toPlainText().strip():
@@ -462,6 +542,186 @@ class MainWindow(QMainWindow):
     def _set_status(self, text: str) -> None:
         self.status_label.setText(text)
 
+    # ------------------------------------------------------------------ history
+    def open_conversation(self, conversation_id: int) -> bool:
+        """Show a saved conversation, coloured as it was made; the next message continues it."""
+        if self.store is None:
+            return False
+        if self._active is not None or self._comparing():
+            self._set_status("Stop the reply first, then open another chat")
+            self.history_panel.set_current(self.recorder.conversation_id)
+            return False
+        try:
+            conversation = self.store.load_conversation(conversation_id)
+        except HistoryError as exc:
+            self._set_status(f"Could not open the chat: {exc}")
+            return False
+        turns, tokens = turns_from_conversation(conversation)
+        self.session.restore(turns, tokens)
+        self.recorder.open(conversation_id)
+        self.transcript.render_turns(self.session.turns)
+        self.plots.clear()
+        self.refresh_live_views()
+        self.history_panel.set_current(conversation_id)
+        self._set_status(f"Opened “{conversation.title}”")
+        self.conversation_opened.emit(conversation_id)
+        return True
+
+    def _on_conversation_deleted(self, conversation_id: int) -> None:
+        if self.recorder.conversation_id == conversation_id:
+            self.new_chat()
+
+    def _export_current(self, fmt: str) -> None:
+        if self.recorder.conversation_id is None:
+            self._set_status("Nothing to export yet: this chat has no saved message")
+            return
+        if self.history_panel.export(self.recorder.conversation_id, fmt=fmt) is not None:
+            self._set_status("Chat exported")
+
+    def _settings_record(self, settings) -> dict:
+        """The settings a message ran with, as stored in the history (JSON-ready)."""
+        spec, sampling = settings.spec, settings.sampling
+        return {"model": self._loaded_name, "method": spec.method, "k": spec.k, "draft": spec.draft,
+                "layers": spec.layers, "max_new_tokens": settings.max_new_tokens,
+                "system_prompt": settings.system_prompt or None,
+                "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                             "seed": sampling.seed}}
+
+    # ------------------------------------------------------------------ settings (QSettings)
+    def restore_settings(self, model_given: bool = False) -> None:
+        """The last session's settings panel and window layout (the command line's model wins)."""
+        settings = self.settings
+        values = {}
+        for key, kind in (("model", str), ("method", str), ("draft", str), ("k", int), ("layers", int),
+                          ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),
+                          ("max_new_tokens", int), ("system_prompt", str)):
+            value = settings.value(f"chat/{key}", None, kind)
+            if value is not None:
+                values[key] = value
+        if model_given:
+            values.pop("model", None)
+        try:
+            self.controls.apply(**values)
+        except ConfigError:  # a method this version does not know: keep the defaults
+            pass
+        geometry = settings.value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.geometry_restored = self.restoreGeometry(geometry)
+        state = settings.value("window/state")
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state)
+        show_rejected = settings.value("view/show_rejected", None, bool)
+        if show_rejected is not None:
+            self.set_show_rejected(show_rejected)
+
+    def save_settings(self) -> None:
+        controls = self.controls
+        values = {"model": self._loaded_name if self.model_info is not None else controls.model_name(),
+                  "method": controls.method.currentData(), "draft": controls.draft.currentText().strip(),
+                  "k": controls.k.value(), "layers": controls.layers.value(),
+                  "temperature": controls.temperature.value(), "top_p": controls.top_p.value(),
+                  "top_k": controls.top_k.value(), "seed": controls.seed.value(),
+                  "max_new_tokens": controls.max_new_tokens.value(),
+                  "system_prompt": controls.system_prompt.toPlainText()}
+        for key, value in values.items():
+            self.settings.set_value(f"chat/{key}", value)
+        self.settings.set_value("window/geometry", self.saveGeometry())
+        self.settings.set_value("window/state", self.saveState())
+        self.settings.set_value("view/show_rejected", self.transcript.show_rejected)
+        self.settings.sync()
+
+    # ------------------------------------------------------------------ loading options and safety answers
+    def load_options(self) -> LoadOptions:
+        answers = {(kind, model): answer for (kind, model), answer in self._consents.items()}
+
+        def names(kind: str, answer: bool) -> frozenset[str]:
+            stored = self.settings.json_value(f"consent/{kind}", {})
+            merged = {**{m: a for m, a in stored.items() if isinstance(a, bool)},
+                      **{m: a for (k, m), a in answers.items() if k == kind}}
+            return frozenset(m for m, a in merged.items() if a is answer)
+
+        device, dtype = self._device_override or (self.settings.device(), self.settings.dtype())
+        return LoadOptions(device=device, dtype=dtype,
+                           remote_code_allowed=names(REMOTE_CODE, True), remote_code_refused=names(REMOTE_CODE, False),
+                           pickle_allowed=names(PICKLE, True), pickle_refused=names(PICKLE, False))
+
+    def _sync_load_options(self) -> None:
+        self.worker_thread.worker.load_options = self.load_options()
+
+    def set_device(self, device: str, dtype: str = "auto", remember: bool = True) -> None:
+        """Device and dtype for the next load (the model manager's pickers; --device, for this run only)."""
+        if remember:
+            self.settings.set_device(device, dtype)
+            self._device_override = None
+        else:
+            self._device_override = (device, dtype)
+        self._sync_load_options()
+
+    def consent(self, kind: str, model: str) -> bool | None:
+        return self._consents.get((kind, model), self.settings.consent(kind, model))
+
+    def _on_consent_needed(self, model: str, kind: str, question: str) -> None:
+        """Asked once per model: the answer is remembered (QSettings) and the load goes on with it."""
+        self._loading = None
+        self.progress.setVisible(self._active is not None)
+        title = "Run this model's own code?" if kind == REMOTE_CODE else "Load pickle checkpoints?"
+        answer = bool(self.confirm(title, question))
+        self._consents[(kind, model)] = answer
+        self.settings.set_consent(kind, model, answer)
+        self._sync_load_options()
+        self.consent_answered.emit(model, kind, answer)
+        if kind == REMOTE_CODE and not answer:
+            self._set_status(f"Loading {model} without running its code…")
+        self.load_model(model, force=True)
+
+    # ------------------------------------------------------------------ dialogs
+    def open_models(self):
+        """The model manager (model facts, target/draft pairing, downloads)."""
+        if self.model_manager is None:
+            from gui.views.model_manager import ModelManager
+
+            draft = self.controls.draft.currentText().strip() if self.controls.method.currentData() == "draft-model" \
+                else None
+            self.model_manager = ModelManager(self.settings, self.palette_, target=self._loaded_name, draft=draft,
+                                              parent=self)
+            self.model_manager.setWindowFlag(Qt.WindowType.Window, True)
+            self.model_manager.load_requested.connect(self._load_from_manager)
+            self.model_manager.resize(self.model_manager.sizeHint())
+        self.model_manager.show()
+        if QApplication.platformName() != "offscreen":
+            self.model_manager.raise_()
+            self.model_manager.activateWindow()
+        return self.model_manager
+
+    def _load_from_manager(self, target: str, draft, device: str, dtype: str) -> None:
+        options = self.load_options()
+        changed_device = (options.device, options.dtype) != (device, dtype)
+        self.set_device(device, dtype)
+        if draft:
+            self.controls.apply(method="draft-model", draft=draft)
+        elif self.controls.method.currentData() == "draft-model":
+            self.controls.apply(method="none")
+        self.controls.apply(model=target)
+        self.load_model(target, force=changed_device)
+
+    def open_settings(self):
+        from gui.settings import app_settings
+        from gui.views.settings_dialog import SettingsDialog
+
+        if self.settings_dialog is None:
+            self.settings_dialog = SettingsDialog(
+                history_path=str(self.store.path) if self.store is not None else "",
+                settings_path=self.settings.qsettings.fileName() or app_settings().fileName(), parent=self)
+            self.settings_dialog.token_saved.connect(lambda _storage: self._token_changed())
+            self.settings_dialog.token_removed.connect(self._token_changed)
+        self.settings_dialog.refresh()
+        self.settings_dialog.show()
+        return self.settings_dialog
+
+    def _token_changed(self) -> None:
+        if self.model_manager is not None:
+            self.model_manager._update_token_note()
+
     # ------------------------------------------------------------------ compare window
     def open_compare(self):
         """Show the compare window (settings side by side, k sweep); it runs on this window's worker."""
@@ -507,14 +767,23 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
-        """Stop the generator at the next round and join the worker thread. Safe to call twice."""
+        """Stop the generator at the next round and join the worker thread (and the model manager's); save the
+        settings and close the history. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         self.refresh_timer.stop()
+        if self.persist:
+            self.save_settings()
         if self.compare_window is not None:
             self.compare_window.close()
+        if self.model_manager is not None:
+            self.model_manager.shutdown()
         self.worker_thread.shutdown()
+        if self._active is not None and self._active.purpose == "chat":
+            self.recorder.reply_failed("stopped: SpecScope was closed", taken_back=False)
+        if self.store is not None:
+            self.store.close()
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.shutdown()

@@ -252,7 +252,8 @@ class TranscriptView(QTextEdit):
 def footer_text(turn: Turn) -> str:
     stats = turn.stats
     reason = {"eos": "end of reply", "stop-string": "stop string", "max-new-tokens": "token limit reached",
-              "cancelled": "stopped", "context-full": "context full"}.get(turn.stop_reason, turn.stop_reason)
+              "cancelled": "stopped", "context-full": "context full", "out-of-memory": "out of memory",
+              "interrupted": "interrupted", "error": "ended by an error"}.get(turn.stop_reason, turn.stop_reason)
     parts = [reason]
     if stats is not None:
         parts.append(f"{stats.committed_tokens} tokens")

@@ -23,6 +23,7 @@ class FakeRepo:
 class FakeHub:
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, authorization
+    hold: dict[str, threading.Event] = field(default_factory=dict)  # GET of this file waits for its event
     server: ThreadingHTTPServer | None = None
     thread: threading.Thread | None = None
 
@@ -83,6 +84,8 @@ class FakeHub:
                         self._send(404, b"", {"X-Error-Code": "EntryNotFound"})
                         return
                     data = repo.files[name]
+                    if self.command == "GET" and name in hub.hold:
+                        hub.hold[name].wait(10)
                     headers = {"ETag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Repo-Commit": repo.sha,
                                "Accept-Ranges": "bytes"}
                     start = 0

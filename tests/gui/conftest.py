@@ -13,14 +13,35 @@ from gui.views.main_window import MainWindow  # noqa: E402
 WAIT_MS = 10_000  # generous: a slow CI machine is not a failure
 
 
+@pytest.fixture(autouse=True)
+def private_app_dirs(tmp_path, monkeypatch):
+    """Every GUI test writes its chat history and settings under tmp_path, never the user's real ones, and
+    sees an empty in-memory keyring."""
+    import keyring
+
+    from gui import secrets
+    from memory_keyring import MemoryKeyring
+
+    data, settings = tmp_path / "app-data", tmp_path / "app-settings"
+    monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(data))
+    monkeypatch.setenv("SPECSCOPE_SETTINGS_DIR", str(settings))
+    previous = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    monkeypatch.setattr(secrets, "_default", None)
+    yield {"data": data, "settings": settings, "keyring": backend}
+    keyring.set_keyring(previous)
+
+
 @pytest.fixture
 def make_window(qtbot):
-    """Build a MainWindow driven by `engine` (a FakeEngine by default), loaded and ready to chat."""
+    """Build a MainWindow driven by `engine` (a FakeEngine by default), loaded and ready to chat. It keeps its
+    history and settings (persist=True) in the test's private folders."""
     windows = []
 
-    def make(engine: FakeEngine | None = None, palette=theme.LIGHT) -> MainWindow:
+    def make(engine: FakeEngine | None = None, palette=theme.LIGHT, persist: bool = True) -> MainWindow:
         engine = engine if engine is not None else FakeEngine()
-        window = MainWindow(loader=lambda name, progress=None: engine, palette=palette)
+        window = MainWindow(loader=lambda name, progress=None: engine, palette=palette, persist=persist)
         window.engine = engine  # for the test's convenience
         qtbot.addWidget(window)
         windows.append(window)

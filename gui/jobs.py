@@ -1,0 +1,62 @@
+"""Run slow, blocking calls (catalog scans, tokenizer checks, downloads) on a thread of their own, one at a
+time, and hear back on the GUI thread.
+
+`BackgroundJobs.submit(fn)` queues `fn()` to the thread and returns a job id; `finished(job_id, result)` or
+`failed(job_id, exception)` comes back through a queued signal. `shutdown()` quits the thread and waits for
+it (a running call finishes first: give it a way to stop, such as a download's cancel event).
+"""
+
+from __future__ import annotations
+
+import itertools
+import traceback
+from typing import Callable
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine.errors import SpecScopeError
+
+
+class _Runner(QObject):
+    finished = Signal(int, object)
+    failed = Signal(int, object)
+
+    @Slot(int, object)
+    def run(self, job_id: int, fn: Callable[[], object]) -> None:
+        try:
+            result = fn()
+        except Exception as exc:  # noqa: BLE001 — reported to the GUI as a message, never a crash
+            if not isinstance(exc, SpecScopeError):
+                traceback.print_exc()
+            self.failed.emit(job_id, exc)
+            return
+        self.finished.emit(job_id, result)
+
+
+class BackgroundJobs(QObject):
+    finished = Signal(int, object)  # job id, result
+    failed = Signal(int, object)  # job id, exception
+    _submitted = Signal(int, object)
+
+    def __init__(self, name: str, parent=None) -> None:
+        super().__init__(parent)
+        self._ids = itertools.count(1)
+        self.thread = QThread()
+        self.thread.setObjectName(name)
+        self._runner = _Runner()
+        self._runner.moveToThread(self.thread)
+        self._submitted.connect(self._runner.run)
+        self._runner.finished.connect(self.finished)
+        self._runner.failed.connect(self.failed)
+        self.thread.start()
+
+    def submit(self, fn: Callable[[], object]) -> int:
+        job_id = next(self._ids)
+        self._submitted.emit(job_id, fn)
+        return job_id
+
+    def shutdown(self) -> None:
+        """Finish the running call, drop the queued ones, stop the thread. Safe to call twice."""
+        if self.thread.isRunning():
+            self.thread.quit()
+            self.thread.wait()

@@ -1,0 +1,106 @@
+"""What the app remembers between runs, in Qt's QSettings: the last model, draft, method, k, sampling, the
+device and dtype, the model folders and files the user added, the window layout, and the user's answers to
+"run this model's own code?" / "load these pickle weights?" (per model).
+
+Never the Hugging Face token: that lives in the OS keyring only (gui/secrets.py).
+
+Where: Qt's per-user location for organisation "SpecScope", application "SpecScope"; SPECSCOPE_SETTINGS_DIR
+puts an INI file there instead (tests: the user's real settings are never touched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+
+ORGANIZATION = "SpecScope"
+APPLICATION = "SpecScope"
+SETTINGS_FILE = "specscope.ini"
+CONSENT_KINDS = ("remote-code", "pickle")
+
+
+def app_settings() -> QSettings:
+    override = os.environ.get("SPECSCOPE_SETTINGS_DIR")
+    if override:
+        folder = Path(override).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        return QSettings(str(folder / SETTINGS_FILE), QSettings.Format.IniFormat)
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+class AppSettings:
+    """Typed access to the QSettings keys the app uses."""
+
+    def __init__(self, settings: QSettings | None = None) -> None:
+        self.qsettings = settings if settings is not None else app_settings()
+
+    # -- plain values
+    def value(self, key: str, default=None, kind: type | None = None):
+        raw = self.qsettings.value(key, None)
+        if raw is None:
+            return default
+        if kind is None:
+            return raw
+        try:
+            if kind is bool:
+                return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
+            return kind(raw)
+        except (TypeError, ValueError):
+            return default
+
+    def set_value(self, key: str, value) -> None:
+        if value is None:
+            self.qsettings.remove(key)
+        else:
+            self.qsettings.setValue(key, value)
+
+    def sync(self) -> None:
+        self.qsettings.sync()
+
+    # -- JSON values (lists and maps whose keys may hold '/', which QSettings would read as groups)
+    def json_value(self, key: str, default):
+        raw = self.qsettings.value(key, None)
+        if raw is None:
+            return default
+        try:
+            value = json.loads(str(raw))
+        except ValueError:
+            return default
+        return value if isinstance(value, type(default)) else default
+
+    def set_json_value(self, key: str, value) -> None:
+        self.qsettings.setValue(key, json.dumps(value, ensure_ascii=False))
+
+    # -- models the user added (folders and .gguf files)
+    def added_models(self) -> list[str]:
+        return [str(p) for p in self.json_value("models/added", []) if isinstance(p, str)]
+
+    def set_added_models(self, paths: list[str]) -> None:
+        self.set_json_value("models/added", list(dict.fromkeys(paths)))
+
+    # -- device and dtype for loading
+    def device(self) -> str:
+        return self.value("models/device", "auto", str)
+
+    def dtype(self) -> str:
+        return self.value("models/dtype", "auto", str)
+
+    def set_device(self, device: str, dtype: str) -> None:
+        self.set_value("models/device", device)
+        self.set_value("models/dtype", dtype)
+
+    # -- per-model consent: None (never asked), True, False
+    def consent(self, kind: str, model: str) -> bool | None:
+        answers = self.json_value(f"consent/{kind}", {})
+        answer = answers.get(model)
+        return answer if isinstance(answer, bool) else None
+
+    def set_consent(self, kind: str, model: str, answer: bool) -> None:
+        if kind not in CONSENT_KINDS:
+            raise ValueError(f"unknown consent kind {kind!r}")
+        answers = self.json_value(f"consent/{kind}", {})
+        answers[model] = bool(answer)
+        self.set_json_value(f"consent/{kind}", answers)

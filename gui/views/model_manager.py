@@ -1,0 +1,656 @@
+"""The model manager: every model on this machine with its facts, target and draft picking with an
+instant compatibility check in plain words, the compatible drafts found, and downloads from the Hugging Face
+Hub with progress, cancel and resume.
+
+All the work is `engine.catalog` and `engine.hub`, run on background threads (gui.jobs): listing reads
+metadata and tokenizers, the pair check loads two tokenizers (never weights), a download streams files.
+Results come back by job id; a result for a question no longer asked is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem,
+                               QMessageBox, QProgressBar, QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
+
+from engine import catalog
+from engine.errors import DownloadCancelledError, SpecScopeError, UnsafeCheckpointError
+from gui import secrets, theme
+from gui.jobs import BackgroundJobs
+from gui.settings import AppSettings
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+COLUMNS = ("Model", "Source", "Architecture", "Parameters", "Size on disk", "Stored as", "Tokenizer",
+           "Memory needed", "Status")
+KIND_LABELS = {"built-in": "built in", "hub-cache": "HF cache", "folder": "folder", "gguf": "GGUF file"}
+NO_DRAFT = "none (no draft model)"
+
+
+@dataclass(frozen=True, slots=True)
+class PairVerdict:
+    target: str
+    draft: str | None
+    compatible: bool | None  # None: no draft chosen
+    explanation: str
+    drafts: tuple  # compatible CatalogEntry candidates for the target
+
+
+def ask_yes_no(parent, title: str, text: str) -> bool:
+    answer = QMessageBox.question(parent, title, text, QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                  QMessageBox.StandardButton.No)
+    return answer == QMessageBox.StandardButton.Yes
+
+
+def device_availability() -> dict[str, bool]:
+    import torch
+    mps = getattr(torch.backends, "mps", None)
+    return {"auto": True, "cpu": True, "cuda": torch.cuda.is_available(),
+            "mps": bool(mps is not None and mps.is_available())}
+
+
+def list_job(extra: list[str], device: str, dtype: str):
+    entries = catalog.list_models(extra)
+    return entries, estimates_job(entries, device, dtype)(), device_availability()
+
+
+def estimates_job(entries, device: str, dtype: str) -> Callable[[], dict]:
+    def run() -> dict:
+        out = {}
+        for entry in entries:
+            try:
+                out[entry.name] = catalog.estimate_memory(entry, device, None if dtype == "auto" else dtype)
+            except (SpecScopeError, RuntimeError, ValueError):
+                out[entry.name] = None
+        return out
+    return run
+
+
+def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
+    def run() -> PairVerdict:
+        drafts = tuple(catalog.compatible_drafts(target, candidates))
+        if draft is None:
+            return PairVerdict(target.name, None, None, "", drafts)
+        if catalog._same_model(target, draft):
+            return PairVerdict(target.name, draft.name, False,
+                               "The draft is the target itself: it would only add work. Pick a smaller model with "
+                               "the same tokenizer.", drafts)
+        try:
+            difference = catalog.draft_difference(target, draft)
+        except SpecScopeError as exc:
+            return PairVerdict(target.name, draft.name, False, f"The pair cannot be checked: {exc}", drafts)
+        if difference is not None:
+            return PairVerdict(target.name, draft.name, False, catalog.explain_mismatch(difference), drafts)
+        note = ""
+        if not catalog._smaller(draft, target):
+            note = " It is not smaller than the target, though, so it will not make replies faster."
+        return PairVerdict(target.name, draft.name, True,
+                           f"These two share one tokenizer: {draft.label} can draft for {target.label}.{note}",
+                           drafts)
+    return run
+
+
+class ModelManager(QDialog):
+    # what happened (tests wait on these)
+    catalog_listed = Signal()
+    estimates_updated = Signal()
+    pair_checked = Signal(object)  # PairVerdict
+    download_progressed = Signal(object)  # engine.hub.DownloadProgress (emitted from the download's threads)
+    download_finished = Signal(object)  # engine.hub.DownloadResult
+    download_failed = Signal(str)
+    download_cancelled = Signal(str)
+    # asks
+    load_requested = Signal(str, object, str, str)  # target, draft (None: none), device, dtype
+
+    def __init__(self, settings: AppSettings, palette: theme.Palette, *, target: str = "default",
+                 draft: str | None = None, parent=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.settings = settings
+        self.palette_ = palette
+        self.entries: list[catalog.CatalogEntry] = []
+        self.estimates: dict = {}
+        self.verdict: PairVerdict | None = None
+        self.ask_yes_no: Callable[..., bool] = ask_yes_no  # replaceable: tests answer without a modal dialog
+        self._want_target, self._want_draft = target, draft
+        self._list_job = self._estimate_job = self._pair_job = self._download_job = None
+        self._download_cancel: threading.Event | None = None
+        self._download_repo: str | None = None
+        self._download_pickle = False
+        self._closed = False
+        self.catalog_jobs = BackgroundJobs("catalog", self)
+        self.catalog_jobs.finished.connect(self._job_finished)
+        self.catalog_jobs.failed.connect(self._job_failed)
+        self.download_jobs = BackgroundJobs("download", self)
+        self.download_jobs.finished.connect(self._download_done)
+        self.download_jobs.failed.connect(self._download_error)
+        self.download_progressed.connect(self._show_progress)
+        self._build()
+        self.refresh()
+
+    # ------------------------------------------------------------------ construction
+    def _build(self) -> None:
+        outer = QVBoxLayout(self)
+        outer.setSpacing(8)
+
+        device_row = QHBoxLayout()
+        device_row.addWidget(QLabel("Device"))
+        self.device = QComboBox()
+        for name in DEVICES:
+            self.device.addItem({"auto": "auto (best available)", "cpu": "CPU", "cuda": "CUDA (NVIDIA GPU)",
+                                 "mps": "MPS (Apple GPU)"}[name], name)
+        self.device.setCurrentIndex(max(0, self.device.findData(self.settings.device())))
+        device_row.addWidget(self.device)
+        device_row.addSpacing(12)
+        device_row.addWidget(QLabel("dtype"))
+        self.dtype = QComboBox()
+        for name in DTYPES:
+            self.dtype.addItem("auto (per device)" if name == "auto" else name, name)
+        self.dtype.setCurrentIndex(max(0, self.dtype.findData(self.settings.dtype())))
+        self.dtype.setToolTip("The dtype the weights are loaded in; GGUF files are dequantised to it")
+        device_row.addWidget(self.dtype)
+        device_row.addSpacing(12)
+        self.free_label = QLabel("")
+        self.free_label.setObjectName("dim")
+        device_row.addWidget(self.free_label, 1)
+        outer.addLayout(device_row)
+        self.device.currentIndexChanged.connect(self._device_changed)
+        self.dtype.currentIndexChanged.connect(self._device_changed)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("model_manager_splitter")
+        splitter.setChildrenCollapsible(False)
+        table_box = QWidget()
+        table_layout = QVBoxLayout(table_box)
+        table_layout.setContentsMargins(0, 0, 0, 0)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("model_table")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.setAlternatingRowColors(True)
+        self.table.setShowGrid(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.itemDoubleClicked.connect(lambda _item: self.use_selected_as("target"))
+        table_layout.addWidget(self.table, 1)
+        row = QHBoxLayout()
+        self.add_folder_button = QPushButton("Add folder…")
+        self.add_folder_button.clicked.connect(lambda: self.add_path())
+        self.add_gguf_button = QPushButton("Add GGUF file…")
+        self.add_gguf_button.clicked.connect(lambda: self.add_path(gguf=True))
+        self.remove_button = QPushButton("Remove from list")
+        self.remove_button.setToolTip("Forget a folder or file you added (nothing is deleted from disk)")
+        self.remove_button.clicked.connect(self.remove_selected)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.clicked.connect(self.refresh)
+        self.use_target_button = QPushButton("Use as target")
+        self.use_target_button.clicked.connect(lambda: self.use_selected_as("target"))
+        self.use_draft_button = QPushButton("Use as draft")
+        self.use_draft_button.clicked.connect(lambda: self.use_selected_as("draft"))
+        for button in (self.add_folder_button, self.add_gguf_button, self.remove_button, self.refresh_button):
+            row.addWidget(button)
+        row.addStretch(1)
+        row.addWidget(self.use_target_button)
+        row.addWidget(self.use_draft_button)
+        table_layout.addLayout(row)
+        splitter.addWidget(table_box)
+
+        lower = QWidget()
+        lower_layout = QHBoxLayout(lower)
+        lower_layout.setContentsMargins(0, 0, 0, 0)
+        pair_box = QGroupBox("Target and draft")
+        pair_form = QFormLayout(pair_box)
+        self.target = QComboBox()
+        self.target.setObjectName("target_combo")
+        self.draft = QComboBox()
+        self.draft.setObjectName("draft_combo")
+        pair_form.addRow("Target", self.target)
+        pair_form.addRow("Draft", self.draft)
+        self.verdict_label = QLabel("")
+        self.verdict_label.setObjectName("verdict")
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        pair_form.addRow(self.verdict_label)
+        self.drafts_caption = QLabel("Compatible drafts found for this target (same vocabulary, smaller):")
+        self.drafts_caption.setObjectName("dim")
+        self.drafts_caption.setWordWrap(True)
+        pair_form.addRow(self.drafts_caption)
+        self.drafts_list = QListWidget()
+        self.drafts_list.setObjectName("compatible_drafts")
+        self.drafts_list.setMaximumHeight(90)
+        self.drafts_list.setToolTip("Double-click to use it as the draft")
+        self.drafts_list.itemDoubleClicked.connect(self._draft_from_list)
+        pair_form.addRow(self.drafts_list)
+        self.target.currentIndexChanged.connect(lambda _i: self._pair_changed())
+        self.draft.currentIndexChanged.connect(lambda _i: self._pair_changed())
+        lower_layout.addWidget(pair_box, 3)
+
+        download_box = QGroupBox("Download from Hugging Face")
+        download_layout = QVBoxLayout(download_box)
+        repo_row = QHBoxLayout()
+        self.repo = QLineEdit()
+        self.repo.setObjectName("repo_id")
+        self.repo.setPlaceholderText("org/name, e.g. Qwen/Qwen3-0.6B")
+        self.repo.returnPressed.connect(self.start_download)
+        self.download_button = QPushButton("Download")
+        self.download_button.clicked.connect(self.start_download)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_download)
+        self.cancel_button.setEnabled(False)
+        repo_row.addWidget(self.repo, 1)
+        repo_row.addWidget(self.download_button)
+        repo_row.addWidget(self.cancel_button)
+        download_layout.addLayout(repo_row)
+        self.download_progress = QProgressBar()
+        self.download_progress.setRange(0, 1)
+        self.download_progress.setValue(0)
+        self.download_progress.setFormat("%p%")
+        download_layout.addWidget(self.download_progress)
+        self.download_status = QLabel("")
+        self.download_status.setWordWrap(True)
+        self.download_status.setObjectName("dim")
+        download_layout.addWidget(self.download_status)
+        self.token_note = QLabel("")
+        self.token_note.setObjectName("dim")
+        self.token_note.setWordWrap(True)
+        download_layout.addWidget(self.token_note)
+        download_layout.addStretch(1)
+        lower_layout.addWidget(download_box, 2)
+        splitter.addWidget(lower)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        outer.addWidget(splitter, 1)
+        self.splitter = splitter
+
+        buttons = QHBoxLayout()
+        self.status = QLabel("Looking for models…")
+        self.status.setObjectName("dim")
+        buttons.addWidget(self.status, 1)
+        self.load_button = QPushButton("Load")
+        self.load_button.setObjectName("send_button")
+        self.load_button.setToolTip("Load the target on the chosen device (and use the draft with the draft-model "
+                                    "method)")
+        self.load_button.clicked.connect(self.load_choice)
+        close = QPushButton("Close")
+        close.clicked.connect(self.close)
+        buttons.addWidget(self.load_button)
+        buttons.addWidget(close)
+        outer.addLayout(buttons)
+        self._update_token_note()
+        self._update_buttons()
+
+    def sizeHint(self):  # noqa: N802
+        from PySide6.QtCore import QSize
+        return QSize(1120, 720)
+
+    # ------------------------------------------------------------------ listing
+    def refresh(self) -> None:
+        self.status.setText("Looking for models…")
+        self._list_job = self.catalog_jobs.submit(
+            lambda extra=self.settings.added_models(), device=self.device_name(), dtype=self.dtype_name():
+            list_job(extra, device, dtype))
+
+    def device_name(self) -> str:
+        return self.device.currentData()
+
+    def dtype_name(self) -> str:
+        return self.dtype.currentData()
+
+    def entry(self, name: str | None) -> catalog.CatalogEntry | None:
+        return next((e for e in self.entries if e.name == name), None) if name else None
+
+    def _job_finished(self, job_id: int, result) -> None:
+        if job_id == self._list_job:
+            self.entries, self.estimates, available = result
+            for i in range(self.device.count()):
+                item = self.device.model().item(i)
+                item.setEnabled(available.get(self.device.itemData(i), False))
+            self._fill_table()
+            self._fill_combos()
+            usable = sum(1 for e in self.entries if e.usable)
+            self.status.setText(f"{len(self.entries)} models found, {usable} ready to load · HF cache: "
+                                f"{catalog.hub_cache_dir()}")
+            self.catalog_listed.emit()
+            self._pair_changed()
+        elif job_id == self._estimate_job:
+            self.estimates = result
+            self._fill_table()
+            self.estimates_updated.emit()
+        elif job_id == self._pair_job:
+            self._show_verdict(result)
+
+    def _job_failed(self, job_id: int, exc) -> None:
+        if job_id in (self._list_job, self._estimate_job):
+            self.status.setText(f"The models could not be listed: {exc}")
+        elif job_id == self._pair_job:
+            self.verdict_label.setText(f"⚠ The pair could not be checked: {exc}")
+
+    def _fill_table(self) -> None:
+        p = self.palette_
+        selected = self.selected_entry()
+        self.table.setRowCount(len(self.entries))
+        free = None
+        for row, entry in enumerate(self.entries):
+            estimate = self.estimates.get(entry.name)
+            if estimate is not None and estimate.free_bytes is not None:
+                free = estimate
+            tokenizer = " · ".join(x for x in (entry.tokenizer_family,
+                                               f"{entry.vocab_size:,} tokens" if entry.vocab_size else None) if x)
+            memory, memory_tip, too_big = "?", "", False
+            if estimate is not None:
+                memory = catalog.format_bytes(estimate.total_bytes)
+                memory_tip = (f"on {estimate.device} in {estimate.dtype}: weights "
+                              f"{catalog.format_bytes(estimate.weights_bytes)}, KV cache for "
+                              f"{estimate.context_tokens:,} tokens {catalog.format_bytes(estimate.kv_cache_bytes)}, "
+                              f"runtime {catalog.format_bytes(estimate.overhead_bytes)}; free "
+                              f"{catalog.format_bytes(estimate.free_bytes)}")
+                if estimate.fits is False:
+                    too_big = True
+                    memory += " — too big"
+            status = "ready" if entry.usable else (entry.problem or "incomplete")
+            if entry.usable and entry.needs_remote_code:
+                status = "ready · runs its own code (asks first)"
+            elif entry.usable and entry.weights_format == "pickle":
+                status = "ready · pickle weights (asks first)"
+            values = (entry.label, KIND_LABELS.get(entry.kind, entry.kind), entry.architecture or "?",
+                      catalog.format_parameters(entry.n_parameters), catalog.format_bytes(entry.size_bytes),
+                      entry.dtype or "?", tokenizer or "?", memory, status)
+            for column, value in enumerate(values):
+                item = QTableWidgetItem(value)
+                item.setData(Qt.ItemDataRole.UserRole, entry.name)
+                if column == 0:
+                    item.setToolTip(f"{entry.label}\n{entry.path}")
+                elif column == 7:
+                    item.setToolTip(memory_tip)
+                    if too_big:
+                        item.setForeground(QColor(p.error))
+                elif column == 8:
+                    item.setToolTip(status)
+                    if not entry.usable:
+                        item.setForeground(QColor(p.error))
+                if not entry.usable and column != 8:
+                    item.setForeground(QColor(p.text_dim))
+                self.table.setItem(row, column, item)
+        if free is not None:
+            where = "RAM" if free.device == "cpu" else free.device
+            self.free_label.setText(f"Free {where}: {catalog.format_bytes(free.free_bytes)} · estimates in "
+                                    f"{free.dtype}, with a KV cache for up to "
+                                    f"{catalog.DEFAULT_CONTEXT_TOKENS:,} tokens")
+        if selected is not None:
+            self.select(selected.name)
+        self._update_buttons()
+
+    def _fill_combos(self) -> None:
+        target = self.target.currentData() or self._want_target
+        draft = self.draft.currentData() if self.draft.count() else self._want_draft
+        for combo in (self.target, self.draft):
+            combo.blockSignals(True)
+            combo.clear()
+        self.draft.addItem(NO_DRAFT, None)
+        for entry in self.entries:
+            if entry.usable:
+                self.target.addItem(entry.label, entry.name)
+                self.draft.addItem(entry.label, entry.name)
+        self._set_combo(self.target, target)
+        self._set_combo(self.draft, draft)
+        for combo in (self.target, self.draft):
+            combo.blockSignals(False)
+
+    @staticmethod
+    def _set_combo(combo: QComboBox, name: str | None) -> None:
+        index = combo.findData(name)
+        if index < 0 and name is not None:  # a hub id given by label, or a path
+            index = next((i for i in range(combo.count()) if combo.itemText(i) == name), -1)
+        combo.setCurrentIndex(max(0, index))
+
+    def _device_changed(self) -> None:
+        self.settings.set_device(self.device_name(), self.dtype_name())
+        if self.entries:
+            self._estimate_job = self.catalog_jobs.submit(estimates_job(list(self.entries), self.device_name(),
+                                                                        self.dtype_name()))
+
+    # ------------------------------------------------------------------ selection and pairing
+    def select(self, name: str) -> bool:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(Qt.ItemDataRole.UserRole) == name:
+                self.table.selectRow(row)
+                return True
+        return False
+
+    def selected_entry(self) -> catalog.CatalogEntry | None:
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        if not rows:
+            return None
+        return self.entry(self.table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole))
+
+    def use_selected_as(self, role: str) -> None:
+        entry = self.selected_entry()
+        if entry is None or not entry.usable:
+            return
+        self.set_pair(**{role: entry.name})
+
+    def set_pair(self, target: str | None = None, draft: str | None = "keep") -> None:
+        """Choose the target and/or draft by name (draft None: no draft); the check runs at once."""
+        if target is not None:
+            self._want_target = target
+            self.target.blockSignals(True)
+            self._set_combo(self.target, target)
+            self.target.blockSignals(False)
+        if draft != "keep":
+            self._want_draft = draft
+            self.draft.blockSignals(True)
+            self._set_combo(self.draft, draft)
+            self.draft.blockSignals(False)
+        self._pair_changed()
+
+    def _pair_changed(self) -> None:
+        target = self.entry(self.target.currentData())
+        if target is None:
+            self.verdict_label.setText("Pick a target model.")
+            self.drafts_list.clear()
+            return
+        draft = self.entry(self.draft.currentData())
+        self.verdict_label.setText("Checking the pair…")
+        self.verdict_label.setStyleSheet("")
+        self._pair_job = self.catalog_jobs.submit(pair_job(target, draft, list(self.entries)))
+
+    def _show_verdict(self, verdict: PairVerdict) -> None:
+        self.verdict = verdict
+        p = self.palette_
+        if verdict.compatible is None:
+            self.verdict_label.setText("No draft model: pick one to use the draft-model method, or use another "
+                                       "method (prompt lookup, early exit) in the settings.")
+            self.verdict_label.setStyleSheet(f"color: {p.text_dim};")
+        elif verdict.compatible:
+            self.verdict_label.setText("✓ " + verdict.explanation)
+            self.verdict_label.setStyleSheet(f"color: {p.text};")
+        else:
+            self.verdict_label.setText("⚠ " + verdict.explanation)
+            self.verdict_label.setStyleSheet(f"color: {p.error};")
+        self.drafts_list.clear()
+        for entry in verdict.drafts:
+            item = QListWidgetItem(f"{entry.label}  ({catalog.format_parameters(entry.n_parameters)} parameters)")
+            item.setData(Qt.ItemDataRole.UserRole, entry.name)
+            self.drafts_list.addItem(item)
+        if not verdict.drafts:
+            item = QListWidgetItem("none found among the models listed above")
+            item.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.drafts_list.addItem(item)
+        self.pair_checked.emit(verdict)
+
+    def compatible_draft_names(self) -> list[str]:
+        return [self.drafts_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.drafts_list.count())
+                if self.drafts_list.item(i).data(Qt.ItemDataRole.UserRole)]
+
+    def _draft_from_list(self, item: QListWidgetItem) -> None:
+        name = item.data(Qt.ItemDataRole.UserRole)
+        if name:
+            self.set_pair(draft=name)
+
+    def load_choice(self) -> None:
+        target = self.target.currentData()
+        if not target:
+            return
+        self.settings.set_device(self.device_name(), self.dtype_name())
+        self.load_requested.emit(target, self.draft.currentData(), self.device_name(), self.dtype_name())
+
+    # ------------------------------------------------------------------ added paths
+    def add_path(self, path: str | None = None, gguf: bool = False) -> None:
+        if path is None:
+            if gguf:
+                path, _ = QFileDialog.getOpenFileName(self, "Add a GGUF model", "", "GGUF models (*.gguf)")
+            else:
+                path = QFileDialog.getExistingDirectory(self, "Add a model folder")
+            if not path:
+                return
+        self.settings.set_added_models(self.settings.added_models() + [str(path)])
+        self._want_target = self.target.currentData() or self._want_target
+        self.refresh()
+
+    def remove_selected(self) -> None:
+        entry = self.selected_entry()
+        if entry is None:
+            return
+        self.settings.set_added_models([p for p in self.settings.added_models() if p != entry.name])
+        self.refresh()
+
+    def _update_buttons(self) -> None:
+        entry = self.selected_entry()
+        self.use_target_button.setEnabled(entry is not None and entry.usable)
+        self.use_draft_button.setEnabled(entry is not None and entry.usable)
+        self.remove_button.setEnabled(entry is not None and entry.name in self.settings.added_models())
+        self.load_button.setEnabled(self.target.count() > 0)
+
+    # ------------------------------------------------------------------ downloads
+    @property
+    def downloading(self) -> bool:
+        return self._download_job is not None
+
+    def _update_token_note(self) -> None:
+        store = secrets.default_store()
+        # only whether a token is set, never the token
+        has = store.has_token()
+        where = "the system keyring" if store.storage is secrets.TokenStorage.KEYRING else "this session only"
+        self.token_note.setText(f"Uses your Hugging Face token ({where}) for gated and private models." if has else
+                                "No Hugging Face token set: public models only (add one in Settings).")
+
+    def start_download(self, allow_pickle: bool = False) -> bool:
+        repo_id = self.repo.text().strip()
+        if self.downloading or not repo_id:
+            return False
+        from engine import hub
+        allow_pickle = bool(allow_pickle) or self.settings.consent("pickle", repo_id) is True
+        cancel = threading.Event()
+        self._download_cancel, self._download_repo, self._download_pickle = cancel, repo_id, allow_pickle
+        progressed = self.download_progressed.emit
+
+        def run():
+            return hub.download(repo_id, token=secrets.get_token(), progress=progressed, cancel=cancel,
+                                allow_pickle=allow_pickle)
+
+        self.download_progress.setRange(0, 0)
+        self.download_status.setStyleSheet("")
+        self.download_status.setText(f"Asking the hub about {repo_id}…")
+        self._download_job = self.download_jobs.submit(run)
+        self._update_download_buttons()
+        return True
+
+    def cancel_download(self) -> None:
+        if self._download_cancel is not None:
+            self._download_cancel.set()
+            self.download_status.setText("Cancelling…")
+
+    def _show_progress(self, progress) -> None:
+        if not self.downloading:
+            return
+        total = max(progress.bytes_total, 1)
+        self.download_progress.setRange(0, 1000)
+        self.download_progress.setValue(int(1000 * min(progress.bytes_done, total) / total))
+        current = f" · {progress.current_file}" if progress.current_file else ""
+        self.download_status.setText(f"{catalog.format_bytes(progress.bytes_done)} of "
+                                     f"{catalog.format_bytes(progress.bytes_total)} · file "
+                                     f"{progress.files_done}/{progress.files_total}{current}")
+
+    def _download_done(self, job_id: int, result) -> None:
+        if job_id != self._download_job:
+            return
+        self._end_download()
+        self.download_progress.setRange(0, 1000)
+        self.download_progress.setValue(1000)
+        note = (" It comes with its own Python code: you will be asked before it runs."
+                if result.needs_remote_code else "")
+        self.download_status.setText(f"✓ {result.repo_id} is downloaded ({len(result.files)} files).{note}")
+        self._want_target = self.target.currentData() or self._want_target
+        self.refresh()
+        self.download_finished.emit(result)
+
+    def _download_error(self, job_id: int, exc) -> None:
+        if job_id != self._download_job:
+            return
+        repo_id = self._download_repo
+        self._end_download()
+        self.download_progress.setRange(0, 1000)
+        if isinstance(exc, UnsafeCheckpointError) and not self._download_pickle and not self._closed:
+            if self.ask_yes_no(self, "Pickle checkpoints", f"{exc}.\n\nDownload them anyway?"):
+                self.settings.set_consent("pickle", repo_id, True)
+                self.start_download(allow_pickle=True)
+                return
+        message = str(exc) if isinstance(exc, SpecScopeError) else f"{type(exc).__name__}: {exc}"
+        self.refresh()  # a cancelled download shows as unfinished (not usable) in the list
+        if isinstance(exc, DownloadCancelledError):
+            self.download_status.setStyleSheet("")
+            self.download_status.setText(f"Cancelled: {message}.")
+            self.download_cancelled.emit(message)
+            return
+        self.download_status.setStyleSheet(f"color: {self.palette_.error};")
+        self.download_status.setText(f"⚠ {message[:1].upper()}{message[1:]}.")
+        self.download_failed.emit(message)
+
+    def _end_download(self) -> None:
+        self._download_job = None
+        self._download_cancel = None
+        self._update_download_buttons()
+
+    def _update_download_buttons(self) -> None:
+        self.download_button.setEnabled(not self.downloading)
+        self.cancel_button.setEnabled(self.downloading)
+        self.repo.setEnabled(not self.downloading)
+
+    # ------------------------------------------------------------------ theme and shutdown
+    def set_palette(self, palette: theme.Palette) -> None:
+        self.palette_ = palette
+        self._fill_table()
+        if self.verdict is not None:
+            self._show_verdict(self.verdict)
+
+    def shutdown(self) -> None:
+        """Cancel a download, stop both threads and wait for them. Safe to call twice."""
+        self._closed = True
+        if self._download_cancel is not None:
+            self._download_cancel.set()
+        self.download_jobs.shutdown()
+        self.catalog_jobs.shutdown()
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        # closing the window while downloading asks first; the threads live on until the app ends (shutdown)
+        if self.downloading and not self.ask_yes_no(self, "Download in progress",
+                                                    "Cancel the download? The files that finished are kept and "
+                                                    "downloading again continues from there."):
+            event.ignore()
+            return
+        self.cancel_download()
+        super().closeEvent(event)
