@@ -341,8 +341,9 @@ class Engine:
 
     @staticmethod
     def _apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):
-        """Cut where a stop string begins. It may begin in an earlier round's text, which was already
-        streamed: the final text is cut there all the same. Returns pieces, stop reason, text so far."""
+        """Cut this round's pieces where a stop string begins. Text streamed in an earlier round stays, so
+        that the final text is always what was shown (a stop string spanning rounds leaves its first part).
+        Returns pieces, stop reason, text so far."""
         joined = text + "".join(pieces)
         at = find_stop(joined, stop_strings, len(text))
         if at is None:
@@ -352,4 +353,4 @@ class Engine:
             take = max(0, min(len(piece), at - length))
             kept.append(piece[:take])
             length += len(piece)
-        return kept, "stop-string", joined[:at]
+        return kept, "stop-string", text + "".join(kept)
