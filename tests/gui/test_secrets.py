@@ -7,35 +7,15 @@ import logging
 
 import keyring
 import pytest
-from keyring.backend import KeyringBackend
 from keyring.backends import fail
-from keyring.errors import KeyringLocked, PasswordDeleteError
+from keyring.errors import KeyringLocked
 
 from gui import secrets
 from gui.secrets import TokenStorage, TokenStore
 from gui.store import HistoryStore
+from memory_keyring import MemoryKeyring
 
 TOKEN = "hf_TestToken_9f8e7d6c5b4a3210"
-
-
-class MemoryKeyring(KeyringBackend):
-    priority = 1
-
-    def __init__(self):
-        super().__init__()
-        self.items: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service, username):
-        return self.items.get((service, username))
-
-    def set_password(self, service, username, password):
-        self.items[(service, username)] = password
-
-    def delete_password(self, service, username):
-        try:
-            del self.items[(service, username)]
-        except KeyError:
-            raise PasswordDeleteError("not there") from None
 
 
 class LockedKeyring(MemoryKeyring):
