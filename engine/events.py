@@ -23,6 +23,14 @@ class TokenStatus(enum.Enum):
     BONUS = "bonus"  # the target's extra token after all drafted tokens were kept
 
 
+def target_status(n_drafted: int, n_accepted: int) -> TokenStatus:
+    """What the target's own token of a round is: a plain step, a bonus after a fully kept draft, or the
+    correction at the first rejected position."""
+    if not n_drafted:
+        return TokenStatus.PLAIN
+    return TokenStatus.BONUS if n_accepted == n_drafted else TokenStatus.SUBSTITUTED
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationStarted:
     spec_label: str

@@ -22,7 +22,7 @@ from engine.config import SamplingConfig, SpecConfig
 from engine.draft_length import DraftLengthPolicy
 from engine.drafters import Drafter, Proposal, make_drafter
 from engine.errors import ConfigError, OutOfMemoryError, PromptTooLongError
-from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, target_status
 from engine.models import LoadedModel, check_tokenizers, load_model, resolve_source
 from engine.sampling import make_generator, probabilities, sample
 from engine.stats import StatsAccumulator
@@ -254,12 +254,7 @@ class Engine:
                 if policy is not None:
                     policy.record(proposal.bucket, len(draft_ids), n_accepted, t_verify - t_draft,
                                   done - t_verify)
-                if not draft_ids:
-                    status = TokenStatus.PLAIN
-                elif n_accepted == len(draft_ids):
-                    status = TokenStatus.BONUS
-                else:
-                    status = TokenStatus.SUBSTITUTED
+                status = target_status(len(draft_ids), n_accepted)
                 committed = draft_ids[:n_accepted] + [target_id]
                 cut = next((i + 1 for i, t in enumerate(committed) if t in self.eos_ids), None)
                 if cut is not None:

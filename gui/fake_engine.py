@@ -16,7 +16,7 @@ from typing import Iterator
 
 from engine.config import SamplingConfig, SpecConfig
 from engine.errors import ConfigError
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified, target_status
 from engine.stats import StatsAccumulator
 
 WORDS = ("Speculative", " decoding", " lets", " a", " small", " drafter", " guess", " the", " next", " few",
@@ -137,12 +137,7 @@ class FakeEngine:
             wrong = WRONG[(index + j) % len(WRONG)]
             draft_ids.append(1000 + (index + j) % len(WRONG))
             draft_pieces.append(wrong)
-        if n_drafted == 0:
-            status = TokenStatus.PLAIN
-        elif n_accepted == n_drafted:
-            status = TokenStatus.BONUS
-        else:
-            status = TokenStatus.SUBSTITUTED
+        status = target_status(n_drafted, n_accepted)
         committed_ids = tuple(i + 100 for i, _ in truth)[:budget]
         committed_pieces = tuple(w for _, w in truth)[:budget]
         p_target = tuple(0.9 - 0.1 * j if j < n_accepted else 0.05 for j in range(n_drafted))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.events import RoundVerified, TokenStatus
+from engine.events import RoundVerified, target_status
 from engine.stats import (StatsAccumulator, efficiency, expected_tokens_per_pass, speedup,
                           theoretical_speedup)
 
@@ -46,12 +46,7 @@ def test_measured_speedup_and_efficiency():
 
 
 def make_round(index, draft_ids, n_accepted, committed, elapsed, draft_s=0.0, verify_s=0.1):
-    if not draft_ids:
-        status = TokenStatus.PLAIN
-    elif n_accepted == len(draft_ids):
-        status = TokenStatus.BONUS
-    else:
-        status = TokenStatus.SUBSTITUTED
+    status = target_status(len(draft_ids), n_accepted)
     return RoundVerified(
         index=index, drafter="test", draft_ids=tuple(draft_ids), draft_pieces=("",) * len(draft_ids),
         n_accepted=n_accepted, target_id=committed[-1], target_status=status, target_piece="",
