@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import SamplingConfig, SpecConfig, parse_spec
-from engine.errors import ConfigError, SpecScopeError
+from engine.errors import ConfigError
 from engine.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
 
 
@@ -230,7 +230,6 @@ def _fmt(value, pattern: str) -> str:
 
 
 def print_table(summary: dict, compare_hf: bool, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
     console = console or _table_console()
     categories = sorted({key for rows in summary.values() for key in rows if key != "all"})

@@ -21,7 +21,7 @@ from engine.chat import (Conversation, IncrementalDetokenizer, eos_ids, find_sto
 from engine.config import SamplingConfig, SpecConfig
 from engine.draft_length import DraftLengthPolicy
 from engine.drafters import Drafter, Proposal, make_drafter
-from engine.errors import ConfigError, OutOfMemoryError, PromptTooLongError
+from engine.errors import ConfigError, PromptTooLongError
 from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, target_status
 from engine.models import LoadedModel, check_tokenizers, load_model, resolve_source
 from engine.sampling import make_generator, probabilities, sample
