@@ -13,9 +13,10 @@ from engine.stats import StatsAccumulator
 from gui import theme
 from gui.fake_engine import FakeEngine
 from gui.secrets import TokenStorage, TokenStore
-from gui.store import COMPLETE, INTERRUPTED, STREAMING, HistoryStore
+from gui.store import COMPLETE, STREAMING, HistoryStore
 from gui.views.main_window import MainWindow
 from gui.views.settings_dialog import SettingsDialog
+from transcript_probe import background, fragments
 
 WAIT_MS = 10_000
 TOKEN = "hf_GuiTestToken_0123456789abcdef"
@@ -24,23 +25,8 @@ OOM = "cpu ran out of memory after 9 new tokens; the reply so far is kept."
 
 def drawn_tokens(window):
     """(status, text, background, strike-out, underline style) of every token fragment in the transcript."""
-    doc = window.transcript.document()
-    out = []
-    block = doc.begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            fmt = fragment.charFormat()
-            serial = fmt.property(theme.TOKEN_SERIAL_PROPERTY)
-            if isinstance(serial, int):
-                background = fmt.background().color().name() if fmt.background().style() != Qt.BrushStyle.NoBrush \
-                    else None
-                out.append((window.session.tokens[serial].status, fragment.text(), background, fmt.fontStrikeOut(),
-                            fmt.underlineStyle()))
-            it += 1
-        block = block.next()
-    return out
+    return [(token.status, text, background(fmt), fmt.fontStrikeOut(), fmt.underlineStyle())
+            for token, fmt, text, _ in fragments(window)]
 
 
 def test_chat_is_saved_listed_renamed_searched_and_deleted(make_window, send_and_wait):

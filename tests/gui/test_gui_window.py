@@ -8,30 +8,9 @@ from engine.errors import PromptTooLongError
 from engine.events import TokenStatus
 from gui import theme
 from gui.fake_engine import FakeEngine
+from transcript_probe import background, fragments
 
 WAIT_MS = 10_000  # generous: a slow CI machine is not a failure
-
-
-def fragments(window):
-    """(token, char format, text) for every token fragment in the transcript."""
-    doc = window.transcript.document()
-    out = []
-    block = doc.begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            serial = fragment.charFormat().property(theme.TOKEN_SERIAL_PROPERTY)
-            if isinstance(serial, int):
-                out.append((window.session.tokens[serial], fragment.charFormat(), fragment.text(),
-                            fragment.position()))
-            it += 1
-        block = block.next()
-    return out
-
-
-def background(fmt: QTextCharFormat) -> str | None:
-    return fmt.background().color().name() if fmt.background().style() != Qt.BrushStyle.NoBrush else None
 
 
 def test_transcript_draws_each_status_with_its_format(make_window, send_and_wait):
