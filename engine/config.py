@@ -1,4 +1,10 @@
-"""Settings as data: frozen dataclasses, validated on creation."""
+"""Settings as data: frozen dataclasses, validated on creation, and the one table of methods.
+
+`METHOD_TABLE` is where a method's name, the label the user reads, its help line, whether it needs a draft
+model or uses the target's layers, and which backends serve it live. The CLI parser, the GUI controls, the
+compare view and the benchmark read it; the checks on a method's parameters (`check_k`, `check_layers`,
+`check_backend`) are written here once and called everywhere. Pure Python: imports nothing but the errors.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,87 @@ from dataclasses import dataclass, field, replace
 
 from engine.errors import ConfigError
 
-METHODS = ("none", "draft-model", "prompt-lookup", "early-exit")
+BACKENDS = ("transformers", "llama.cpp")
 MAX_K = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One speculation method: what it is called, what the user reads, and what it needs."""
+
+    name: str  # as typed on the command line and stored in settings (`prompt-lookup`)
+    label: str  # what the user reads in a menu
+    help: str  # one sentence for a tooltip or --help
+    needs_draft: bool  # needs a separate draft model (`draft=` / --draft)
+    uses_layers: bool  # drafts from the target's own first layers (`layers=` / --layers)
+    uses_ngrams: bool  # reads `ngram_max` / `ngram_min`
+    backends: tuple[str, ...]  # the backends (BACKENDS) that can serve it
+
+    @property
+    def speculative(self) -> bool:
+        return self.name != "none"
+
+    def supports(self, backend: str) -> bool:
+        return backend in self.backends
+
+
+METHOD_TABLE: tuple[Method, ...] = (
+    Method("none", "none (plain decoding)", "The target model writes every token itself: the baseline.",
+           needs_draft=False, uses_layers=False, uses_ngrams=False, backends=BACKENDS),
+    Method("draft-model", "draft model",
+           "A smaller model with the same tokenizer drafts k tokens; the target verifies them in one pass.",
+           needs_draft=True, uses_layers=False, uses_ngrams=False, backends=BACKENDS),
+    Method("prompt-lookup", "prompt lookup (n-gram)",
+           "Drafts by copying what followed the last n-gram where it appeared earlier in the text.",
+           needs_draft=False, uses_layers=False, uses_ngrams=True, backends=BACKENDS),
+    Method("early-exit", "early exit (self-speculative)",
+           "The target's first layers draft (self-speculation); the full model verifies.",
+           needs_draft=False, uses_layers=True, uses_ngrams=False, backends=("transformers",)),
+)
+METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE)
+SPECULATIVE_METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE if m.speculative)
+_BY_NAME = {m.name: m for m in METHOD_TABLE}
+
+
+def method_info(name: str) -> Method:
+    """The table row of a method; ConfigError naming the choices for an unknown one."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None
+
+
+def check_k(k) -> int:
+    """k (tokens drafted per round) is an integer from 1 to MAX_K."""
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise ConfigError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
+    return k
+
+
+def layer_range(n_layers: int) -> tuple[int, int]:
+    """The early-exit layer counts a model of `n_layers` layers allows: (1, n_layers − 1), since drafting
+    with every layer is the target itself. (1, 1) for a one-layer model, which check_layers refuses."""
+    return 1, max(1, n_layers - 1)
+
+
+def check_layers(layers: int | None, n_layers: int | None = None) -> int | None:
+    """Early-exit `layers` is ≥ 1 and, when the target's layer count is known, below it. None (auto) passes."""
+    if layers is None:
+        return None
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise ConfigError(f"early-exit layers must be ≥ 1, got {layers!r}")
+    if n_layers is not None and layers > n_layers - 1:
+        raise ConfigError(f"early-exit layers must be from 1 to {n_layers - 1} for this model "
+                          f"({n_layers} layers), got {layers}")
+    return layers
+
+
+def check_backend(method: str, backend: str) -> None:
+    """Refuse a method the backend can't serve (early exit needs the transformers backend), with the reason."""
+    info = method_info(method)
+    if not info.supports(backend):
+        served = " or ".join(info.backends)
+        raise ConfigError(f"method {method} needs the {served} backend; this model runs on {backend}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,22 +131,19 @@ class SpecConfig:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
-        if not isinstance(self.k, int) or not 1 <= self.k <= MAX_K:
-            raise ConfigError(f"k must be an integer from 1 to {MAX_K}, got {self.k!r}")
-        if self.method == "draft-model" and not self.draft:
-            raise ConfigError("method draft-model needs a draft model (--draft NAME, or 'default')")
-        if self.layers is not None and self.layers < 1:
-            raise ConfigError(f"early-exit layers must be ≥ 1, got {self.layers}")
+        info = method_info(self.method)
+        check_k(self.k)
+        if info.needs_draft and not self.draft:
+            raise ConfigError(f"method {self.method} needs a draft model (--draft NAME, or 'default')")
+        check_layers(self.layers)
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError(
                 f"n-gram sizes need 1 ≤ min ≤ max, got min={self.ngram_min} max={self.ngram_max}")
         notes = list(self.warnings)
-        if self.draft and self.method != "draft-model":
+        if self.draft and not info.needs_draft:
             notes.append(f"a draft model is ignored by method {self.method}")
             object.__setattr__(self, "draft", None)
-        if self.layers is not None and self.method != "early-exit":
+        if self.layers is not None and not info.uses_layers:
             notes.append(f"--layers is ignored by method {self.method}")
             object.__setattr__(self, "layers", None)
         object.__setattr__(self, "warnings", tuple(dict.fromkeys(notes)))
@@ -70,16 +152,22 @@ class SpecConfig:
     def speculative(self) -> bool:
         return self.method != "none"
 
+    @property
+    def info(self) -> Method:
+        """This config's row of METHOD_TABLE."""
+        return _BY_NAME[self.method]
+
     def label(self) -> str:
         """The SPEC string that parses back to this config (`prompt-lookup:k=5`)."""
         if self.method == "none":
             return "none"
+        info = self.info
         parts = [f"k={self.k}"]
-        if self.method == "draft-model":
+        if info.needs_draft:
             parts.append(f"draft={self.draft}")
-        if self.method == "early-exit" and self.layers is not None:
+        if info.uses_layers and self.layers is not None:
             parts.append(f"layers={self.layers}")
-        if self.method == "prompt-lookup" and (self.ngram_max, self.ngram_min) != (3, 1):
+        if info.uses_ngrams and (self.ngram_max, self.ngram_min) != (3, 1):
             parts.append(f"ngram_max={self.ngram_max},ngram_min={self.ngram_min}")
         if self.adaptive:
             parts.append("adaptive=1")

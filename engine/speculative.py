@@ -18,7 +18,7 @@ import torch
 from engine.cache import CachedModel
 from engine.chat import (Conversation, IncrementalDetokenizer, eos_ids, find_stop, normalize_conversation,
                          prompt_ids)
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import SamplingConfig, SpecConfig, check_layers
 from engine.draft_length import DraftLengthPolicy
 from engine.drafters import Drafter, Proposal, make_drafter
 from engine.errors import ConfigError, PromptTooLongError
@@ -124,11 +124,8 @@ class Engine:
 
     def validate(self, spec: SpecConfig) -> None:
         """Raise ConfigError/ModelLoadError/TokenizerMismatchError for a spec this target can't run."""
-        if spec.method == "early-exit" and spec.layers is not None:
-            n_layers = self.target.n_layers
-            if not 1 <= spec.layers <= n_layers - 1:
-                raise ConfigError(f"early-exit layers must be from 1 to {n_layers - 1} for this model "
-                                  f"({n_layers} layers), got {spec.layers}")
+        if spec.info.uses_layers:
+            check_layers(spec.layers, self.target.n_layers)
         if spec.method == "draft-model":
             self.draft_model(spec.draft)
 

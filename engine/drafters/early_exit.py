@@ -13,6 +13,7 @@ import copy
 from torch import nn
 
 from engine.drafters.draft_model import ModelDrafter
+from engine.config import check_layers
 from engine.errors import ConfigError
 
 
@@ -42,10 +43,7 @@ class EarlyExitDrafter(ModelDrafter):
     name = "early-exit"
 
     def __init__(self, model: nn.Module, layers: int) -> None:
-        n_layers = model.config.get_text_config().num_hidden_layers
-        if not 1 <= layers <= n_layers - 1:
-            raise ConfigError(f"early-exit layers must be from 1 to {n_layers - 1} for this model "
-                              f"({n_layers} layers), got {layers}")
+        check_layers(layers, model.config.get_text_config().num_hidden_layers)
         view, config = shallow_view(model, layers)
         super().__init__(view, config, name="early-exit")
         self.layers = layers
