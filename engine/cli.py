@@ -199,8 +199,8 @@ def _models_download(args) -> int:
     from engine.catalog import format_bytes
     from engine.errors import DownloadCancelledError
     if args.token_from_keyring:
-        # the token store belongs to the app (keyring only, no Qt); the CLI reaches it the way it reaches the GUI
-        token = importlib.import_module("gui.secrets").default_store().get()
+        from engine import secrets
+        token = secrets.default_store().get()
         if not token:
             raise SpecScopeError("no Hugging Face token is saved in the keyring; add one in the app's settings "
                                  "first")

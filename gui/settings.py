@@ -2,7 +2,7 @@
 device and dtype, the model folders and files the user added, the window layout, and the user's answers to
 "run this model's own code?" / "load these pickle weights?" (per model).
 
-Never the Hugging Face token: that lives in the OS keyring only (gui/secrets.py).
+Never the Hugging Face token: that lives in the OS keyring only (engine/secrets.py).
 
 Where: Qt's per-user location for organisation "SpecScope", application "SpecScope"; SPECSCOPE_SETTINGS_DIR
 puts an INI file there instead (tests: the user's real settings are never touched).

@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialo
                                QMessageBox, QProgressBar, QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
-from engine import catalog
+from engine import catalog, secrets
 from engine.errors import DownloadCancelledError, SpecScopeError, UnsafeCheckpointError
-from gui import secrets, theme
+from gui import theme
 from gui.jobs import BackgroundJobs
 from gui.settings import AppSettings
 

@@ -1,4 +1,4 @@
-"""Settings: the Hugging Face token (kept in the OS keyring only, through gui.secrets) and where things live.
+"""Settings: the Hugging Face token (kept in the OS keyring only, through engine.secrets) and where things live.
 
 The token field never shows a saved token: it says whether one is set (hf_…abcd) and where it is kept. With
 no keyring backend the token is kept for this session only, and the dialog says so.
@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
                                QPushButton, QVBoxLayout)
 
-from gui import secrets
-from gui.secrets import SecretStoreError, TokenStorage, TokenStore
+from engine import secrets
+from engine.secrets import SecretStoreError, TokenStorage, TokenStore
 
 
 class SettingsDialog(QDialog):

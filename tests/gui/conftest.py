@@ -19,7 +19,7 @@ def private_app_dirs(tmp_path, monkeypatch):
     sees an empty in-memory keyring."""
     import keyring
 
-    from gui import secrets
+    from engine import secrets
     from memory_keyring import MemoryKeyring
 
     data, settings = tmp_path / "app-data", tmp_path / "app-settings"

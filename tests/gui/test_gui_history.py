@@ -12,7 +12,7 @@ from engine.events import GenerationFinished, RoundVerified, TokenStatus
 from engine.stats import StatsAccumulator
 from gui import theme
 from gui.fake_engine import FakeEngine
-from gui.secrets import TokenStorage, TokenStore
+from engine.secrets import TokenStorage, TokenStore
 from gui.store import COMPLETE, STREAMING, HistoryStore
 from gui.views.main_window import MainWindow
 from gui.views.settings_dialog import SettingsDialog

@@ -1,4 +1,4 @@
-"""The Hugging Face token (gui/secrets.py, no Qt): keyring round trip, the session-only fallback when there is
+"""The Hugging Face token (engine/secrets.py, no Qt): keyring round trip, the session-only fallback when there is
 no keyring, and the token in no file, log or error the app writes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from keyring.backends import fail
 from keyring.errors import KeyringLocked
 
-from gui import secrets
-from gui.secrets import TokenStorage, TokenStore
+from engine import secrets
+from engine.secrets import TokenStorage, TokenStore
 from gui.store import HistoryStore
 from memory_keyring import MemoryKeyring
 

@@ -1,4 +1,5 @@
-"""The Hugging Face token, kept in the operating system's keyring (service "specscope", user "huggingface").
+"""The Hugging Face token, kept in the operating system's keyring (service "specscope", user "huggingface"),
+for the CLI (`specscope models download --token-from-keyring`) and the app (settings, model manager) alike.
 
 When no keyring backend works (a headless Linux without Secret Service, keyring's fail or null backend, a
 locked or refusing store), the token is kept in this process's memory only, for this session, and
@@ -6,7 +7,7 @@ locked or refusing store), the token is kept in this process's memory only, for 
 
 The token is never written to a file, a log or an exception message: errors raised here carry a fixed text
 and are raised `from None`, so the keyring's own error (which might echo what it was given) is not chained.
-No Qt here: the settings dialog builds on this.
+Touches the OS keyring (through `keyring`) and nothing else; no Qt.
 """
 
 from __future__ import annotations
