@@ -1,4 +1,5 @@
-"""Terminal rendering for `specscope generate`: tokens coloured by status, then one stats line."""
+"""Terminal rendering for `specscope generate`: tokens coloured by status (the fold of engine.tokens, the one
+the GUI and the history use), then one stats line. Writes to the console only (rich)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.tokens import fold_round
 
 STYLES = {
     TokenStatus.PLAIN: "",
@@ -49,12 +51,9 @@ class TerminalStream:
 
     def round(self, event: RoundVerified) -> None:
         text = Text()
-        statuses = event.committed_statuses
-        for i, piece in enumerate(event.committed_pieces):
-            if i == len(statuses) - 1 and self.show_rejected and event.rejected_pieces:
-                for ghost in event.rejected_pieces:  # where they were proposed, before the correction
-                    text.append(ghost, style=STYLES[TokenStatus.REJECTED])
-            text.append(piece, style=STYLES[statuses[i]])
+        for token in fold_round(event):  # rejected ghosts come where they were proposed, before the correction
+            if token.committed or self.show_rejected:
+                text.append(token.text, style=STYLES[token.status])
         self.out.print(text, end="")
         sys.stdout.flush()
 

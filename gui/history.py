@@ -3,7 +3,8 @@
 `HistoryRecorder` writes a conversation as it happens: the conversation on its first message, each user
 message, each reply's rounds as they arrive (one short transaction each, on the GUI thread: ~0.1 ms), and the
 reply's end. `turns_from_conversation` turns a stored conversation back into session turns and tokens, so a
-past chat re-renders coloured exactly as it was drawn live.
+past chat re-renders coloured exactly as it was drawn live: stored rounds become `engine.tokens` display
+tokens, the same fold the live view uses. Touches the store and the session model's records; no Qt.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from engine.events import TokenStatus
 from engine.stats import GenerationStats
+from engine.tokens import DisplayToken, fill_replacements
 from gui.session_model import Token, Turn
-from gui.store import COMPLETE, INTERRUPTED, Conversation, HistoryError, HistoryStore
+from gui.store import COMPLETE, INTERRUPTED, Conversation, HistoryError, HistoryStore, StoredRound
 
 TITLE_CHARS = 60
 _STATS_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats))
@@ -37,6 +38,23 @@ def stats_from_dict(data: dict | None) -> GenerationStats | None:
     return GenerationStats(**values)
 
 
+def display_tokens(stored_round: StoredRound) -> list[DisplayToken]:
+    """A stored round's tokens as `engine.tokens` display tokens (positions as stored: engine.tokens'
+    0-based convention), each correction told which ghost it replaced, as the live fold does."""
+    meta = stored_round.meta or {}
+    drafter, n_drafted = str(meta.get("drafter", "")), int(meta.get("n_drafted", 0))
+    return fill_replacements([
+        DisplayToken(text=t.text, status=t.status, round_index=stored_round.index, position=t.position,
+                     draft_length=n_drafted, p_target=t.p_target, p_draft=t.p_draft, drafter=drafter,
+                     token_id=t.token_id) for t in stored_round.tokens])
+
+
+def _token_fields(display: DisplayToken) -> dict:
+    fields = {f.name: getattr(display, f.name) for f in dataclasses.fields(DisplayToken)}
+    fields["token_id"] = -1 if display.token_id is None else display.token_id
+    return fields
+
+
 def turns_from_conversation(conversation: Conversation, first_serial: int = 0) -> tuple[list[Turn], list[Token]]:
     """Session turns (and the flat token list, serials from `first_serial`) of a stored conversation. System
     messages are left out (the system prompt is a setting)."""
@@ -57,19 +75,8 @@ def turns_from_conversation(conversation: Conversation, first_serial: int = 0) -
         if message.state == INTERRUPTED and not message.error:
             turn.error = "interrupted: SpecScope closed before this reply finished; the part above was kept"
         for stored_round in message.rounds:
-            meta = stored_round.meta or {}
-            ghosts = [t for t in stored_round.tokens if t.status is TokenStatus.REJECTED]
-            for stored in stored_round.tokens:
-                replaced = {}
-                if stored.status is TokenStatus.SUBSTITUTED and ghosts:
-                    replaced = dict(replaced=ghosts[0].text, replaced_p_target=ghosts[0].p_target,
-                                    replaced_p_draft=ghosts[0].p_draft)
-                token = Token(serial=first_serial + len(tokens), text=stored.text, status=stored.status,
-                              round_index=stored_round.index,
-                              position=None if stored.position is None else stored.position + 1,
-                              draft_length=int(meta.get("n_drafted", 0)), p_target=stored.p_target,
-                              p_draft=stored.p_draft, drafter=str(meta.get("drafter", "")),
-                              token_id=stored.token_id if stored.token_id is not None else -1, **replaced)
+            for display in display_tokens(stored_round):
+                token = Token(serial=first_serial + len(tokens), **_token_fields(display))
                 tokens.append(token)
                 turn.tokens.append(token)
         turns.append(turn)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from engine.events import TokenStatus
+from engine.tokens import fold_round
 
 SCHEMA_VERSION = 2
 DB_NAME = "history.sqlite3"
@@ -113,7 +114,8 @@ _CODE_STATUS = {code: status for status, code in _STATUS_CODE.items()}
 @dataclass(frozen=True, slots=True)
 class StoredToken:
     """One token of a reply as shown: committed ones in order, rejected drafts as ghosts before the token
-    that replaced them. `position` is the index in the round's draft (None for a plain decoding step)."""
+    that replaced them. `position` is engine.tokens' convention: the 0-based index in the round's draft
+    (len(draft) for a bonus, None for a plain decoding step); stored and exported as is."""
     text: str
     status: TokenStatus
     round: int
@@ -204,28 +206,11 @@ def _round_p(p: float | None) -> float | None:
 
 
 def tokens_from_round(event) -> list[StoredToken]:
-    """The stored tokens of one `engine.events.RoundVerified`: the accepted drafts, then (when the target's
-    own token was committed) the rejected drafts as ghosts, then that token (substituted, bonus or plain).
-    Tokens a stop cut off are not stored; ghosts after a cut are not either."""
-    index, n_accepted = event.index, event.n_accepted
-    n_committed = len(event.committed_ids)
-
-    def p_at(values, i):
-        return values[i] if i < len(values) else None
-
-    tokens = [StoredToken(event.committed_pieces[i], TokenStatus.ACCEPTED, index, i, p_at(event.p_target, i),
-                          p_at(event.p_draft, i), event.committed_ids[i])
-              for i in range(min(n_accepted, n_committed))]
-    if n_committed > n_accepted:
-        for j, (token_id, piece) in enumerate(zip(event.rejected_ids, event.rejected_pieces)):
-            i = n_accepted + j
-            tokens.append(StoredToken(piece, TokenStatus.REJECTED, index, i, p_at(event.p_target, i),
-                                      p_at(event.p_draft, i), token_id))
-        status = event.target_status
-        position = {TokenStatus.SUBSTITUTED: n_accepted, TokenStatus.BONUS: len(event.draft_ids)}.get(status)
-        tokens.append(StoredToken(event.committed_pieces[n_accepted], status, index, position,
-                                  event.p_target_of_target_id, None, event.committed_ids[n_accepted]))
-    return tokens
+    """The stored tokens of one `engine.events.RoundVerified`: `engine.tokens.fold_round`'s display tokens
+    (accepted drafts, rejected ghosts where they were drafted, the target's token; nothing a stop cut off),
+    with its 0-based draft positions as they are."""
+    return [StoredToken(t.text, t.status, t.round_index, t.position, t.p_target, t.p_draft, t.token_id)
+            for t in fold_round(event)]
 
 
 def round_meta(event) -> dict:
