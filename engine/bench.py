@@ -1,7 +1,10 @@
 """`specscope bench`: every config against plain decoding on the same prompts, in the same run.
 
 Configs run interleaved, prompt by prompt, so that drift in machine speed hits them all alike. Figures are
-pooled per config, overall and per category, with the definitions of engine.stats.
+pooled per config, overall and per category, with the definitions of engine.stats; plain decoding first and
+the k sweep come from engine.compare, the prompt files from engine.prompts, the engine from engine.runtime.
+
+Touches the terminal (rich tables on stdout, progress on stderr) and the --json file; no Qt.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.compare import SweepPoint, SweepSummary, sweep_specs, sweep_summary, with_plain_first
 from engine.config import SamplingConfig, SpecConfig, parse_spec
 from engine.errors import ConfigError
+from engine.prompts import Prompt, load_prompts
 from engine.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
 
 
@@ -35,53 +40,6 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
-
-
-@dataclass(frozen=True, slots=True)
-class BenchPrompt:
-    id: str
-    category: str
-    text: str
-
-
-def load_prompts(path: str, categories: list[str] | None = None, limit: int | None = None) -> list[BenchPrompt]:
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"prompt file not found: {path}")
-    prompts: list[BenchPrompt] = []
-    per_category: dict[str, int] = defaultdict(int)
-    wanted = set(categories or ())
-    content = file.read_text(encoding="utf-8")
-    lines = content.splitlines()
-    if content.lstrip().startswith("{") and '"presets"' in content:  # assets/presets.json
-        try:
-            lines = [json.dumps({"question_id": p["id"], "category": p["category"], "prompt": p["prompt"]})
-                     for p in json.loads(content)["presets"]]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            pass  # not a presets file after all: read it as JSON lines below
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if "turns" in row:
-                text = row["turns"][0]
-            else:
-                text = row["prompt"]
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
-            raise ConfigError(f"{path}:{number} is neither Spec-Bench JSON ({{\"turns\": […]}}) nor "
-                              "{\"prompt\": …}") from None
-        category = str(row.get("category", "general"))
-        if wanted and category not in wanted:
-            continue
-        if limit is not None and per_category[category] >= limit:
-            continue
-        per_category[category] += 1
-        prompts.append(BenchPrompt(str(row.get("question_id", number)), category, str(text)))
-    if not prompts:
-        raise ConfigError(f"no prompts in {path}" + (f" for categories {', '.join(sorted(wanted))}" if wanted
-                                                      else ""))
-    return prompts
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -135,7 +93,7 @@ def hf_generate(engine, prompt_ids: list[int], spec: SpecConfig, max_new_tokens:
     return out[0, len(prompt_ids):].tolist(), seconds
 
 
-def _run_one(engine, prompt: BenchPrompt, spec: SpecConfig, sampling, max_new_tokens: int):
+def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int):
     from engine.events import GenerationFinished
     engine.release()  # every run starts from an empty cache: no config profits from another's prefill
     finished = None
@@ -145,15 +103,33 @@ def _run_one(engine, prompt: BenchPrompt, spec: SpecConfig, sampling, max_new_to
     return finished
 
 
-def run_benchmark(engine, prompts: list[BenchPrompt], specs: list[SpecConfig], max_new_tokens: int,
+def _record(result: ConfigResult, prompt: Prompt, finished, baseline: ConfigResult) -> None:
+    for key in ("all", prompt.category):
+        result.stats[key].append(finished.stats)
+    result.outputs[prompt.id] = finished.output_ids
+    if finished.output_ids == baseline.outputs[prompt.id]:
+        for key in ("all", prompt.category):
+            result.identical[key] += 1
+
+
+def _record_hf(result: ConfigResult, prompt: Prompt, finished, new_ids: list[int], seconds: float) -> None:
+    for key in ("all", prompt.category):
+        result.hf_seconds[key] += seconds
+        result.hf_tokens[key] += len(new_ids)
+    ours = list(finished.output_ids)
+    result.hf_identical += int(new_ids[:len(ours)] == ours)
+
+
+def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_new_tokens: int,
                   sampling: SamplingConfig, compare_hf: bool = False, progress=None) -> list[ConfigResult]:
-    """Run `none` plus every spec on every prompt. `none` comes first and is never duplicated."""
-    specs = [SpecConfig()] + [s for s in specs if s.method != "none"]
+    """Run plain decoding plus every spec on every prompt (engine.compare.with_plain_first: plain first,
+    once). Every spec is validated before the first run."""
+    specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
     results = [ConfigResult(spec) for spec in specs]
     progress = progress or (lambda done, total, label: None)
-    _run_one(engine, BenchPrompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
+    _run_one(engine, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
     total, done = len(prompts) * len(specs) * (2 if compare_hf else 1), 0
     for prompt in prompts:
         ids = engine.prompt_ids(prompt.text)
@@ -161,22 +137,12 @@ def run_benchmark(engine, prompts: list[BenchPrompt], specs: list[SpecConfig], m
             finished = _run_one(engine, prompt, result.spec, sampling, max_new_tokens)
             done += 1
             progress(done, total, result.spec.label())
-            for key in ("all", prompt.category):
-                result.stats[key].append(finished.stats)
-            result.outputs[prompt.id] = finished.output_ids
-            baseline = results[0].outputs[prompt.id]
-            if finished.output_ids == baseline:
-                for key in ("all", prompt.category):
-                    result.identical[key] += 1
+            _record(result, prompt, finished, results[0])
             if compare_hf:
                 new_ids, seconds = hf_generate(engine, ids, result.spec, max_new_tokens)
                 done += 1
                 progress(done, total, f"transformers {result.spec.label()}")
-                for key in ("all", prompt.category):
-                    result.hf_seconds[key] += seconds
-                    result.hf_tokens[key] += len(new_ids)
-                ours = list(finished.output_ids)
-                result.hf_identical += int(new_ids[:len(ours)] == ours)
+                _record_hf(result, prompt, finished, new_ids, seconds)
     return results
 
 
@@ -253,28 +219,43 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
         console.print(table)
 
 
-def run(args) -> int:
-    """The `specscope bench` command."""
-    from rich.console import Console
-    from engine.cli import load_engine, set_engine_threads
-    if args.max_new_tokens < 1:
-        raise ConfigError("--max-new-tokens must be ≥ 1")
+def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
+    """The configs to run after plain decoding, and the sweep's ks (None without --sweep-k)."""
     specs = [parse_spec(text) for text in args.config]
-    prompts = load_prompts(args.prompts, args.category, args.limit)
     sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
     if sweep:
-        methods = [s for s in specs if s.method != "none"] or [parse_spec("prompt-lookup")]
-        specs = [s.with_k(k) for s in methods for k in sweep]
+        specs = sweep_specs([s for s in specs if s.speculative] or [parse_spec("prompt-lookup")], sweep)
     for spec in specs:
         for note in spec.warnings:
             print(f"specscope: warning: {note}", file=sys.stderr)
+    return specs, sweep
+
+
+def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float) -> None:
+    document = {
+        "model": engine.target.label, "device": str(engine.target.device),
+        "dtype": str(engine.target.dtype).removeprefix("torch."), "max_new_tokens": args.max_new_tokens,
+        "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
+        "temperature": args.temperature, "seconds": seconds,
+        "platform": platform.platform(), "configs": summary,
+    }
+    Path(path).write_text(json.dumps(document, indent=2))
+
+
+def run(args) -> int:
+    """The `specscope bench` command."""
+    from rich.console import Console
+    from engine.runtime import load_engine, terminal_progress
+    if args.max_new_tokens < 1:
+        raise ConfigError("--max-new-tokens must be ≥ 1")
+    specs, sweep = _specs(args)
+    prompts = load_prompts(args.prompts, args.category, args.limit)
     if args.compare_hf and args.temperature:
         raise ConfigError("--compare-hf compares greedy decoding; drop --temperature")
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)
-    set_engine_threads()
     err = Console(stderr=True, highlight=False)
-    engine = load_engine(args)
-    err.print(f"{len(prompts)} prompts × {1 + len([s for s in specs if s.method != 'none'])} configs, "
+    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype)
+    err.print(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
               f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
               f"({str(engine.target.dtype).removeprefix('torch.')})")
     started = time.perf_counter()
@@ -289,48 +270,36 @@ def run(args) -> int:
     summary = summarise(results, args.compare_hf)
     print_table(summary, args.compare_hf)
     if sweep:
-        print_sweep(summary, sweep)
+        print_sweep(summary)
     if args.json_out:
-        document = {
-            "model": engine.target.label, "device": str(engine.target.device),
-            "dtype": str(engine.target.dtype).removeprefix("torch."), "max_new_tokens": args.max_new_tokens,
-            "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
-            "temperature": args.temperature, "seconds": time.perf_counter() - started,
-            "platform": platform.platform(), "configs": summary,
-        }
-        Path(args.json_out).write_text(json.dumps(document, indent=2))
+        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started)
         err.print(f"figures written to {args.json_out}")
     return 0
 
 
-def sweep_points(summary: dict) -> dict[str, list]:
-    """Per method, one SweepPoint per k from a bench summary."""
-    from engine.compare import SweepPoint
-    points: dict[str, list] = defaultdict(list)
+def sweep_summaries(summary: dict) -> list[SweepSummary]:
+    """Per method, the sweep (engine.compare.sweep_summary) of a bench summary's overall rows."""
+    points: dict[str, list[SweepPoint]] = defaultdict(list)
     for label, rows in summary.items():
-        if label == "none":
+        spec = parse_spec(label)
+        if not spec.speculative:
             continue
         row = rows["all"]
-        spec = parse_spec(label)
         points[spec.method].append(SweepPoint(spec.k, row["speedup"] or 0.0, row["acceptance_rate"],
                                               row["cost_ratio"]))
-    return points
+    return [sweep_summary(method, method_points) for method, method_points in points.items()]
 
 
-def print_sweep(summary: dict, ks: list[int]) -> None:
+def print_sweep(summary: dict) -> None:
     from rich.table import Table
-    from engine.compare import best_k, pooled_alpha_and_cost, theoretical_curve
     console = _table_console()
-    for method, points in sweep_points(summary).items():
-        points.sort(key=lambda p: p.k)
-        alpha, cost = pooled_alpha_and_cost(points)
-        curve = theoretical_curve(alpha, cost, [p.k for p in points])
-        table = Table(title=f"k sweep: {method} (pooled α = {alpha:.0%}, c = {cost:.3f})", title_justify="left")
+    for sweep in sweep_summaries(summary):
+        table = Table(title=f"k sweep: {sweep.method} (pooled α = {sweep.alpha:.0%}, c = {sweep.cost_ratio:.3f})",
+                      title_justify="left")
         for column in ("k", "speed-up", "theory", "accept"):
             table.add_column(column, justify="right")
-        for point, predicted in zip(points, curve):
+        for point, predicted in zip(sweep.points, sweep.theory):
             table.add_row(str(point.k), f"{point.speedup:.2f}×", f"{predicted:.2f}×", f"{point.acceptance_rate:.0%}")
         console.print(table)
-        best = best_k(points)
-        if best is not None:
-            console.print(f"best k for {method}: {best.k} ({best.speedup:.2f}× over plain decoding)")
+        if sweep.best is not None:
+            console.print(f"best k for {sweep.method}: {sweep.best.k} ({sweep.best.speedup:.2f}× over plain decoding)")

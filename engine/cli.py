@@ -1,23 +1,28 @@
-"""The `specscope` command: `generate`, `bench`, `models`, and `gui` (the default without a sub-command).
+"""The engine's commands: `specscope generate`, `bench` and `models` (gui/launch.py hands them over; the
+window's commands, `gui` and `bench-gui`, never come here: they are only listed in --help when the launcher
+names them).
 
 Exit status: 0 on success, 2 on bad input (one clear line on stderr, no traceback), 130 when interrupted.
+Touches the terminal, the model files and caches (through engine.models, engine.catalog, engine.hub) and the
+keyring (engine.secrets, for --token-from-keyring); never Qt.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 import threading
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from engine import __version__
-from engine.config import METHODS, MAX_K, SamplingConfig, SpecConfig
+from engine.arguments import (add_generation_args, add_model_args, add_sampling_args, add_spec_args,
+                              sampling_from_args, spec_from_args)
 from engine.errors import SpecScopeError
 
 EXIT_BAD_INPUT = 2
+ENGINE_COMMANDS = ("generate", "bench", "models")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,89 +30,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"specscope: error: {message}\n")
 
 
-def _quiet_libraries() -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
-def set_engine_threads() -> None:
-    """Leave one core to the rest of the machine (the GUI thread, the terminal)."""
-    import torch
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-
-
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="default",
-                        help="target: a model folder, a .gguf file, a hub id in the local cache, or 'default'")
-    parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, mps")
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default), bf16 (CUDA default), fp16")
-
-
-def add_spec_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", default=None, choices=METHODS,
-                        help="none, or a drafter (default: draft-model with --draft, else none)")
-    parser.add_argument("--draft", default=None, help="draft model for --method draft-model ('default' works)")
-    parser.add_argument("--k", type=int, default=4, help=f"tokens drafted per round, 1…{MAX_K}")
-    parser.add_argument("--layers", type=int, default=None, help="early-exit: target layers that draft")
-    parser.add_argument("--ngram-max", type=int, default=3, help="prompt-lookup: longest n-gram matched")
-    parser.add_argument("--ngram-min", type=int, default=1, help="prompt-lookup: shortest n-gram matched")
-    parser.add_argument("--adaptive", action="store_true",
-                        help="draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
-
-
-def add_sampling_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
-    parser.add_argument("--seed", type=int, default=None)
-
-
-def spec_from_args(args) -> SpecConfig:
-    method = args.method or ("draft-model" if args.draft else "none")
-    return SpecConfig(method=method, k=args.k, draft=args.draft, layers=args.layers,
-                      ngram_max=args.ngram_max, ngram_min=args.ngram_min, adaptive=args.adaptive)
-
-
-def sampling_from_args(args) -> SamplingConfig:
-    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-
-
 def warn(message: str) -> None:
     print(f"specscope: warning: {message}", file=sys.stderr)
-
-
-def load_engine(args, status=None):
-    """Load the target named by --model/--device/--dtype and wrap it in an Engine."""
-    from engine.models import load_model
-    from engine.speculative import Engine
-    if status is None:  # progress only where someone watches; errors stay one line
-        status = (lambda message: print(message, file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
-    target = load_model(args.model, device=args.device, dtype=args.dtype, progress=status)
-    return Engine(target)
 
 
 # ------------------------------------------------------------------ generate
 
 def cmd_generate(args) -> int:
-    from engine.events import GenerationFinished, GenerationStarted, RoundVerified, event_to_dict
+    from engine.events import event_to_dict
     if not args.prompt.strip():
         raise SpecScopeError("the prompt is empty: give the text to answer")
     spec, sampling = spec_from_args(args), sampling_from_args(args)
     for note in spec.warnings:
         warn(note)
-    set_engine_threads()
-    quiet = args.json
-    engine = load_engine(args, status=(lambda m: None) if quiet else None)
+    from engine.runtime import load_engine, terminal_progress
+    progress = (lambda message: None) if args.json else terminal_progress()
+    engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype)
     events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
                              system=args.system, stop_strings=tuple(args.stop or ()))
     if args.json:
         for event in events:
             print(json.dumps(event_to_dict(event)), flush=True)
         return 0
+    _print_coloured(events, show_rejected=not args.hide_rejected)
+    return 0
+
+
+def _print_coloured(events, show_rejected: bool) -> None:
+    from engine.events import GenerationFinished, GenerationStarted, RoundVerified
     from engine.terminal import TerminalStream
-    stream = TerminalStream(show_rejected=not args.hide_rejected)
+    stream = TerminalStream(show_rejected=show_rejected)
     finished = None
     for event in events:
         if isinstance(event, GenerationStarted):
@@ -117,7 +69,6 @@ def cmd_generate(args) -> int:
         elif isinstance(event, GenerationFinished):
             finished = event
     stream.finish(finished)
-    return 0
 
 
 # ------------------------------------------------------------------ models
@@ -194,29 +145,28 @@ def _models_check(args) -> int:
     return 0
 
 
-def _models_download(args) -> int:
-    from engine import hub
-    from engine.catalog import format_bytes
-    from engine.errors import DownloadCancelledError
-    if args.token_from_keyring:
-        from engine import secrets
-        token = secrets.default_store().get()
-        if not token:
-            raise SpecScopeError("no Hugging Face token is saved in the keyring; add one in the app's settings "
-                                 "first")
-    else:
-        token = os.environ.get("HF_TOKEN") or None
-    plan = hub.plan_download(args.repo_id, revision=args.revision, token=token, files=args.file or None,
-                             allow_pickle=args.allow_pickle)
-    cancel = threading.Event()
-    outcome: dict = {}
+def _download_token(args) -> str | None:
+    """The token for a download: the one the app saved (--token-from-keyring), else HF_TOKEN, else none."""
+    if not args.token_from_keyring:
+        return os.environ.get("HF_TOKEN") or None
+    from engine import secrets
+    token = secrets.default_store().get()
+    if not token:
+        raise SpecScopeError("no Hugging Face token is saved in the keyring; add one in the app's settings first")
+    return token
+
+
+def _download_with_progress(plan, token: str | None):
+    """hub.download on a thread with a progress bar on stderr (a terminal only); Ctrl-C stops it at the next
+    chunk, keeping what finished. Returns the result or raises what the download raised."""
     from rich.console import Console
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                TransferSpeedColumn)
+    from engine import hub
+    cancel, outcome = threading.Event(), {}
     progress_bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                             TransferSpeedColumn(), TimeRemainingColumn(), transient=False,
-                            disable=not sys.stderr.isatty(),
-                            console=Console(stderr=True))
+                            disable=not sys.stderr.isatty(), console=Console(stderr=True))
     task = progress_bar.add_task(plan.repo_id, total=plan.total_bytes or None)
 
     def on_progress(p) -> None:
@@ -239,13 +189,23 @@ def _models_download(args) -> int:
         except KeyboardInterrupt:  # Ctrl-C: stop at the next chunk, keep what finished
             cancel.set()
             worker.join()
-    error = outcome.get("error")
-    if isinstance(error, DownloadCancelledError):
-        print(f"specscope: {error}", file=sys.stderr)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _models_download(args) -> int:
+    from engine import hub
+    from engine.catalog import format_bytes
+    from engine.errors import DownloadCancelledError
+    token = _download_token(args)
+    plan = hub.plan_download(args.repo_id, revision=args.revision, token=token, files=args.file or None,
+                             allow_pickle=args.allow_pickle)
+    try:
+        result = _download_with_progress(plan, token)
+    except DownloadCancelledError as exc:
+        print(f"specscope: {exc}", file=sys.stderr)
         return 130
-    if error is not None:
-        raise error
-    result = outcome["result"]
     if plan.skipped:
         print(f"skipped {len(plan.skipped)} file(s) SpecScope does not need: {', '.join(plan.skipped[:5])}"
               f"{', …' if len(plan.skipped) > 5 else ''}", file=sys.stderr)
@@ -260,30 +220,19 @@ def _models_download(args) -> int:
 
 # ------------------------------------------------------------------ entry
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="specscope", description="Watch speculative decoding happen.")
-    parser.add_argument("--version", action="version", version=f"specscope {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-
+def _add_generate(sub) -> None:
     gen = sub.add_parser("generate", help="answer one prompt, tokens coloured by how they were made")
     add_model_args(gen)
     add_spec_args(gen)
     add_sampling_args(gen)
-    gen.add_argument("--max-new-tokens", type=int, default=256)
-    gen.add_argument("--system", default=None, help="system prompt")
+    add_generation_args(gen)
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--hide-rejected", action="store_true", help="do not show rejected draft tokens")
     gen.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
     gen.add_argument("prompt")
 
-    bench = sub.add_parser("bench", help="measure methods against plain decoding on a prompt set")
-    from engine.bench import add_bench_args
-    add_model_args(bench)
-    add_bench_args(bench)
 
-    sub.add_parser("gui", help="open the chat window (the default)", add_help=False)
-    sub.add_parser("bench-gui", help="measure what the visualiser costs", add_help=False)
-
+def _add_models(sub) -> None:
     models = sub.add_parser("models", help="list, check and download models")
     msub = models.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
     mlist = msub.add_parser("list", help="the built-in model, the local Hugging Face cache and --path models, "
@@ -307,25 +256,30 @@ def build_parser() -> argparse.ArgumentParser:
                        help="accept pickle checkpoints (.bin/.pt) when a repo has no safetensors: they can run code")
     mprep = msub.add_parser("prepare", help="convert a GGUF model once so that later starts are fast")
     mprep.add_argument("model", nargs="?", default="default")
+
+
+def build_parser(other_commands: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the engine's commands. `other_commands` (name → help) are commands another front end
+    runs (the launcher's `gui`, `bench-gui`): listed in --help, in this order, never parsed here."""
+    from engine.bench import add_bench_args
+    parser = _Parser(prog="specscope", description="Watch speculative decoding happen.")
+    parser.add_argument("--version", action="version", version=f"specscope {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    _add_generate(sub)
+    bench = sub.add_parser("bench", help="measure methods against plain decoding on a prompt set")
+    add_model_args(bench)
+    add_bench_args(bench)
+    for name, help_text in (other_commands or {}).items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    _add_models(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] == "gui" or (argv[0].startswith("-") and argv[0] not in ("-h", "--help",
-                                                                                       "--version")):
-        gui_args = argv[1:] if argv and argv[0] == "gui" else argv
-        return importlib.import_module("gui.app").main(gui_args)
-    if argv[0] == "bench-gui":
-        return importlib.import_module("gui.benchmark").main(argv[1:])
+def _run_command(args) -> int:
+    from engine.runtime import quiet_libraries
+    handlers = {"generate": cmd_generate, "models": cmd_models, "bench": _bench}
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help, --version (0) and argparse's own errors (2)
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
-    handlers = {"generate": cmd_generate, "models": cmd_models,
-                "bench": lambda a: importlib.import_module("engine.bench").run(a)}
-    try:
-        _quiet_libraries()
+        quiet_libraries()
         return handlers[args.command](args)
     except SpecScopeError as exc:
         print(f"specscope: error: {exc}", file=sys.stderr)
@@ -335,6 +289,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _bench(args) -> int:
+    from engine.bench import run
+    return run(args)
+
+
+def main(argv: Sequence[str] | None = None, *, other_commands: Mapping[str, str] | None = None) -> int:
+    """Run one engine command (argv without the program name). `other_commands`: see build_parser."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(other_commands)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) and argparse's own errors (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    if args.command not in ENGINE_COMMANDS:  # none given, or one that another front end runs
+        what = "no command given" if args.command is None else f"{args.command} is not an engine command"
+        print(f"specscope: error: {what}; choose {', '.join(ENGINE_COMMANDS)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return _run_command(args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,12 @@
-"""Several settings on one prompt, one after another on the same device, and the k sweep.
+"""Several settings on one prompt, one after another on the same device, and the k sweep: the logic shared by
+`specscope bench` (engine.bench), the GUI's compare window (gui.compare_session) and scripted --compare.
 
 Runs never overlap: concurrent runs would distort each other's timing. Plain decoding always runs first,
-so every speed-up is measured against it in the same session, and greedy outputs can be checked for being
-identical to it.
+and once (`with_plain_first`, the one rule), so every speed-up is measured against it in the same session,
+and greedy outputs can be checked for being identical to it. The k sweep (`sweep_specs`, `sweep_summary`)
+turns measured points into the theoretical curve and the best k.
+
+Drives an Engine it is given (engine.speculative); no Qt, no files.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import difflib
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from engine.config import SamplingConfig, SpecConfig
 from engine.events import Event, GenerationFinished
@@ -19,8 +23,10 @@ from engine.stats import GenerationStats, efficiency, speedup, theoretical_speed
 PLAIN = SpecConfig()
 
 
-def with_plain_first(specs: list[SpecConfig]) -> list[SpecConfig]:
-    return [PLAIN] + [s for s in specs if s != PLAIN]
+def with_plain_first(specs: Iterable[SpecConfig]) -> list[SpecConfig]:
+    """Plain decoding, then every speculative spec in the order given. Plain decoding runs once: a spec that
+    does not speculate (method none, whatever its k) is dropped, since it would only repeat the baseline."""
+    return [PLAIN] + [s for s in specs if s.speculative]
 
 
 def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens: int = 128,
@@ -133,5 +139,45 @@ def best_k(points: list[SweepPoint]) -> SweepPoint | None:
     return max(points, key=lambda p: (round(p.speedup, 6), -p.k), default=None)
 
 
-__all__ = ["comparison_events", "summary_rows", "ComparisonRow", "first_difference", "text_diff",
-           "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "best_k"]
+def sweep_specs(specs: Iterable[SpecConfig], ks: Iterable[int]) -> list[SpecConfig]:
+    """What a sweep runs after plain decoding: each speculative spec's setting at every k, spec by spec."""
+    ks = list(ks)
+    return [spec.with_k(k) for spec in specs if spec.speculative for k in ks]
+
+
+def sweep_points(rows: Iterable[ComparisonRow]) -> list[SweepPoint]:
+    """One point per finished speculative row with a measured speed-up, sorted by k."""
+    return sorted((SweepPoint(row.spec.k, row.speedup or 0.0, row.acceptance_rate, row.stats.cost_ratio)
+                   for row in rows if row.spec.speculative and row.speedup is not None), key=lambda p: p.k)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSummary:
+    """A method's sweep: its points by k, the pooled α and c, the theoretical curve and the best k."""
+
+    method: str
+    points: tuple[SweepPoint, ...]
+    alpha: float
+    cost_ratio: float
+    theory: tuple[float, ...]  # theoretical speed-up at each point's k
+    best: SweepPoint | None
+
+    def as_dict(self) -> dict:
+        return {"method": self.method, "alpha": self.alpha, "cost_ratio": self.cost_ratio,
+                "best_k": self.best.k if self.best else None,
+                "points": [{"k": p.k, "speedup": p.speedup, "theoretical_speedup": t,
+                            "acceptance_rate": p.acceptance_rate, "cost_ratio": p.cost_ratio}
+                           for p, t in zip(self.points, self.theory)]}
+
+
+def sweep_summary(method: str, points: Iterable[SweepPoint]) -> SweepSummary:
+    """The whole sweep pipeline on measured points: sort by k, pool α and c, predict each k, pick the best."""
+    points = sorted(points, key=lambda p: p.k)
+    alpha, cost = pooled_alpha_and_cost(points)
+    theory = theoretical_curve(alpha, cost, [p.k for p in points])
+    return SweepSummary(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
+
+
+__all__ = ["comparison_events", "summary_rows", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
+           "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "best_k", "sweep_specs",
+           "sweep_points", "SweepSummary", "sweep_summary"]

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bench import BenchPrompt, load_prompts
+from engine.prompts import Prompt as BenchPrompt, load_prompts
 from engine.compare import (ComparisonRow, SweepPoint, best_k, pooled_alpha_and_cost, summary_rows,
                             theoretical_curve, with_plain_first)
 from engine.config import SamplingConfig, SpecConfig

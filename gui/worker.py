@@ -6,13 +6,14 @@ worker thread: a comparison's runs never overlap a chat reply or each other. Sto
 `threading.Event` set directly from the GUI thread: the worker is busy inside the generator, and the engine
 checks it between rounds. Every event goes back to the GUI thread by a queued signal, tagged with the id of
 the request it belongs to, so the window can drop what a cancelled request still sends.
+
+Models load through a loader (engine.runtime.load_engine in the app) after engine.consent's safety check;
+slow steps (loading a model, a draft model) are reported by `status_reported`. Touches QtCore only (a
+QObject and a QThread), no widgets; the engine is driven only through its generator and `validate`.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -21,8 +22,11 @@ from typing import Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.config import SamplingConfig, SpecConfig
+from engine.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
+from engine.consent import ConsentAnswers, ConsentNeeded, safety_check
 from engine.errors import SpecScopeError
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.runtime import limit_torch_threads, load_engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +72,10 @@ class ComparisonRequest:
 
 
 Progress = Callable[[str], None]
-# (model name, progress[, device=, dtype=, trust_remote_code=]) -> engine with .target, .generate(). A loader that
-# takes no keyword arguments is called with the name and progress only.
+# loader(model name, progress, *, device, dtype, trust_remote_code) -> an engine (.target, .validate, .generate,
+# .release, .on_status); engine.runtime.load_engine is the real one, tests pass their own.
 EngineLoader = Callable[..., object]
-REMOTE_CODE, PICKLE = "remote-code", "pickle"
+load_real_engine: EngineLoader = load_engine  # the loader the app uses (gui.app, gui.benchmark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,100 +98,17 @@ class LoadOptions:
         """What makes a loaded model the one asked for."""
         return name, self.device, self.dtype, name in self.remote_code_allowed
 
-
-class ConsentNeeded(SpecScopeError):
-    """Loading `model` needs the user's answer to a safety question first (`kind`: remote-code | pickle)."""
-
-    def __init__(self, kind: str, model: str, message: str) -> None:
-        super().__init__(message)
-        self.kind, self.model = kind, model
+    def consent(self) -> ConsentAnswers:
+        return ConsentAnswers(self.remote_code_allowed, self.remote_code_refused, self.pickle_allowed,
+                              self.pickle_refused)
 
 
-def safety_check(name: str, options: LoadOptions) -> None:
-    """Before loading a folder or cached hub model: ask (ConsentNeeded) when it names its own Python code and
-    the user was never asked about it, or when its weights are pickle checkpoints only; refuse pickle weights
-    the user declined. Cheap (reads config files); names it cannot resolve are left to the loader."""
-    from engine.catalog import needs_remote_code, weight_files
-    from engine.errors import UnsafeCheckpointError
-    from engine.models import resolve_source
-
-    try:
-        source = resolve_source(name)
-    except SpecScopeError:
-        return
-    if source.gguf_file or not source.path.is_dir():
-        return
-    label = source.label
-    if needs_remote_code(source.path) and name not in options.remote_code_allowed \
-            and name not in options.remote_code_refused:
-        raise ConsentNeeded(REMOTE_CODE, name,
-                            f"{label} comes with its own Python code (trust_remote_code). Running it means "
-                            f"running code from {label}'s authors on this computer. Run it for this model?")
-    try:
-        _present, _missing, weights_format = weight_files(source.path)
-    except OSError:
-        return
-    if weights_format == "pickle":
-        if name in options.pickle_refused:
-            raise UnsafeCheckpointError(f"{label} has its weights only as pickle checkpoints, and you chose not "
-                                        "to load them (they can run code when loaded)")
-        if name not in options.pickle_allowed:
-            raise ConsentNeeded(PICKLE, name,
-                                f"{label} has its weights only as pickle checkpoints (.bin/.pt), which can run "
-                                "any code on this computer when loaded. Load them only if you trust its "
-                                "authors. Load them?")
-
-
-def load_real_engine(name: str, progress: Progress | None = None, device: str = "auto", dtype: str | None = None,
-                     trust_remote_code: bool = False):
-    """Load `name` with engine.models and wrap it in the speculative engine (runs on the worker thread)."""
-    limit_torch_threads(import_torch=True)
-    _quiet_libraries()
-    from engine.models import load_model  # imports torch and transformers: only ever on the worker thread
-    from engine.speculative import Engine
-
-    return Engine(load_model(name, device=device, dtype=dtype, progress=progress,
-                             trust_remote_code=trust_remote_code))
-
-
-def _takes_options(loader) -> bool:
-    try:
-        parameters = inspect.signature(loader).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.kind is p.VAR_KEYWORD or p.name == "device" for p in parameters)
-
-
-def _quiet_libraries() -> None:
-    """No library progress bars or warnings on the terminal; the window shows the loader's own messages."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
-def limit_torch_threads(import_torch: bool = False) -> int | None:
-    """Leave one core to the interface: at most (cores − 1) torch threads. Call on the worker thread."""
-    if "torch" not in sys.modules and not import_torch:
-        return None
-    import torch
-
-    n = max(1, (os.cpu_count() or 2) - 1)
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
-    return n
-
-
-def model_info(engine, fallback_name: str) -> ModelInfo:
-    target = getattr(engine, "target", None)
-
-    def attr(name, default=None):
-        return getattr(target, name, default) if target is not None else default
-
-    return ModelInfo(name=str(attr("label", None) or attr("name", fallback_name) or fallback_name), requested=fallback_name, device=str(attr("device", "cpu")),
-                     dtype=str(attr("dtype", "")).replace("torch.", ""), n_layers=attr("n_layers"),
-                     context_length=attr("context_length"))
+def model_info(engine, requested: str) -> ModelInfo:
+    """What the window shows of the engine's loaded target (engine.models.LoadedModel)."""
+    target = engine.target
+    return ModelInfo(name=target.label, requested=requested, device=str(target.device),
+                     dtype=str(target.dtype).removeprefix("torch."), n_layers=target.n_layers,
+                     context_length=target.context_length)
 
 
 def error_message(exc: BaseException) -> str:
@@ -204,6 +125,7 @@ class EngineWorker(QObject):
 
     model_load_started = Signal(str)
     model_load_progressed = Signal(str)  # a line from the loader (GGUF conversion, device, dtype)
+    status_reported = Signal(str)  # a slow step begins: "Loading default…", "Loading draft model …"
     consent_needed = Signal(str, str, str)  # model name, kind (remote-code | pickle), the question
     model_loaded = Signal(object)  # ModelInfo
     load_failed = Signal(str, str)  # model name, message
@@ -218,19 +140,12 @@ class EngineWorker(QObject):
     def __init__(self, loader: EngineLoader | None = None) -> None:
         super().__init__()
         self._loader = loader or load_real_engine
-        self._loader_takes_options = _takes_options(self._loader)
         self._engine = None
-        self._info: ModelInfo | None = None
-        self._requested_name: str | None = None
         self._loaded_key: tuple | None = None
         # set from the GUI thread (one reference assignment of a frozen value), read here before each load
         self.load_options = LoadOptions()
         self.cancel = threading.Event()
         self.closing = threading.Event()
-
-    @property
-    def info(self) -> ModelInfo | None:
-        return self._info
 
     # ------------------------------------------------------------------ slots (worker thread)
     @Slot(str)
@@ -249,7 +164,7 @@ class EngineWorker(QObject):
             return
         rid = request.request_id
         try:
-            limit_torch_threads()
+            limit_torch_threads(import_torch=False)
             events = self._engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
                                            max_new_tokens=request.max_new_tokens, cancel=self.cancel)
             for event in events:
@@ -278,15 +193,11 @@ class EngineWorker(QObject):
         from engine.compare import comparison_events
 
         try:
-            limit_torch_threads()
-            validate = getattr(self._engine, "validate", None)
-            for spec in request.specs:
-                try:
-                    if validate is not None:
-                        validate(spec)
-                except SpecScopeError as exc:
-                    self.comparison_failed.emit(rid, f"{spec.label()}: {error_message(exc)}")
-                    return
+            limit_torch_threads(import_torch=False)
+            refused = self._refused(request.specs)
+            if refused:
+                self.comparison_failed.emit(rid, refused)
+                return
             for index, event in comparison_events(self._engine, request.prompt, list(request.specs),
                                                   max_new_tokens=request.max_new_tokens, sampling=request.sampling,
                                                   cancel=self.cancel, system=request.system):
@@ -299,18 +210,25 @@ class EngineWorker(QObject):
         self.comparison_finished.emit(rid)
 
     # ------------------------------------------------------------------ helpers
+    def _refused(self, specs) -> str | None:
+        """The first spec the engine can't run, as "label: reason"; None when all can run."""
+        for spec in specs:
+            try:
+                self._engine.validate(spec)
+            except SpecScopeError as exc:
+                return f"{spec.label()}: {error_message(exc)}"
+        return None
+
     def _ensure_loaded(self, name: str) -> bool:
         options = self.load_options
         if self._engine is not None and options.key(name) == self._loaded_key:
             return True
         self.model_load_started.emit(name)
+        self.status_reported.emit(f"Loading {name}…")
         try:
-            safety_check(name, options)
-            if self._loader_takes_options:
-                engine = self._loader(name, self.model_load_progressed.emit, **options.loader_kwargs(name))
-            else:
-                engine = self._loader(name, self.model_load_progressed.emit)
-            limit_torch_threads()
+            safety_check(name, options.consent())
+            engine = self._loader(name, self.model_load_progressed.emit, **options.loader_kwargs(name))
+            limit_torch_threads(import_torch=False)
         except ConsentNeeded as exc:
             self.consent_needed.emit(name, exc.kind, str(exc))
             return False
@@ -319,11 +237,10 @@ class EngineWorker(QObject):
                 traceback.print_exc()
             self.load_failed.emit(name, error_message(exc))
             return False
+        engine.on_status = self.status_reported.emit  # slow steps later on: loading a draft model
         self._engine = engine
-        self._requested_name = name
         self._loaded_key = options.key(name)
-        self._info = model_info(engine, name)
-        self.model_loaded.emit(self._info)
+        self.model_loaded.emit(model_info(engine, name))
         return True
 
 

@@ -1,0 +1,81 @@
+"""The two safety questions asked before a model loads: run the model's own Python code (trust_remote_code)?
+load weights that are pickle checkpoints only (they can run code)? One check, for the app and the CLI.
+
+`safety_check` reads config and weight file names only (cheap, no model is loaded). It raises ConsentNeeded
+when the user must be asked first and UnsafeCheckpointError when they already said no. Touches the files
+of the model's folder (read only); no Qt, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import SpecScopeError, UnsafeCheckpointError
+
+REMOTE_CODE, PICKLE = "remote-code", "pickle"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentAnswers:
+    """The user's per-model answers to the two questions. A name in neither set of a question: not asked."""
+
+    remote_code_allowed: frozenset[str] = frozenset()
+    remote_code_refused: frozenset[str] = frozenset()
+    pickle_allowed: frozenset[str] = frozenset()
+    pickle_refused: frozenset[str] = frozenset()
+
+
+class ConsentNeeded(SpecScopeError):
+    """Loading `model` needs the user's answer to a safety question first (`kind`: REMOTE_CODE | PICKLE)."""
+
+    def __init__(self, kind: str, model: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.model = kind, model
+
+
+def _model_folder(name: str):
+    """(folder, label) of a model that is a folder of files, else None (a GGUF file, a name that does not
+    resolve: the loader reports those)."""
+    from engine.models import resolve_source
+
+    try:
+        source = resolve_source(name)
+    except SpecScopeError:
+        return None
+    if source.gguf_file or not source.path.is_dir():
+        return None
+    return source.path, source.label
+
+
+def safety_check(name: str, answers: ConsentAnswers) -> None:
+    """Before loading a folder or cached hub model: ask (ConsentNeeded) when it names its own Python code and
+    the user was never asked about it, or when its weights are pickle checkpoints only; refuse pickle weights
+    the user declined."""
+    from engine.catalog import needs_remote_code, weight_files
+
+    found = _model_folder(name)
+    if found is None:
+        return
+    folder, label = found
+    if needs_remote_code(folder) and name not in answers.remote_code_allowed \
+            and name not in answers.remote_code_refused:
+        raise ConsentNeeded(REMOTE_CODE, name,
+                            f"{label} comes with its own Python code (trust_remote_code). Running it means "
+                            f"running code from {label}'s authors on this computer. Run it for this model?")
+    try:
+        _present, _missing, weights_format = weight_files(folder)
+    except OSError:
+        return
+    if weights_format != "pickle":
+        return
+    if name in answers.pickle_refused:
+        raise UnsafeCheckpointError(f"{label} has its weights only as pickle checkpoints, and you chose not "
+                                    "to load them (they can run code when loaded)")
+    if name not in answers.pickle_allowed:
+        raise ConsentNeeded(PICKLE, name,
+                            f"{label} has its weights only as pickle checkpoints (.bin/.pt), which can run "
+                            "any code on this computer when loaded. Load them only if you trust its "
+                            "authors. Load them?")
+
+
+__all__ = ["ConsentAnswers", "ConsentNeeded", "safety_check", "REMOTE_CODE", "PICKLE"]

@@ -1,0 +1,68 @@
+"""Getting an engine running: load_engine, the torch thread limit and quiet libraries. One copy, used by
+`specscope generate`/`bench` (engine.cli, engine.bench) and the GUI's worker thread (gui.worker).
+
+Touches torch's thread settings, transformers' logging and os.environ (TOKENIZERS_PARALLELISM), and loads
+models through engine.models; no Qt. Nothing happens at import time: torch and transformers are imported
+by the functions that need them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+Progress = Callable[[str], None]
+
+
+def quiet_libraries() -> None:
+    """No library progress bars or warnings on the terminal: the loader's own messages say what happens."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def engine_threads() -> int:
+    """How many torch threads the engine uses: all cores but one, left to the interface or the terminal."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def limit_torch_threads(import_torch: bool = True) -> int | None:
+    """Set torch to engine_threads() threads; call it on the thread that runs the engine. With
+    import_torch=False it does nothing until something else has imported torch (returns None then)."""
+    if "torch" not in sys.modules and not import_torch:
+        return None
+    import torch
+
+    n = engine_threads()
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def terminal_progress() -> Progress:
+    """Loading messages on stderr where someone watches (a terminal); silent when piped, so errors stay the
+    only line there."""
+    if sys.stderr.isatty():
+        return lambda message: print(message, file=sys.stderr)
+    return lambda message: None
+
+
+def load_engine(name: str, progress: Progress | None = None, *, device: str = "auto", dtype: str | None = None,
+                trust_remote_code: bool = False):
+    """Load the target `name` (engine.models.load_model) and wrap it in the speculative Engine, with the
+    thread limit set and the libraries quiet. `progress` hears the loader's lines (the engine's own slow
+    steps later on go to `engine.on_status`). `trust_remote_code` only ever after the user agreed."""
+    limit_torch_threads()
+    quiet_libraries()
+    from engine.models import load_model
+    from engine.speculative import Engine
+
+    return Engine(load_model(name, device=device, dtype=dtype, progress=progress,
+                             trust_remote_code=trust_remote_code))
+
+
+__all__ = ["load_engine", "limit_torch_threads", "engine_threads", "quiet_libraries", "terminal_progress",
+           "Progress"]
