@@ -1,5 +1,6 @@
 """Getting an engine running: load_engine, the torch thread limit and quiet libraries. One copy, used by
-`specscope generate`/`bench` (engine.cli, engine.bench) and the GUI's worker thread (gui.worker).
+`specscope generate`/`bench` (engine.cli, engine.bench) and the GUI's worker thread (gui.worker). The
+thread count itself lives in engine.threads (a leaf the backends can import too).
 
 Touches torch's thread settings, transformers' logging and os.environ (TOKENIZERS_PARALLELISM), and loads
 models through engine.models; no Qt. Nothing happens at import time: torch and transformers are imported
@@ -12,6 +13,8 @@ import os
 import sys
 from typing import Callable
 
+from engine.threads import engine_threads, limit_torch_threads
+
 Progress = Callable[[str], None]
 
 
@@ -22,24 +25,6 @@ def quiet_libraries() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-
-
-def engine_threads() -> int:
-    """How many torch threads the engine uses: all cores but one, left to the interface or the terminal."""
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-def limit_torch_threads(import_torch: bool = True) -> int | None:
-    """Set torch to engine_threads() threads; call it on the thread that runs the engine. With
-    import_torch=False it does nothing until something else has imported torch (returns None then)."""
-    if "torch" not in sys.modules and not import_torch:
-        return None
-    import torch
-
-    n = engine_threads()
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
-    return n
 
 
 def terminal_progress() -> Progress:
