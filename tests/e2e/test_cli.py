@@ -1,16 +1,32 @@
-"""The `specscope` command's contract: names, exit codes, --json, the bench table and JSON."""
+"""The `specscope` command's contract: names, exit codes, --json, the bench table and JSON, and the launcher
+(gui/launch.py) that runs the engine's commands without Qt."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from engine.cli import main
 
 pytestmark = pytest.mark.model
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = "import sys; from gui.launch import main; sys.exit(main(sys.argv[1:]))"
+# A sitecustomize that makes every Qt binding (and pyqtgraph) fail to import, as on a machine without the Qt
+# libraries: the import fails the way a missing libGL or libxkbcommon makes it fail.
+NO_QT = """
+import sys
+class NoQt:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("PySide6", "shiboken6", "pyqtgraph"):
+            raise ImportError(f"{name}: libEGL.so.1: cannot open shared object file (blocked by the test)")
+        return None
+sys.meta_path.insert(0, NoQt())
+"""
 
 
 def run_cli(capsys, *argv):
@@ -99,3 +115,46 @@ def test_console_script_version():
     result = subprocess.run([sys.executable, "-m", "engine.cli", "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout.startswith("specscope ")
+
+
+@pytest.fixture
+def no_qt_env(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(NO_QT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), str(ROOT),
+                                                                     os.environ.get("PYTHONPATH")])))
+    blocked = subprocess.run([sys.executable, "-c", "import PySide6"], env=env, capture_output=True, text=True)
+    assert blocked.returncode != 0 and "blocked by the test" in blocked.stderr  # the blocker works
+    return env
+
+
+def launch(env, *argv, timeout=600):
+    return subprocess.run([sys.executable, "-c", LAUNCH, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_generate_works_where_qt_is_missing(no_qt_env):
+    result = launch(no_qt_env, "generate", "--json", "--max-new-tokens", "4", "Say hi.")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.splitlines()[-1])["type"] == "finished"
+
+
+def test_help_lists_every_command_where_qt_is_missing(no_qt_env):
+    result = launch(no_qt_env, "--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for command in ("generate", "bench", "models", "gui", "bench-gui"):
+        assert f"    {command} " in result.stdout
+    models = launch(no_qt_env, "models", "list", "--json")
+    assert models.returncode == 0 and json.loads(models.stdout)[0]["name"] == "default"
+
+
+def test_the_window_needs_qt_and_the_launcher_imports_it_only_then(no_qt_env):
+    """The same blocker stops the window, so the runs above really had no Qt."""
+    result = launch(dict(no_qt_env, QT_QPA_PLATFORM="offscreen"), "gui", "--demo")
+    assert result.returncode != 0 and "blocked by the test" in result.stderr
+
+
+def test_engine_cli_runs_only_the_engine_commands(capsys):
+    code, out, err = run_cli(capsys, "gui")
+    assert code == 2 and "invalid choice: 'gui'" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys)
+    assert code == 2 and err.strip() == "specscope: error: no command given; choose generate, bench, models"

@@ -3,7 +3,7 @@
 import pytest
 
 from engine.compare import (SweepPoint, best_k, first_difference, pooled_alpha_and_cost, summary_rows,
-                            theoretical_curve, with_plain_first)
+                            sweep_points, sweep_specs, sweep_summary, theoretical_curve, with_plain_first)
 from engine.config import SpecConfig, parse_spec
 from engine.events import GenerationFinished
 from engine.stats import GenerationStats, theoretical_speedup
@@ -29,8 +29,11 @@ def test_first_difference():
 
 
 def test_plain_is_always_first_and_never_twice():
-    specs = [parse_spec("prompt-lookup:k=3"), SpecConfig(), parse_spec("early-exit:k=2")]
-    assert [s.label() for s in with_plain_first(specs)] == ["none", "prompt-lookup:k=3", "early-exit:k=2"]
+    specs = [parse_spec("prompt-lookup:k=3"), SpecConfig(), parse_spec("early-exit:k=2"), parse_spec("none:k=7")]
+    ordered = with_plain_first(specs)
+    assert [s.label() for s in ordered] == ["none", "prompt-lookup:k=3", "early-exit:k=2"]
+    assert ordered[0] == SpecConfig()  # a plain spec with another k is the same baseline: it does not run twice
+    assert with_plain_first([]) == [SpecConfig()]
 
 
 def test_summary_rows_speedup_identity_and_planted_difference():
@@ -68,3 +71,21 @@ def test_best_k_and_theoretical_curve():
     assert curve == [pytest.approx(theoretical_speedup(0.6, k, 0.05)) for k in [1, 2, 3, 4]]
     assert curve[0] == pytest.approx((1 + 0.6) / (1 + 0.05))
     assert best_k([]) is None
+
+
+def test_sweep_specs_and_summary_from_rows():
+    specs = sweep_specs([SpecConfig(), parse_spec("prompt-lookup:k=9,ngram_max=4,ngram_min=2")], [1, 2, 3])
+    assert [s.label() for s in specs] == [f"prompt-lookup:k={k},ngram_max=4,ngram_min=2" for k in (1, 2, 3)]
+    runs = {0: finished([1, 2, 3, 4], "a b c d", stats(4, 1.0))}
+    for index, (elapsed, accepted) in enumerate([(0.8, 2), (0.5, 5), (0.6, 6)], 1):
+        runs[index] = finished([1, 2, 3, 4], "a b c d", stats(4, elapsed, drafted=8, accepted=accepted, passes=3))
+    del runs[2]  # a run that did not finish has no point
+    points = sweep_points(summary_rows(specs, runs, greedy=True))
+    assert [p.k for p in points] == [1, 3]
+    assert points[0].speedup == pytest.approx(1 / 0.8) and points[1].acceptance_rate == pytest.approx(6 / 8)
+    summary = sweep_summary("prompt-lookup", reversed(points))
+    assert [p.k for p in summary.points] == [1, 3] and summary.best.k == 3
+    assert summary.alpha == pytest.approx((2 / 8 + 6 / 8) / 2)
+    assert list(summary.theory) == theoretical_curve(summary.alpha, summary.cost_ratio, [1, 3])
+    assert summary.as_dict()["best_k"] == 3 and len(summary.as_dict()["points"]) == 2
+    assert sweep_summary("early-exit", []).best is None
