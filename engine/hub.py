@@ -10,6 +10,8 @@
 - Safety: `trust_remote_code` is never set here; `needs_remote_code` tells the GUI to ask. Pickle
   checkpoints are skipped when safetensors exist, and otherwise need `allow_pickle=True`.
 - The token is passed through to huggingface_hub, never logged, and scrubbed from every error message.
+
+Touches the network (the hub, or HF_ENDPOINT) and the Hugging Face cache folder; no Qt.
 """
 
 from __future__ import annotations
@@ -250,94 +252,118 @@ def download(repo_id: str, *, revision: str | None = None, token: str | None = N
              max_workers: int = 4, plan: DownloadPlan | None = None) -> DownloadResult:
     """Download a model into the Hugging Face cache. Raises DownloadCancelledError when `cancel` is set
     (finished files are kept: call again to continue), UnsafeCheckpointError, or DownloadError."""
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
-    cancel = cancel or threading.Event()
     endpoint = resolve_endpoint(endpoint)
-    cache_dir = str(Path(cache_dir) if cache_dir is not None else hub_cache_dir())
     plan = plan or plan_download(repo_id, revision=revision, token=token, files=files, allow_pickle=allow_pickle,
                                  endpoint=endpoint)
-    repo_id = plan.repo_id
-    lock = threading.Lock()
-    state = {"done": 0, "files_done": 0, "downloaded": 0}
-    total = plan.total_bytes
-
-    def report(current: str | None) -> None:
-        if progress is not None:
-            progress(DownloadProgress(min(state["done"], total) if total else state["done"], total,
-                                      state["files_done"], len(plan.files), current))
-
-    cached, pending = [], []
-    for f in plan.files:
-        hit = try_to_load_from_cache(repo_id, f.path, cache_dir=cache_dir, revision=plan.commit)
-        (cached if isinstance(hit, str) else pending).append(f)
-    state["done"] = sum(f.size or 0 for f in cached)
-    state["files_done"] = len(cached)
-    report(None)
-
-    stop = threading.Event()  # set when one file failed: the others stop at their next chunk
-    last = plan.files[-1].path if plan.files else None
-    cached_paths = {f.path for f in cached}
-    local_paths: dict[str, str] = {}
-
-    def fetch(f: RepoFile) -> None:
-        if cancel.is_set() or stop.is_set():
-            raise _Cancelled
-        counter = {"streamed": 0}
-        bar_class = _progress_bar_class(f.path, counter, cancel, stop, lock, state, report)
-        # every file from the resolved commit; the last one through the asked-for revision, which is what
-        # writes refs/<revision>: the snapshot becomes "the model" only once everything is in
-        file_revision = plan.revision if f.path == last else plan.commit
-        try:
-            local_paths[f.path] = hf_hub_download(repo_id, f.path, revision=file_revision, cache_dir=cache_dir,
-                                                  token=token or False, endpoint=endpoint, tqdm_class=bar_class)
-        except BaseException:
-            with lock:  # the partial file is gone: so are its bytes
-                state["done"] -= counter["streamed"]
-            raise
-        if f.path in cached_paths:  # counted before the start
-            return
-        with lock:
-            if f.size is not None:  # count the file at its listed size, however it was streamed
-                state["done"] += f.size - counter["streamed"]
-            state["files_done"] += 1
-        report(f.path)
-
+    job = _Download(plan, token=token, endpoint=endpoint,
+                    cache_dir=str(Path(cache_dir) if cache_dir is not None else hub_cache_dir()),
+                    progress=progress, cancel=cancel or threading.Event())
     try:
-        body = [f for f in pending if f.path != last]
+        job.run(max_workers)
+    except _Cancelled:
+        raise DownloadCancelledError(
+            f"the download of {plan.repo_id} was cancelled; {job.state['files_done']} of {len(plan.files)} files "
+            "are kept and downloading it again continues from there") from None
+    except DownloadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- every failure becomes one typed sentence
+        raise _translate(exc, plan.repo_id, token, endpoint) from None
+    return job.result()
+
+
+class _Download:
+    """One download of a plan: which files are cached already, the byte and file counters (shared by the
+    downloading threads under `lock`), and the snapshot folder the files land in."""
+
+    def __init__(self, plan: DownloadPlan, *, token: str | None, endpoint: str, cache_dir: str,
+                 progress: ProgressCallback | None, cancel: threading.Event) -> None:
+        self.plan, self.token, self.endpoint, self.cache_dir = plan, token, endpoint, cache_dir
+        self.progress, self.cancel = progress, cancel
+        self.stop = threading.Event()  # set when one file failed: the others stop at their next chunk
+        self.lock = threading.Lock()
+        self.state = {"done": 0, "files_done": 0, "downloaded": 0}
+        self.last = plan.files[-1].path if plan.files else None  # config.json when there is one
+        self.cached_paths: set[str] = set()
+        self.local_paths: dict[str, str] = {}
+
+    def report(self, current: str | None) -> None:
+        if self.progress is not None:
+            total, done = self.plan.total_bytes, self.state["done"]
+            self.progress(DownloadProgress(min(done, total) if total else done, total, self.state["files_done"],
+                                           len(self.plan.files), current))
+
+    def run(self, max_workers: int) -> None:
+        """Every file but the last in parallel, then the last one (also when cached: it writes the ref)."""
+        from huggingface_hub import try_to_load_from_cache
+        pending = []
+        for f in self.plan.files:
+            hit = try_to_load_from_cache(self.plan.repo_id, f.path, cache_dir=self.cache_dir,
+                                         revision=self.plan.commit)
+            if isinstance(hit, str):
+                self.cached_paths.add(f.path)
+                self.state["done"] += f.size or 0
+                self.state["files_done"] += 1
+            else:
+                pending.append(f)
+        self.report(None)
+        self._fetch_all([f for f in pending if f.path != self.last], max_workers)
+        if self.last is not None:
+            self.fetch(self.plan.files[-1])
+
+    def _fetch_all(self, body: list[RepoFile], max_workers: int) -> None:
+        """Fetch `body` on a thread pool; the first failure stops the rest and is raised."""
         errors: list[BaseException] = []
         if body:
             with ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="hf-download") as pool:
-                futures = [pool.submit(fetch, f) for f in body]
+                futures = [pool.submit(self.fetch, f) for f in body]
                 wait(futures, return_when=FIRST_EXCEPTION)
                 if any(fut.done() and fut.exception() for fut in futures):
-                    stop.set()
+                    self.stop.set()
                 for fut in futures:
                     if not fut.cancel() and fut.exception() is not None:
                         errors.append(fut.exception())
         real = [e for e in errors if not isinstance(e, _Cancelled)]
         if real:
             raise real[0]
-        if errors or cancel.is_set():
+        if errors or self.cancel.is_set():
             raise _Cancelled
-        if last is not None:
-            fetch(plan.files[-1])  # also when it is cached: this call writes the ref
-    except _Cancelled:
-        raise DownloadCancelledError(
-            f"the download of {repo_id} was cancelled; {state['files_done']} of {len(plan.files)} files are "
-            "kept and downloading it again continues from there") from None
-    except DownloadError:
-        raise
-    except Exception as exc:  # noqa: BLE001 -- every failure becomes one typed sentence
-        raise _translate(exc, repo_id, token, endpoint) from None
 
-    if last is None:
-        raise DownloadError(f"{repo_id} has no files to download")
-    folder = Path(local_paths[last]).parents[len(Path(last).parts) - 1]  # the snapshot folder
-    if folder.name != plan.commit:  # the last file came from a newer commit than the others
-        raise DownloadError(f"{repo_id} changed on the hub during the download; download it again")
-    return DownloadResult(repo_id=repo_id, commit=plan.commit, folder=folder,
-                          files=tuple(f.path for f in plan.files), bytes_downloaded=state["downloaded"],
-                          needs_remote_code=needs_remote_code(folder))
+    def fetch(self, f: RepoFile) -> None:
+        from huggingface_hub import hf_hub_download
+        if self.cancel.is_set() or self.stop.is_set():
+            raise _Cancelled
+        counter = {"streamed": 0}
+        bar_class = _progress_bar_class(f.path, counter, self.cancel, self.stop, self.lock, self.state,
+                                        self.report)
+        # every file from the resolved commit; the last one through the asked-for revision, which is what
+        # writes refs/<revision>: the snapshot becomes "the model" only once everything is in
+        file_revision = self.plan.revision if f.path == self.last else self.plan.commit
+        try:
+            self.local_paths[f.path] = hf_hub_download(self.plan.repo_id, f.path, revision=file_revision,
+                                                       cache_dir=self.cache_dir, token=self.token or False,
+                                                       endpoint=self.endpoint, tqdm_class=bar_class)
+        except BaseException:
+            with self.lock:  # the partial file is gone: so are its bytes
+                self.state["done"] -= counter["streamed"]
+            raise
+        if f.path in self.cached_paths:  # counted before the start
+            return
+        with self.lock:
+            if f.size is not None:  # count the file at its listed size, however it was streamed
+                self.state["done"] += f.size - counter["streamed"]
+            self.state["files_done"] += 1
+        self.report(f.path)
+
+    def result(self) -> DownloadResult:
+        plan, last = self.plan, self.last
+        if last is None:
+            raise DownloadError(f"{plan.repo_id} has no files to download")
+        folder = Path(self.local_paths[last]).parents[len(Path(last).parts) - 1]  # the snapshot folder
+        if folder.name != plan.commit:  # the last file came from a newer commit than the others
+            raise DownloadError(f"{plan.repo_id} changed on the hub during the download; download it again")
+        return DownloadResult(repo_id=plan.repo_id, commit=plan.commit, folder=folder,
+                              files=tuple(f.path for f in plan.files), bytes_downloaded=self.state["downloaded"],
+                              needs_remote_code=needs_remote_code(folder))
 
 
 def _progress_bar_class(file: str, counter: dict, cancel: threading.Event, stop: threading.Event,
