@@ -1,0 +1,382 @@
+"""The llama.cpp backend: GGUF models run natively quantized through llama-cpp-python's low-level API (no
+`Llama` class): `llama_decode` over a batch with a logits flag per position, logits read in place (only the
+rows asked for), the KV cache rolled back with `llama_memory_seq_rm`. CPU, or CUDA / Metal / Vulkan when
+llama-cpp-python was built with them (every layer offloaded by default).
+
+Touches llama.cpp's global state (backend initialised once, its logger replaced by one that keeps errors
+for our messages), the model file (memory-mapped by llama.cpp) and the memory of the contexts it creates.
+No Qt, no transformers (the chat template renderer is imported by the tokenizer when first used).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.backends import common_prefix_length
+from engine.backends.gguf_file import GgufHeader, read_header
+from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
+from engine.errors import ConfigError, ModelLoadError, OutOfMemoryError, PromptTooLongError, SpecScopeError
+
+BACKEND = "llama.cpp"
+INSTALL_HINT = "pip install llama-cpp-python==0.3.36"
+N_BATCH = 512  # tokens per llama_decode call; more than the longest verification (MAX_K + 1)
+MAX_DEFAULT_CONTEXT = 8192  # the KV cache is allocated up front: a model trained on 128k gets 8k unless asked
+MIN_CONTEXT = 16
+KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is F16
+_LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level
+_DEVICE_TYPE_CPU = 0  # ggml_backend_dev_type: CPU, GPU, IGPU, ACCEL
+
+_state_lock = threading.Lock()
+_library = None
+_log_callback = None  # llama.cpp calls it from C: it must stay referenced, or the process crashes
+_errors: collections.deque[str] = collections.deque(maxlen=32)
+
+
+def available() -> bool:
+    """Whether llama-cpp-python is installed (without importing it)."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def library():
+    """The llama_cpp module, with the backend initialised once and its logging quieted (errors are kept for
+    our messages, the rest dropped)."""
+    global _library, _log_callback
+    with _state_lock:
+        if _library is None:
+            try:
+                import llama_cpp
+            except ImportError:
+                raise ModelLoadError(f"the llama.cpp backend needs llama-cpp-python ({INSTALL_HINT}); or use "
+                                     "--backend transformers") from None
+            last_level = [0]
+
+            @llama_cpp.llama_log_callback
+            def on_log(level, text, user_data):
+                level = last_level[0] if level == _LOG_CONT else level
+                last_level[0] = level
+                if level == _LOG_ERROR and text:
+                    _errors.append(text.decode("utf-8", errors="replace"))
+
+            _log_callback = on_log
+            llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _library = llama_cpp
+    return _library
+
+
+def _llama_error(default: str) -> str:
+    """What llama.cpp last logged as an error, in its own words (one line), or `default`."""
+    text = " ".join(line.strip() for line in _errors if line.strip())
+    marker = "error loading model: "
+    if marker in text:  # "llama_model_load: error loading model: <reason> llama_model_load_from_file…"
+        text = text.rsplit(marker, 1)[1].split(" llama_model_load", 1)[0]
+    text = text.strip().rstrip(".")
+    return text[:240] if text else default
+
+
+# ------------------------------------------------------------------ devices
+
+def _ggml(lib):
+    from llama_cpp._ctypes_extensions import load_shared_library
+    ggml = load_shared_library("ggml", Path(lib.llama_cpp.__file__).parent / "lib")
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_description.restype = ctypes.c_char_p
+    ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+    return ggml
+
+
+def accelerators(lib=None) -> list[str]:
+    """The devices llama.cpp can offload layers to, as "CUDA (NVIDIA …)", "Metal (Apple M2)"; empty for a
+    CPU-only build or a machine without such a device."""
+    lib = lib or library()
+    if not lib.llama_supports_gpu_offload():
+        return []
+    ggml = _ggml(lib)
+    names = []
+    for index in range(ggml.ggml_backend_dev_count()):
+        device = ggml.ggml_backend_dev_get(index)
+        if ggml.ggml_backend_dev_type(device) == _DEVICE_TYPE_CPU:
+            continue
+        backend = ggml.ggml_backend_reg_name(ggml.ggml_backend_dev_backend_reg(device)).decode()
+        names.append(f"{backend} ({ggml.ggml_backend_dev_description(device).decode().strip()})")
+    return names
+
+
+# ------------------------------------------------------------------ model
+
+class GgufModel:
+    """A GGUF model loaded by llama.cpp (weights memory-mapped or offloaded), its tokenizer and facts.
+    Each user (the target, a draft) gets a context and KV cache of its own from new_runner()."""
+
+    def __init__(self, path: Path, *, n_ctx: int | None = None, n_threads: int | None = None,
+                 n_gpu_layers: int | None = None, label: str | None = None) -> None:
+        self.lib = lib = library()
+        self.path = Path(path)
+        self.label = label or self.path.stem
+        self.header = read_header(self.path)
+        self.accelerators = accelerators(lib)
+        self.n_gpu_layers = _check_gpu_layers(n_gpu_layers, self.accelerators)
+        self.n_threads = _check_threads(n_threads)
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = self.n_gpu_layers
+        _errors.clear()
+        self.handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self.handle:
+            raise ModelLoadError(self._load_failure())
+        try:
+            self._read_facts()
+            self.context_length = self._check_context(n_ctx)
+            self.tokenizer = LlamaCppTokenizer(lib, self.handle, self.header.metadata, owner=self)
+            self._spare: LlamaCppRunner | None = LlamaCppRunner(self)  # proves the context fits memory
+        except BaseException:
+            self._free()
+            raise
+
+    def _load_failure(self) -> str:
+        reason = _llama_error("llama.cpp could not load it")
+        arch = self.header.architecture
+        if "unknown model architecture" in reason:
+            return (f"{self.path.name} is a {arch!r} model, an architecture this llama.cpp "
+                    f"(llama-cpp-python {self.lib.__version__}) does not know; update llama-cpp-python or "
+                    "use --backend transformers")
+        if "out of memory" in reason or "failed to allocate" in reason:
+            return f"not enough memory to load {self.path.name} ({reason})"
+        return f"{self.path.name} could not be loaded by llama.cpp ({reason})"
+
+    def _read_facts(self) -> None:
+        lib, handle = self.lib, self.handle
+        if not lib.llama_model_has_decoder(handle) or lib.llama_model_has_encoder(handle) or \
+                lib.llama_model_is_diffusion(handle):
+            raise ModelLoadError(f"{self.path.name} is not a decoder-only language model; SpecScope generates "
+                                 "with causal language models only")
+        self.n_layers = int(lib.llama_model_n_layer(handle))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(handle))
+        self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(handle)))
+        self.n_parameters = int(lib.llama_model_n_params(handle))
+        self.size_bytes = int(lib.llama_model_size(handle))
+        self.dtype_label = lib.llama_ftype_name(lib.llama_model_ftype(handle)).decode().removeprefix("all ")
+        # A recurrent state (Mamba, RWKV, hybrids) keeps no per-position history: it cannot be cut back.
+        self.supports_rollback = not (lib.llama_model_is_recurrent(handle) or lib.llama_model_is_hybrid(handle))
+        self.device_label = self.accelerators[0] if self.n_gpu_layers and self.accelerators else "CPU"
+
+    def kv_cache_bytes(self, n_ctx: int) -> int:
+        """What a context of n_ctx tokens allocates for its KV cache (F16 keys and values, every layer)."""
+        lib, handle = self.lib, self.handle
+        n_head = max(1, int(lib.llama_model_n_head(handle)))
+        head_dim = int(lib.llama_model_n_embd(handle)) // n_head
+        k_dim = int(self.header.get("attention.key_length", head_dim))
+        v_dim = int(self.header.get("attention.value_length", head_dim))
+        n_kv = int(lib.llama_model_n_head_kv(handle))
+        return n_ctx * self.n_layers * n_kv * (k_dim + v_dim) * KV_BYTES_PER_VALUE
+
+    def _check_context(self, n_ctx: int | None) -> int:
+        limit = self.n_ctx_train or MAX_DEFAULT_CONTEXT
+        if n_ctx is None:
+            n_ctx = min(limit, MAX_DEFAULT_CONTEXT)
+        if not MIN_CONTEXT <= n_ctx <= limit:
+            raise ConfigError(f"the context must be from {MIN_CONTEXT} to {limit} tokens for {self.label} (its "
+                              f"trained length), got {n_ctx}")
+        if os.environ.get("SPECSCOPE_SKIP_MEMORY_CHECK", "") in ("", "0") and not self.n_gpu_layers:
+            from engine.catalog import free_memory
+            needed, free = self.kv_cache_bytes(n_ctx), free_memory("cpu")
+            if free is not None and needed > free:
+                raise OutOfMemoryError(
+                    f"a context of {n_ctx:,} tokens for {self.label} needs {needed / 2**30:.1f} GB for its KV "
+                    f"cache, but only {free / 2**30:.1f} GB of memory is free; use a shorter context")
+        return n_ctx
+
+    def new_runner(self) -> "LlamaCppRunner":
+        """A runner with a context (KV cache) of its own; the first one was made while loading."""
+        spare, self._spare = self._spare, None
+        return spare if spare is not None else LlamaCppRunner(self)
+
+    def _free(self) -> None:
+        """Free the weights. Runners hold a reference to their model, so none is left using them."""
+        self._spare = None
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            self.lib.llama_model_free(handle)
+
+    def __del__(self) -> None:
+        try:
+            self._free()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+def _check_threads(n_threads: int | None) -> int:
+    if n_threads is None:
+        from engine.threads import engine_threads
+        return engine_threads()
+    if not isinstance(n_threads, int) or n_threads < 1:
+        raise ConfigError(f"threads must be a whole number ≥ 1, got {n_threads!r}")
+    return n_threads
+
+
+def _check_gpu_layers(n_gpu_layers: int | None, accelerators: list[str]) -> int:
+    """All layers (-1) where llama.cpp can offload, none otherwise, unless asked."""
+    if n_gpu_layers is None:
+        return -1 if accelerators else 0
+    if not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
+        raise ConfigError(f"GPU layers must be -1 (all), 0 (none) or a count, got {n_gpu_layers!r}")
+    if n_gpu_layers and not accelerators:
+        raise ConfigError("GPU layers were asked for, but this llama-cpp-python has no GPU backend or finds no "
+                          "device (build it with CMAKE_ARGS=-DGGML_CUDA=on, or -DGGML_METAL=on)")
+    return n_gpu_layers
+
+
+# ------------------------------------------------------------------ runner
+
+class LlamaCppRunner:
+    """One llama.cpp context on a GgufModel: its KV cache and the ids in it (engine.backends' Runner).
+
+    forward() returns a view of llama.cpp's logits buffer, valid until the next call on this runner: use
+    it at once, or clone what must be kept."""
+
+    def __init__(self, model: GgufModel) -> None:
+        self.model = model
+        self.context_length = model.context_length
+        self.device = torch.device("cpu")  # where the logits are, whatever device runs the layers
+        self.ids: list[int] = []
+        self._ctx = None
+        self._open()
+
+    def _open(self) -> None:
+        lib, model = self.model.lib, self.model
+        params = lib.llama_context_default_params()
+        params.n_ctx = self.context_length
+        params.n_batch = params.n_ubatch = min(N_BATCH, self.context_length)
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = model.n_threads
+        params.no_perf = True
+        _errors.clear()
+        ctx = lib.llama_init_from_model(model.handle, params)
+        if not ctx:
+            raise OutOfMemoryError(f"llama.cpp could not make a context of {self.context_length:,} tokens for "
+                                   f"{model.label} ({_llama_error('out of memory')}); use a shorter context")
+        self._ctx, self._memory = ctx, lib.llama_get_memory(ctx)
+        self._n_batch = int(params.n_batch)
+        self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
+        batch = self._batch
+        self._tokens = np.ctypeslib.as_array(batch.token, shape=(self._n_batch,))
+        self._positions = np.ctypeslib.as_array(batch.pos, shape=(self._n_batch,))
+        self._flags = np.ctypeslib.as_array(batch.logits, shape=(self._n_batch,))
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(self._n_batch,))[:] = 1
+        for i in range(self._n_batch):
+            batch.seq_id[i][0] = 0  # one sequence
+        self.ids = []
+
+    def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        """Feed new_ids after the cached ones; float32 logits (n_logits, vocab) of the last n_logits
+        positions, read in place from llama.cpp (only those rows are computed)."""
+        n = len(new_ids)
+        if not 1 <= n_logits <= min(n, self._n_batch if self._ctx else N_BATCH):
+            raise ValueError(f"n_logits must be from 1 to {min(n, N_BATCH)}, got {n_logits} for {n} ids")
+        if len(self.ids) + n > self.context_length:
+            raise PromptTooLongError(f"{len(self.ids) + n} tokens do not fit in the {self.context_length:,}-token "
+                                     f"context of {self.model.label}; shorten the conversation")
+        ids = np.asarray(new_ids, dtype=np.int32)
+        if int(ids.min()) < 0 or int(ids.max()) >= self.model.vocab_size:
+            raise ValueError(f"token ids must be from 0 to {self.model.vocab_size - 1}")
+        if self._ctx is None:
+            self._open()
+        start = len(self.ids)
+        # Chunks of n_batch counted from the end, so that the last one holds every row asked for.
+        head = n % self._n_batch
+        bounds = ([(0, head)] if head else []) + [(b, b + self._n_batch) for b in range(head, n, self._n_batch)]
+        try:
+            for begin, end in bounds:
+                self._decode(ids[begin:end], start + begin, n_logits if end == n else 0)
+        except BaseException:
+            self._forget_from(start)
+            raise
+        self.ids.extend(int(i) for i in new_ids)
+        logits = self.model.lib.llama_get_logits(self._ctx)
+        return torch.from_numpy(np.ctypeslib.as_array(logits, shape=(n_logits, self.model.vocab_size)))
+
+    def _decode(self, ids: np.ndarray, position: int, n_outputs: int) -> None:
+        m = len(ids)
+        self._tokens[:m] = ids
+        self._positions[:m] = np.arange(position, position + m, dtype=np.int32)
+        self._flags[:m] = 0
+        if n_outputs:
+            self._flags[m - n_outputs:m] = 1
+        self._batch.n_tokens = m
+        _errors.clear()
+        status = self.model.lib.llama_decode(self._ctx, self._batch)
+        if status == 1:
+            raise OutOfMemoryError(f"llama.cpp found no room in the KV cache of {self.model.label} "
+                                   f"({self.context_length:,} tokens); start a new chat")
+        if status != 0:
+            raise SpecScopeError(f"llama.cpp failed to decode a batch (status {status}: "
+                                 f"{_llama_error('no reason given')})")
+
+    def _forget_from(self, length: int) -> None:
+        """After a failed pass: drop whatever part of it reached the cache."""
+        if self._ctx is not None and not self.model.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+            self.reset()
+
+    def rollback(self, length: int) -> None:
+        """Keep the first `length` cached positions."""
+        if length >= len(self.ids):
+            return
+        if length < 0:
+            raise ValueError(f"cannot roll back to a negative length ({length})")
+        if self._ctx is not None and not self.model.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+            raise ConfigError(f"llama.cpp cannot roll back the memory of {self.model.label} (a recurrent state "
+                              "keeps no per-token history), which speculative decoding needs; use method none")
+        del self.ids[length:]
+
+    def sync(self, context_ids: list[int]) -> list[int]:
+        """Roll back to the common prefix with context_ids (always leaving the last id out); return the ids
+        still to feed. A memory that can't be cut back is emptied instead."""
+        keep = min(common_prefix_length(self.ids, context_ids), len(context_ids) - 1)
+        if keep < len(self.ids):
+            if self.model.supports_rollback or keep == 0:
+                self.rollback(keep)
+            else:
+                self.reset()
+        return context_ids[len(self.ids):]
+
+    def reset(self) -> None:
+        """Empty the cache (its memory stays allocated for the next generation)."""
+        if self._ctx is not None:
+            self.model.lib.llama_memory_clear(self._memory, False)
+        self.ids = []
+
+    def release(self) -> None:
+        """Free the context and its KV cache; the next forward() makes a new one."""
+        ctx, self._ctx = self._ctx, None
+        self.ids = []
+        if ctx:
+            self.model.lib.llama_batch_free(self._batch)
+            self.model.lib.llama_free(ctx)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def load(path: str | Path, *, n_ctx: int | None = None, n_threads: int | None = None,
+         n_gpu_layers: int | None = None, label: str | None = None) -> GgufModel:
+    """Load a GGUF file on llama.cpp. Raises ModelLoadError (not a whole GGUF, unknown architecture, not a
+    language model), ConfigError (a setting out of range) or OutOfMemoryError (the context doesn't fit),
+    with nothing left loaded."""
+    return GgufModel(Path(path), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, label=label)
