@@ -4,22 +4,28 @@ tokenizer.json, a GGUF header); no weights are loaded. Also: memory estimates, f
 which drafts fit a target.
 
 Everything here is best effort and cheap: a model whose facts cannot be read is still listed, with the
-missing facts as None and a `problem` saying why it cannot be used.
+missing facts as None and a `problem` saying why it cannot be used. Reads files and the OS's memory figures;
+names and devices come from engine.sources, tokenizer differences from engine.compat.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from engine.errors import ModelLoadError, OutOfMemoryError, SpecScopeError
+from engine.compat import TokenizerDifference, explain_mismatch, size_difference, tokenizer_difference
+from engine.errors import OutOfMemoryError, SpecScopeError
+from engine.sources import (DEFAULT_LABEL, DTYPE_NAMES, cache_root, converted_folder, dtype_label, file_stamp, gguf_problem,
+                            hub_cache_dir, resolve_device, resolve_dtype, resolve_source)
+
+__all__ = ["CatalogEntry", "MemoryEstimate", "list_models", "describe_default", "list_hub_cache", "describe_name",
+           "describe_path", "weight_files", "needs_remote_code", "tokenizer_facts", "gguf_facts", "estimate_memory",
+           "free_memory", "memory_check", "draft_difference", "compatible_drafts", "explain_mismatch",
+           "entry_as_dict", "format_bytes", "format_parameters", "hub_cache_dir", "same_model", "is_smaller"]
 
 DEFAULT_CONTEXT_TOKENS = 4096  # the KV-cache estimate's context unless the caller says otherwise
 RUNTIME_OVERHEAD_BYTES = 256 * 2**20  # activations, logits, allocator slack: rough, on top of weights + KV
@@ -30,8 +36,6 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 
 _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8",
                        "U8": "uint8", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32",
                        "I64": "int64", "I16": "int16", "BOOL": "bool"}
-_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
-                  "float": "float32"}
 WEIGHT_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
@@ -87,17 +91,6 @@ class MemoryEstimate:
 
 # ---------------------------------------------------------------- where things are
 
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once, at import)."""
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(variable):
-            return Path(os.environ[variable]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
-    return Path(constants.HF_HUB_CACHE)
-
-
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "?"
@@ -134,7 +127,6 @@ def list_models(extra_paths: Iterable[str | os.PathLike] = (), *, include_defaul
 
 
 def describe_default() -> CatalogEntry:
-    from engine.models import DEFAULT_LABEL, converted_folder, resolve_source
     try:
         source = resolve_source("default")
     except SpecScopeError as exc:
@@ -192,7 +184,6 @@ def _describe_cached_repo(repo) -> list[CatalogEntry]:
 
 def describe_name(name: str) -> CatalogEntry:
     """Describe what `load_model(name)` would load ("default", a folder, a .gguf file, a cached hub id)."""
-    from engine.models import resolve_source
     if name.strip() == "default":
         return describe_default()
     source = resolve_source(name)
@@ -250,7 +241,7 @@ def _normalize_dtype(value) -> str | None:
     if not value or not isinstance(value, str):
         return None
     value = value.removeprefix("torch.").lower()
-    return _DTYPE_ALIASES.get(value, value)
+    return DTYPE_NAMES.get(value, value)
 
 
 def weight_files(folder: Path) -> tuple[list[Path], list[str], str | None]:
@@ -371,10 +362,7 @@ _GGUF_TOKENIZER_FAMILIES = {"gpt2": "BPE", "llama": "BPE", "bert": "WordPiece", 
 
 
 def _gguf_facts_file(path: Path) -> Path:
-    from engine.models import cache_root
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    return cache_root() / "facts" / f"{path.stem}-{key}.json"
+    return cache_root() / "facts" / f"{path.stem}-{file_stamp(path)}.json"
 
 
 def gguf_facts(path: Path) -> dict:
@@ -430,15 +418,10 @@ def gguf_facts(path: Path) -> dict:
 
 
 def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> CatalogEntry:
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        return CatalogEntry(name=name, label=label, kind=kind, path=path, complete=False,
-                            problem=f"cannot read {path.name}: {exc.strerror}", **extra)
-    if magic != b"GGUF":
+    problem = gguf_problem(path)
+    if problem:
         return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path), complete=False,
-                            problem=f"{path.name} is not a GGUF file", **extra)
+                            problem=problem, **extra)
     try:
         facts = gguf_facts(path)
     except Exception as exc:  # the reader raises many types on a damaged file
@@ -457,25 +440,12 @@ def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> 
 # ---------------------------------------------------------------- memory
 
 def _device_and_dtype(device, dtype) -> tuple[str, str]:
-    """Normalise a device and dtype for estimates, without requiring that the device exists here."""
-    import torch
-    from engine.models import resolve_device
+    """Normalise a device and dtype for estimates (engine.sources' resolver, as loading uses), without
+    requiring that the device exists here."""
     device = str(device or "auto").lower()
     if device == "auto":
         device = str(resolve_device("auto"))
-    kind = device.split(":")[0]
-    if isinstance(dtype, torch.dtype):
-        return device, str(dtype).removeprefix("torch.")
-    name = _normalize_dtype(dtype) if dtype not in (None, "auto") else None
-    if name is None:
-        if kind == "cuda":
-            bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-            name = "bfloat16" if bf16 or not torch.cuda.is_available() else "float16"
-        else:
-            name = "float16" if kind == "mps" else "float32"
-    if name not in DTYPE_BYTES:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
-    return device, name
+    return device, dtype_label(resolve_dtype(dtype, device))
 
 
 def estimate_memory(entry: CatalogEntry, device: str = "auto", dtype=None,
@@ -595,47 +565,51 @@ _tokenizers: dict[tuple, object] = {}
 
 
 def _load_tokenizer(entry: CatalogEntry):
-    from engine.models import load_tokenizer_only
+    from engine.backends.transformers import load_tokenizer
     try:
-        stamp = entry.path.stat().st_mtime_ns
+        stamp = file_stamp(entry.path)
     except OSError:
         stamp = None
     key = (entry.name, str(entry.path), stamp)
     if key not in _tokenizers:
-        _tokenizers[key] = load_tokenizer_only(entry.name)
+        _tokenizers[key] = load_tokenizer(resolve_source(entry.name), entry.name)
     return _tokenizers[key]
 
 
-def _smaller(draft: CatalogEntry, target: CatalogEntry) -> bool:
+def is_smaller(draft: CatalogEntry, target: CatalogEntry) -> bool:
+    """The draft has fewer parameters than the target (or, where a count is unknown, fewer bytes)."""
     if draft.n_parameters is not None and target.n_parameters is not None:
         return draft.n_parameters < target.n_parameters
     return draft.size_bytes < target.size_bytes
 
 
-def _same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
+def same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
+    """Two entries name the same files."""
     try:
         return a.path.resolve() == b.path.resolve()
     except OSError:
         return a.path == b.path
 
 
-def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> str | None:
+_smaller, _same_model = is_smaller, same_model  # old names, until gui/views/model_manager.py reads the new ones
+
+
+def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDifference | None:
     """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
     tokenizers (never the weights); a cheap vocabulary-size check runs first."""
-    from engine.models import VOCAB_SIZE_TOLERANCE, tokenizer_difference
-    if target.vocab_size is not None and draft.vocab_size is not None \
-            and abs(target.vocab_size - draft.vocab_size) > VOCAB_SIZE_TOLERANCE:
-        return (f"vocabulary sizes differ by {abs(target.vocab_size - draft.vocab_size)} (target "
-                f"{target.vocab_size}, draft {draft.vocab_size}; at most {VOCAB_SIZE_TOLERANCE} allowed)")
+    if target.vocab_size is not None and draft.vocab_size is not None:
+        sizes = size_difference(target.vocab_size, draft.vocab_size)
+        if sizes:
+            return sizes
     return tokenizer_difference(_load_tokenizer(target), _load_tokenizer(draft))
 
 
 def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:
     """The usable candidates that are smaller than `target` and whose tokenizer passes
-    `engine.models.tokenizer_difference` against the target's, in the order given."""
+    `engine.compat.tokenizer_difference` against the target's, in the order given."""
     found = []
     for candidate in candidates:
-        if not candidate.usable or _same_model(candidate, target) or not _smaller(candidate, target):
+        if not candidate.usable or same_model(candidate, target) or not is_smaller(candidate, target):
             continue
         try:
             if draft_difference(target, candidate) is None:
@@ -643,44 +617,6 @@ def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) 
         except SpecScopeError:  # its tokenizer cannot be loaded: not a draft we can offer
             continue
     return found
-
-
-_TOKEN_DIFFERS = re.compile(r"token (\d+) differs: target (.*), draft (.*)$")
-_SIZES_DIFFER = re.compile(r"vocabulary sizes differ by (\d+) \(target (\d+), draft (\d+)")
-_TYPES_DIFFER = re.compile(r"vocabulary types differ: target (\S+), draft (\S+)")
-_SPECIAL_DIFFER = re.compile(r"(BOS|EOS) tokens differ: target (.*), draft (.*)$")
-_ADVICE = ("The draft's guesses would mean different text to the target, so it cannot speed it up. Pick a draft "
-           "from the same family (for example Qwen3-0.6B for Qwen3-32B, Llama-3.2-1B for Llama-3.1-8B).")
-
-
-def explain_mismatch(difference: str) -> str:
-    """Plain words for the engine's tokenizer difference message (see engine.models.tokenizer_difference)."""
-    difference = difference.strip()
-    if match := _TYPES_DIFFER.search(difference):
-        detail = (f"the target uses a {match[1]} vocabulary and the draft a {match[2]} one")
-    elif match := _SIZES_DIFFER.search(difference):
-        detail = (f"the target knows {int(match[2]):,} pieces and the draft {int(match[3]):,} "
-                  f"({int(match[1]):,} apart)")
-    elif match := _SPECIAL_DIFFER.search(difference):
-        where = "start" if match[1] == "BOS" else "end"
-        detail = f"they mark the {where} of a text with different tokens (target {match[2]}, draft {match[3]})"
-    elif match := _TOKEN_DIFFERS.search(difference):
-        detail = (f"piece number {int(match[1]):,} is {match[2]} for the target but {match[3]} for the draft")
-    else:
-        detail = difference
-    return f"These two models split text into different pieces: {detail}. {_ADVICE}"
-
-
-def find_entry(entries: Iterable[CatalogEntry], name: str) -> CatalogEntry | None:
-    """The entry whose name, label or repo id is `name` (exact), else one whose label matches as a glob."""
-    entries = list(entries)
-    for entry in entries:
-        if name in (entry.name, entry.label, entry.repo_id):
-            return entry
-    for entry in entries:
-        if fnmatch.fnmatch(entry.label, name):
-            return entry
-    return None
 
 
 def entry_as_dict(entry: CatalogEntry, estimate: MemoryEstimate | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""Typed errors. Each carries one clear sentence meant for the user (CLI exit 2, a message in the GUI)."""
+"""Typed errors. Each carries one clear sentence meant for the user (CLI exit 2, a message in the GUI).
+Imports nothing; every engine module may raise these."""
 
 
 class SpecScopeError(Exception):
@@ -18,7 +19,12 @@ class DefaultModelMissingError(ModelLoadError):
 
 
 class TokenizerMismatchError(SpecScopeError):
-    """The draft's tokenizer is not the target's; names the first difference."""
+    """The draft's tokenizer is not the target's; names the first difference, and carries it as data
+    (`difference`: an engine.compat.TokenizerDifference, None when the message is all there is)."""
+
+    def __init__(self, message: str, difference=None) -> None:
+        super().__init__(message)
+        self.difference = difference
 
 
 class PromptTooLongError(SpecScopeError):

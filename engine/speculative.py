@@ -5,25 +5,29 @@ keep drafted token x with probability min(1, p_target(x) / p_draft(x)); at the f
 correction from norm(max(0, p_target − p_draft)); when all k are kept, draw a bonus token from the target.
 A drafter with no distribution counts as a one-hot p_draft. Greedy decoding is the temperature → 0 limit:
 keep x while it is the target's argmax. Either way the output is distributed exactly as the target's own.
+
+The loop sees models only as engine.backends Runners (`target.new_runner()`) and drafters as Drafters, so a
+backend or a method is added without touching it; torch is used for the tensors of verification only.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
 import torch
 
-from engine.cache import CachedModel
-from engine.chat import (Conversation, IncrementalDetokenizer, eos_ids, find_stop, normalize_conversation,
-                         prompt_ids)
-from engine.config import SamplingConfig, SpecConfig, check_layers
+from engine.chat import Conversation, IncrementalDetokenizer, find_stop, normalize_conversation, prompt_ids
+from engine.compat import check_tokenizers
+from engine.config import SamplingConfig, SpecConfig, check_backend, check_layers
 from engine.draft_length import DraftLengthPolicy
 from engine.drafters import Drafter, Proposal, make_drafter
 from engine.errors import ConfigError, PromptTooLongError
 from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, target_status
-from engine.models import LoadedModel, check_tokenizers, load_model, resolve_source
+from engine.models import LoadedModel, load_model
+from engine.sources import resolve_source
 from engine.sampling import make_generator, probabilities, sample
 from engine.stats import StatsAccumulator
 
@@ -102,15 +106,49 @@ def _align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 # ------------------------------------------------------------------ the engine
 
+@dataclass(slots=True)
+class _Generation:
+    """What one generation has produced so far (the loop's mutable state, passed from step to step)."""
+
+    ids: list[int]  # prompt + everything committed
+    feed: list[int]  # what the first (prefill) round feeds the target: the prompt after the cached prefix
+    detok: IncrementalDetokenizer
+    stats: StatsAccumulator
+    generator: torch.Generator
+    started: float
+    output: list[int] = field(default_factory=list)
+    text: str = ""
+    index: int = 0  # of the next round; 0 is the prefill
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """One round's draft and what the target made of it, with the times of both steps."""
+
+    proposal: Proposal
+    n_accepted: int
+    target_id: int
+    p_target: list[float]
+    p_draft: list[float | None]
+    p_own: float
+    draft_seconds: float
+    verify_seconds: float
+
+
 class Engine:
     """Holds a loaded target (and drafts) between messages and runs generations as event streams."""
 
-    def __init__(self, target: LoadedModel, draft_loader=load_model, drafter_factory=make_drafter) -> None:
-        """`draft_loader` loads draft models and `drafter_factory(spec, target_model, draft_model)` builds
-        drafters; both are seams for tests (a scripted drafter) and default to the real ones."""
+    def __init__(self, target: LoadedModel, draft_loader=load_model, drafter_factory=make_drafter,
+                 on_status: Callable[[str], None] | None = None) -> None:
+        """`draft_loader` loads draft models and `drafter_factory(spec, target, draft)` builds drafters (both
+        take LoadedModels); both are seams for tests (a scripted drafter) and default to the real ones.
+        `on_status` hears slow steps (loading a draft model, its progress) as one line of text each."""
         self.target = target
-        self.runner = CachedModel(target.model)
-        self.eos_ids = eos_ids(target.tokenizer, target.model)
+        self.runner = target.new_runner()
+        self.eos_ids = target.eos_ids
+        self.on_status = on_status
         self._draft_loader = draft_loader
         self._drafter_factory = drafter_factory
         self._draft: LoadedModel | None = None
@@ -118,16 +156,20 @@ class Engine:
         self._drafter_key: tuple | None = None
         self._policy: DraftLengthPolicy | None = None  # adaptive draft length; learns across messages
         self._active: Iterator[Event] | None = None  # the generation in progress, if any
-        self.on_status = None  # optional callable(str): slow steps (loading a draft model) report here
 
     # ---- settings
 
     def validate(self, spec: SpecConfig) -> None:
         """Raise ConfigError/ModelLoadError/TokenizerMismatchError for a spec this target can't run."""
+        check_backend(spec.method, self.target.backend)
         if spec.info.uses_layers:
             check_layers(spec.layers, self.target.n_layers)
-        if spec.method == "draft-model":
+        if spec.info.needs_draft:
             self.draft_model(spec.draft)
+
+    def _status(self, message: str) -> None:
+        if self.on_status is not None:
+            self.on_status(message)
 
     def draft_model(self, name: str) -> LoadedModel:
         """Load (once) and check a draft model. The target itself is reused when named again."""
@@ -136,10 +178,9 @@ class Engine:
         if name == self.target.name or resolve_source(name) == resolve_source(self.target.name):
             draft = self.target  # same weights: share them, the drafter still keeps its own cache
         else:
-            if self.on_status is not None:
-                self.on_status(f"Loading draft model {name}…")
+            self._status(f"Loading draft model {name}…")
             draft = self._draft_loader(name, device=str(self.target.device), dtype=self.target.dtype,
-                                       progress=self.on_status)
+                                       progress=self._status)
         check_tokenizers(self.target.tokenizer, draft.tokenizer, self.target.label, draft.label)
         self._forget_drafter()
         self._draft = draft
@@ -153,9 +194,9 @@ class Engine:
     def drafter(self, spec: SpecConfig) -> Drafter:
         key = (spec.method, spec.draft, spec.layers, spec.ngram_max, spec.ngram_min)
         if key != self._drafter_key:
-            draft_model = self.draft_model(spec.draft).model if spec.method == "draft-model" else None
+            draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
             self._forget_drafter()
-            self._drafter = self._drafter_factory(spec, self.target.model, draft_model)
+            self._drafter = self._drafter_factory(spec, self.target, draft)
             self._drafter_key = key
             self._policy = None
         if spec.adaptive and (self._policy is None or self._policy.k != spec.k):
@@ -164,7 +205,7 @@ class Engine:
 
     def release(self) -> None:
         """Free the KV caches (memory) kept between messages."""
-        self.runner.reset()
+        self.runner.release()
         if self._drafter is not None:
             self._drafter.release()
 
@@ -205,94 +246,111 @@ class Engine:
         return self._active
 
     def _loop(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter):
-        target = self.target
-        generator = make_generator(target.device, sampling.seed)
-        drafter.begin(sampling, generator)
-        detok = IncrementalDetokenizer(target.tokenizer, prompt)
-        stats = StatsAccumulator(spec.k)
-        ids = list(prompt)
-        output: list[int] = []
-        text = ""
-        started = time.perf_counter()
-        feed = self.runner.sync(ids)
+        """The generation: a started event, one event per round until a stop, a finished event."""
+        state = self._begin(prompt, spec, sampling, drafter)
         yield GenerationStarted(
-            spec_label=spec.label(), method=spec.method, k=spec.k, model=target.label,
-            draft=spec.draft, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
-            greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
-            max_new_tokens=max_new_tokens, warnings=spec.warnings)
-        stop_reason, error = None, None
-        index = 0
+            spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
+            device=str(self.target.device), dtype=self.target.dtype_label, greedy=sampling.greedy,
+            prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids), max_new_tokens=max_new_tokens,
+            warnings=spec.warnings)
         try:
-            while stop_reason is None:
-                if cancel.is_set():
-                    stop_reason = "cancelled"
-                    break
-                room = min(max_new_tokens - len(output), target.context_length - len(ids))
+            while state.stop_reason is None:
+                room = self._room(state, cancel, max_new_tokens)
                 if room <= 0:
-                    stop_reason = "max-new-tokens" if len(output) >= max_new_tokens else "context-full"
                     break
-                # Drafting more than the budget can take is wasted work: the last one is the target's.
-                k = min(spec.k, room - 1) if index else 0
-                policy = self._policy if spec.adaptive and index else None
-                if policy is not None:
-                    # A costly drafter drafts no more than pays; a free one (a lookup) proposes k and is
-                    # trimmed below by the kind of guess it turned out to be.
-                    k = k if getattr(drafter, "free_to_propose", False) else policy.best_length(limit=k)
-                t_draft = time.perf_counter()
-                proposal = self._propose(drafter, ids, k).trimmed(k) if k > 0 else Proposal.empty()
-                if policy is not None and proposal.ids:
-                    proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
-                t_verify = time.perf_counter()
-                n_accepted, target_id, p_target, p_draft, p_own = self._verify(
-                    feed if index == 0 else [ids[-1]], proposal, sampling, generator)
-                done = time.perf_counter()
-                draft_ids = proposal.ids
-                drafter.observe(n_accepted)
-                if policy is not None:
-                    policy.record(proposal.bucket, len(draft_ids), n_accepted, t_verify - t_draft,
-                                  done - t_verify)
-                status = target_status(len(draft_ids), n_accepted)
-                committed = draft_ids[:n_accepted] + [target_id]
-                cut = next((i + 1 for i, t in enumerate(committed) if t in self.eos_ids), None)
-                if cut is not None:
-                    committed, stop_reason = committed[:cut], "eos"
-                if len(committed) >= room:
-                    committed = committed[:room]
-                    stop_reason = stop_reason or ("max-new-tokens" if len(output) + len(committed)
-                                                  >= max_new_tokens else "context-full")
-                # Rejected tokens are decoded after the accepted ones (their text may finish a character)
-                rejected_pieces = detok.peek(draft_ids)[n_accepted:] if n_accepted < len(draft_ids) else []
-                pieces = detok.add(committed)
-                ids.extend(committed)
-                output.extend(committed)
-                if stop_strings:
-                    pieces, stop_reason, text = self._apply_stop(text, pieces, stop_strings, stop_reason)
-                else:
-                    text += "".join(pieces)
-                draft_pieces = tuple(pieces[:n_accepted] + [""] * max(0, n_accepted - len(pieces))
-                                     + rejected_pieces)
-                event = RoundVerified(
-                    index=index, drafter=drafter.name if draft_ids else "target",
-                    draft_ids=tuple(draft_ids), draft_pieces=draft_pieces, n_accepted=n_accepted,
-                    target_id=target_id, target_status=status,
-                    target_piece=pieces[n_accepted] if len(pieces) > n_accepted else "",
-                    p_target=tuple(p_target), p_draft=tuple(p_draft), p_target_of_target_id=p_own,
-                    committed_ids=tuple(committed), committed_pieces=tuple(pieces),
-                    draft_seconds=t_verify - t_draft, verify_seconds=done - t_verify,
-                    elapsed_seconds=done - started, n_committed_total=len(output))
-                stats.add_round(event)
-                index += 1
+                verdict = self._draft_and_verify(state, spec, sampling, drafter, room)
+                event = self._commit(state, verdict, drafter.name, room, max_new_tokens, stop_strings)
+                state.stats.add_round(event)
+                state.index += 1
                 yield event
         except torch.OutOfMemoryError:
-            self.release()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            stop_reason = "out-of-memory"
-            error = (f"{target.device.type} ran out of memory after {len(output)} new tokens; the reply so far "
-                     "is kept. Try a shorter conversation, a smaller k or a smaller model.")
-        stats.set_elapsed(time.perf_counter() - started)
-        yield GenerationFinished(stop_reason=stop_reason, text=text, output_ids=tuple(output),
-                                 stats=stats.snapshot(), error=error)
+            self._out_of_memory(state)
+        state.stats.set_elapsed(time.perf_counter() - state.started)
+        yield GenerationFinished(stop_reason=state.stop_reason, text=state.text, output_ids=tuple(state.output),
+                                 stats=state.stats.snapshot(), error=state.error)
+
+    def _begin(self, prompt: list[int], spec: SpecConfig, sampling: SamplingConfig,
+               drafter: Drafter) -> _Generation:
+        generator = make_generator(self.target.device, sampling.seed)
+        drafter.begin(sampling, generator)
+        return _Generation(ids=list(prompt), feed=self.runner.sync(prompt),
+                           detok=IncrementalDetokenizer(self.target.tokenizer, prompt),
+                           stats=StatsAccumulator(spec.k), generator=generator, started=time.perf_counter())
+
+    def _room(self, state: _Generation, cancel: threading.Event, max_new_tokens: int) -> int:
+        """How many tokens this round may still commit; ≤ 0 with the stop reason set when none."""
+        if cancel.is_set():
+            state.stop_reason = "cancelled"
+            return 0
+        room = min(max_new_tokens - len(state.output), self.target.context_length - len(state.ids))
+        if room <= 0:
+            state.stop_reason = "max-new-tokens" if len(state.output) >= max_new_tokens else "context-full"
+        return room
+
+    def _draft_and_verify(self, state: _Generation, spec: SpecConfig, sampling: SamplingConfig,
+                          drafter: Drafter, room: int) -> _Verdict:
+        """Draft (no more than the room can take: the last token is the target's), then verify in one pass."""
+        k = min(spec.k, room - 1) if state.index else 0
+        policy = self._policy if spec.adaptive and state.index else None
+        if policy is not None:
+            # A costly drafter drafts no more than pays; a free one (a lookup) proposes k and is trimmed
+            # below by the kind of guess it turned out to be.
+            k = k if getattr(drafter, "free_to_propose", False) else policy.best_length(limit=k)
+        t_draft = time.perf_counter()
+        proposal = self._propose(drafter, state.ids, k).trimmed(k) if k > 0 else Proposal.empty()
+        if policy is not None and proposal.ids:
+            proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
+        t_verify = time.perf_counter()
+        feed = state.feed if state.index == 0 else [state.ids[-1]]
+        n_accepted, target_id, p_target, p_draft, p_own = self._verify(feed, proposal, sampling, state.generator)
+        done = time.perf_counter()
+        drafter.observe(n_accepted)
+        if policy is not None:
+            policy.record(proposal.bucket, len(proposal.ids), n_accepted, t_verify - t_draft, done - t_verify)
+        return _Verdict(proposal, n_accepted, target_id, p_target, p_draft, p_own, t_verify - t_draft,
+                        done - t_verify)
+
+    def _commit(self, state: _Generation, verdict: _Verdict, drafter_name: str, room: int, max_new_tokens: int,
+                stop_strings: tuple[str, ...]) -> RoundVerified:
+        """Append what the round keeps (cut at EOS, the room, a stop string) and describe it as an event."""
+        draft_ids, n_accepted = verdict.proposal.ids, verdict.n_accepted
+        committed = draft_ids[:n_accepted] + [verdict.target_id]
+        cut = next((i + 1 for i, t in enumerate(committed) if t in self.eos_ids), None)
+        if cut is not None:
+            committed, state.stop_reason = committed[:cut], "eos"
+        if len(committed) >= room:
+            committed = committed[:room]
+            state.stop_reason = state.stop_reason or (
+                "max-new-tokens" if len(state.output) + len(committed) >= max_new_tokens else "context-full")
+        # Rejected tokens are decoded after the accepted ones (their text may finish a character)
+        rejected_pieces = state.detok.peek(draft_ids)[n_accepted:] if n_accepted < len(draft_ids) else []
+        pieces = state.detok.add(committed)
+        state.ids.extend(committed)
+        state.output.extend(committed)
+        if stop_strings:
+            pieces, state.stop_reason, state.text = self._apply_stop(state.text, pieces, stop_strings,
+                                                                     state.stop_reason)
+        else:
+            state.text += "".join(pieces)
+        draft_pieces = tuple(pieces[:n_accepted] + [""] * max(0, n_accepted - len(pieces)) + rejected_pieces)
+        return RoundVerified(
+            index=state.index, drafter=drafter_name if draft_ids else "target", draft_ids=tuple(draft_ids),
+            draft_pieces=draft_pieces, n_accepted=n_accepted, target_id=verdict.target_id,
+            target_status=target_status(len(draft_ids), n_accepted),
+            target_piece=pieces[n_accepted] if len(pieces) > n_accepted else "",
+            p_target=tuple(verdict.p_target), p_draft=tuple(verdict.p_draft),
+            p_target_of_target_id=verdict.p_own, committed_ids=tuple(committed), committed_pieces=tuple(pieces),
+            draft_seconds=verdict.draft_seconds, verify_seconds=verdict.verify_seconds,
+            elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output))
+
+    def _out_of_memory(self, state: _Generation) -> None:
+        """The device ran out of memory mid-reply: free the caches, keep what was generated, say so."""
+        self.release()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        state.stop_reason = "out-of-memory"
+        state.error = (f"{self.target.device.type} ran out of memory after {len(state.output)} new tokens; the "
+                       "reply so far is kept. Try a shorter conversation, a smaller k or a smaller model.")
 
     @staticmethod
     @torch.inference_mode()

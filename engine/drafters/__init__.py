@@ -1,7 +1,9 @@
-"""One drafter per method. `make_drafter` builds the one a SpecConfig asks for."""
+"""One drafter per method. `make_drafter` builds the one a SpecConfig asks for, from LoadedModels (each
+drafter that owns a model owns its runner). Imports the drafters and the method-free contract only."""
 
 from __future__ import annotations
 
+from engine.backends import LoadedModel
 from engine.config import SpecConfig
 from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_model import ModelDrafter
@@ -18,16 +20,16 @@ def default_early_exit_layers(n_layers: int) -> int:
     return max(1, n_layers // 2)
 
 
-def make_drafter(spec: SpecConfig, target_model, draft_model=None) -> Drafter:
+def make_drafter(spec: SpecConfig, target: LoadedModel, draft: LoadedModel | None = None) -> Drafter:
+    """The drafter of `spec.method` for `target` (and `draft`, the loaded draft model of draft-model)."""
     if spec.method == "none":
         return NoDrafter()
     if spec.method == "prompt-lookup":
         return PromptLookupDrafter(spec.ngram_max, spec.ngram_min)
     if spec.method == "early-exit":
-        n_layers = target_model.config.get_text_config().num_hidden_layers
-        return EarlyExitDrafter(target_model, spec.layers or default_early_exit_layers(n_layers))
+        return EarlyExitDrafter(target, spec.layers or default_early_exit_layers(target.n_layers))
     if spec.method == "draft-model":
-        if draft_model is None:
+        if draft is None:
             raise ValueError("draft-model needs a loaded draft model")
-        return ModelDrafter(draft_model, name="draft-model")
+        return ModelDrafter(draft)
     raise ValueError(spec.method)

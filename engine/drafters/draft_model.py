@@ -1,21 +1,27 @@
 """Method `draft-model`: a smaller model of the same tokenizer family drafts autoregressively, with its
-own KV cache (Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 2302.01318)."""
+own KV cache (Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 2302.01318).
+
+`RunnerDrafter` drafts with any engine.backends Runner (early exit reuses it with a view of the target);
+`ModelDrafter` is that with a runner of the draft model. Touches only its runner.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from engine.cache import CachedModel
+from engine.backends import LoadedModel, Runner
 from engine.config import SamplingConfig
 from engine.drafters.base import Proposal
 from engine.sampling import probabilities, sample
 
 
-class ModelDrafter:
+class RunnerDrafter:
+    """Drafts k tokens one forward pass at a time with its own runner (cache synced by common prefix)."""
+
     name = "draft-model"
 
-    def __init__(self, model, config=None, name: str | None = None) -> None:
-        self.runner = CachedModel(model, config)
+    def __init__(self, runner: Runner, name: str | None = None) -> None:
+        self.runner = runner
         if name:
             self.name = name
         self._sampling = SamplingConfig()
@@ -51,4 +57,11 @@ class ModelDrafter:
         pass  # the next propose() syncs the cache by common prefix, rolling back rejected positions
 
     def release(self) -> None:
-        self.runner.reset()
+        self.runner.release()
+
+
+class ModelDrafter(RunnerDrafter):
+    """A separate draft model (any backend) with a runner of its own."""
+
+    def __init__(self, draft: LoadedModel, name: str = "draft-model") -> None:
+        super().__init__(draft.new_runner(), name)

@@ -2,6 +2,9 @@
 head (LayerSkip, arXiv 2404.16710; Draft & Verify, arXiv 2309.08168). The drafter is a view that shares the
 target's modules, so it costs no weight memory; it keeps a KV cache of its own for its L layers.
 
+Transformers backend only (the method table says so; the drafter refuses another backend before the
+first round). Touches the target's torch modules read-only, and its own runner.
+
 Untrained exits draft poorly (SmolLM2-135M: about 1 % acceptance); models trained for early exit
 (e.g. LayerSkip checkpoints) do far better. Output stays lossless either way.
 """
@@ -12,8 +15,10 @@ import copy
 
 from torch import nn
 
-from engine.drafters.draft_model import ModelDrafter
-from engine.config import check_layers
+from engine.backends import LoadedModel
+from engine.backends.transformers import TransformersRunner
+from engine.config import check_backend, check_layers
+from engine.drafters.draft_model import RunnerDrafter
 from engine.errors import ConfigError
 
 
@@ -39,11 +44,12 @@ def shallow_view(model: nn.Module, layers: int) -> tuple[nn.Module, object]:
     return view, config
 
 
-class EarlyExitDrafter(ModelDrafter):
+class EarlyExitDrafter(RunnerDrafter):
     name = "early-exit"
 
-    def __init__(self, model: nn.Module, layers: int) -> None:
-        check_layers(layers, model.config.get_text_config().num_hidden_layers)
-        view, config = shallow_view(model, layers)
-        super().__init__(view, config, name="early-exit")
+    def __init__(self, target: LoadedModel, layers: int) -> None:
+        check_backend("early-exit", target.backend)  # a view of torch modules: transformers only
+        check_layers(layers, target.n_layers)
+        view, config = shallow_view(target.model, layers)
+        super().__init__(TransformersRunner(view, config), name="early-exit")
         self.layers = layers

@@ -2,12 +2,12 @@
 (Saxena 2023, "prompt lookup decoding"; n from ngram_max down to ngram_min). No model, no distribution.
 
 An index from n-gram to its latest end position grows with the context, so a lookup costs O(1) per round
-instead of a scan over the whole text.
+instead of a scan over the whole text. Touches no model.
 """
 
 from __future__ import annotations
 
-from engine.cache import common_prefix_length
+from engine.backends import common_prefix_length
 from engine.drafters.base import Proposal
 
 

@@ -122,7 +122,7 @@ class ScriptedDrafter:
 
 def factory_for(drafter):
     """A drafter_factory for Engine that always hands out `drafter`."""
-    return lambda spec, target_model, draft_model=None: drafter
+    return lambda spec, target, draft=None: drafter
 
 
 def run(engine, prompt, **kwargs):

@@ -17,7 +17,8 @@ from safetensors.numpy import save
 from engine import catalog
 from engine.cli import main
 from engine.errors import OutOfMemoryError
-from engine.models import load_model, load_tokenizer_only, tokenizer_difference
+from engine.compat import TokenizerDifference, tokenizer_difference
+from engine.models import load_model, load_tokenizer_only
 from engine_testkit import build_tiny_tokenizer, save_tiny_model
 
 COMMIT = "c0ffee" + "0" * 34
@@ -183,7 +184,7 @@ def test_real_tokenizers_mismatch_in_plain_words(folders):
     default_tok = load_tokenizer_only("default")
     tiny_tok = build_tiny_tokenizer()
     difference = tokenizer_difference(default_tok, tiny_tok)
-    assert difference and "vocabulary sizes differ" in difference
+    assert difference and difference.kind == "vocab-size" and "vocabulary sizes differ" in str(difference)
     words = catalog.explain_mismatch(difference)
     assert words.startswith("These two models split text into different pieces: the target knows 49,152 pieces "
                             "and the draft 400")
@@ -192,15 +193,25 @@ def test_real_tokenizers_mismatch_in_plain_words(folders):
     assert "the target uses a BPE vocabulary and the draft a WordLevel one" in catalog.explain_mismatch(other)
 
 
-@pytest.mark.parametrize("difference, fragment", [
-    ("token 17 differs: target 'ab', draft 'cd'", "piece number 17 is 'ab' for the target but 'cd' for the draft"),
-    ("BOS tokens differ: target 1 ('<s>'), draft 0 ('<|endoftext|>')", "mark the start of a text"),
-    ("EOS tokens differ: target 2 ('</s>'), draft 0 ('x')", "mark the end of a text"),
-    ("something new", "different pieces: something new."),
+@pytest.mark.parametrize("difference, message, fragment", [
+    (TokenizerDifference("token", "ab", "cd", token_id=17), "token 17 differs: target 'ab', draft 'cd'",
+     "piece number 17 is 'ab' for the target but 'cd' for the draft"),
+    (TokenizerDifference("bos", 1, 0, target_text="<s>", draft_text="<|endoftext|>"),
+     "BOS tokens differ: target 1 ('<s>'), draft 0 ('<|endoftext|>')",
+     "mark the start of a text with different tokens (target 1 ('<s>'), draft 0 ('<|endoftext|>'))"),
+    (TokenizerDifference("eos", 2, 0, target_text="</s>", draft_text="x"),
+     "EOS tokens differ: target 2 ('</s>'), draft 0 ('x')", "mark the end of a text"),
+    (TokenizerDifference("vocab-size", 49152, 400),
+     "vocabulary sizes differ by 48752 (target 49152, draft 400; at most 128 allowed)",
+     "the target knows 49,152 pieces and the draft 400 (48,752 apart)"),
+    (TokenizerDifference("vocab-kind", "BPE", "Unigram"), "vocabulary types differ: target BPE, draft Unigram",
+     "the target uses a BPE vocabulary and the draft a Unigram one"),
 ])
-def test_explain_mismatch_shapes(difference, fragment):
+def test_explain_mismatch_shapes(difference, message, fragment):
+    assert str(difference) == message
     words = catalog.explain_mismatch(difference)
     assert words.startswith("These two models split text into different pieces: ") and fragment in words
+    assert words.endswith("Llama-3.2-1B for Llama-3.1-8B).")
 
 
 def test_compatible_drafts_share_the_tokenizer_and_are_smaller(folders):

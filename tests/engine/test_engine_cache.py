@@ -1,11 +1,13 @@
-"""KV-cache rollback: after cropping and re-feeding, the logits equal a fresh computation."""
+"""KV-cache rollback (the transformers Runner): after cropping and re-feeding, the logits equal a fresh
+computation."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.cache import CachedModel, cache_length, common_prefix_length, crop_cache
+from engine.backends import common_prefix_length
+from engine.backends.transformers import TransformersRunner, cache_length, crop_cache
 from engine.config import SpecConfig
 from engine.speculative import Engine
 from engine_testkit import run
@@ -24,12 +26,12 @@ def ids(tiny_tokenizer) -> list[int]:
 @pytest.fixture(scope="module")
 def fresh_logits(tiny_model, ids) -> torch.Tensor:
     with torch.inference_mode():
-        return CachedModel(tiny_model.model).forward(ids, len(ids))
+        return TransformersRunner(tiny_model.model).forward(ids, len(ids))
 
 
 @torch.inference_mode()
 def test_rollback_then_refeed_equals_fresh_computation(tiny_model, ids, fresh_logits):
-    runner = CachedModel(tiny_model.model)
+    runner = TransformersRunner(tiny_model.model)
     runner.forward(ids[:10], 1)
     runner.forward(ids[10:20], 10)
     runner.rollback(12)
@@ -41,9 +43,9 @@ def test_rollback_then_refeed_equals_fresh_computation(tiny_model, ids, fresh_lo
 @torch.inference_mode()
 def test_rollback_discards_rejected_tokens(tiny_model, ids, fresh_logits):
     """Feed wrong tokens (a rejected draft), roll them back, feed the right ones."""
-    runner = CachedModel(tiny_model.model)
+    runner = TransformersRunner(tiny_model.model)
     runner.forward(ids[:8], 1)
-    wrong = [(t + 7) % tiny_model.config.vocab_size for t in ids[8:13]]
+    wrong = [(t + 7) % tiny_model.vocab_size for t in ids[8:13]]
     polluted = runner.forward(wrong, 5)
     assert not torch.allclose(polluted[-1], fresh_logits[12], atol=ATOL)  # the cache really changed
     runner.rollback(8)
@@ -54,7 +56,7 @@ def test_rollback_discards_rejected_tokens(tiny_model, ids, fresh_logits):
 
 @torch.inference_mode()
 def test_sync_keeps_the_common_prefix_and_leaves_the_last_id_out(tiny_model, ids, fresh_logits):
-    runner = CachedModel(tiny_model.model)
+    runner = TransformersRunner(tiny_model.model)
     runner.forward(ids[:20], 1)
     other = ids[:15] + [5, 6, 7]
     assert runner.sync(other) == [5, 6, 7]
@@ -72,7 +74,7 @@ def test_sync_keeps_the_common_prefix_and_leaves_the_last_id_out(tiny_model, ids
 
 
 def test_crop_cache_refuses_to_grow(tiny_model, ids):
-    runner = CachedModel(tiny_model.model)
+    runner = TransformersRunner(tiny_model.model)
     with torch.inference_mode():
         runner.forward(ids[:6], 1)
     with pytest.raises(ValueError, match="cannot grow"):

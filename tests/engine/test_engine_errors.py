@@ -12,7 +12,9 @@ import torch
 from engine.config import SamplingConfig, SpecConfig, parse_spec
 from engine.errors import (ConfigError, DeviceError, ModelLoadError, PromptTooLongError, SpecScopeError,
                            TokenizerMismatchError)
-from engine.models import check_tokenizers, default_model_gguf, load_model, resolve_device, tokenizer_difference
+from engine.compat import check_tokenizers, tokenizer_difference
+from engine.models import load_model
+from engine.sources import default_model_gguf, resolve_device
 from engine.speculative import Engine
 from engine_testkit import save_tiny_model
 
@@ -299,17 +301,21 @@ def swapped_tokenizer(tmp_path_factory, default_model):
 @pytest.mark.model
 def test_builtin_vs_a_different_vocabulary_size(default_tokenizer, tiny_tokenizer):
     difference = tokenizer_difference(default_tokenizer, tiny_tokenizer)
-    assert difference.startswith("vocabulary sizes differ")
-    assert f"target {len(default_tokenizer)}, draft {len(tiny_tokenizer)}" in difference
-    with pytest.raises(TokenizerMismatchError, match="their tokenizers differ .vocabulary sizes differ"):
+    assert (difference.kind, difference.target, difference.draft) == \
+        ("vocab-size", len(default_tokenizer), len(tiny_tokenizer))
+    assert str(difference).startswith("vocabulary sizes differ")
+    assert f"target {len(default_tokenizer)}, draft {len(tiny_tokenizer)}" in str(difference)
+    with pytest.raises(TokenizerMismatchError, match="their tokenizers differ .vocabulary sizes differ") as info:
         check_tokenizers(default_tokenizer, tiny_tokenizer, "Target", "Draft")
+    assert info.value.difference == difference
 
 
 @pytest.mark.model
 def test_builtin_vs_a_swapped_token_names_the_first_difference(default_tokenizer, swapped_tokenizer):
     tokenizer, a, b = swapped_tokenizer
     difference = tokenizer_difference(default_tokenizer, tokenizer)
-    assert difference == f"token 1000 differs: target {a!r}, draft {b!r}"
+    assert (difference.kind, difference.token_id, difference.target, difference.draft) == ("token", 1000, a, b)
+    assert str(difference) == f"token 1000 differs: target {a!r}, draft {b!r}"
     with pytest.raises(TokenizerMismatchError) as info:
         check_tokenizers(default_tokenizer, tokenizer, "SmolLM2", "my-draft")
     assert str(info.value).startswith("my-draft cannot draft for SmolLM2")

@@ -156,7 +156,7 @@ def test_budget_caps_k_so_that_the_bonus_token_still_fits(tiny_model, prompt, ba
 
 
 def test_draft_probabilities_are_reported_for_a_drafter_with_a_distribution(tiny_model, prompt, baseline):
-    vocab = tiny_model.config.vocab_size
+    vocab = tiny_model.vocab_size
     ids = [baseline[1], baseline[2]]
     p_draft = torch.full((2, vocab), 0.5 / (vocab - 1))
     p_draft[0, ids[0]] = 0.5

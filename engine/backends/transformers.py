@@ -1,0 +1,210 @@
+"""The transformers backend: torch + transformers models (HF folders, hub ids in the local cache, GGUF files
+dequantized once into safetensors) and their Runner, the one place that knows the transformers cache API.
+
+A `TransformersRunner` pairs a causal LM with its DynamicCache and the token ids that cache holds, so any new
+context is synced by its common prefix: a rejected draft, a new chat turn or a regenerated reply only
+recomputes what changed. Early exit (a view of the target's first layers) runs on this backend only.
+
+Touches torch, transformers and the file system (the converted-model folder of engine.sources); imported
+lazily by engine.models, never at engine import time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import DynamicCache
+
+from engine.backends import LoadedModel, sync_by_prefix
+from engine.chat import eos_ids
+from engine.errors import ModelLoadError, OutOfMemoryError
+from engine.sources import ModelSource, check_gguf, converted_folder, dtype_label
+
+BACKEND = "transformers"
+Progress = Callable[[str], None]
+# what from_pretrained raises on a file it can't read (struct.error, EOFError: a truncated GGUF)
+_READ_ERRORS = (ValueError, KeyError, IndexError, OSError, RuntimeError, TypeError, AssertionError,
+                struct.error, EOFError, OverflowError)
+
+
+# ---------------------------------------------------------------- the runner
+
+def cache_length(cache) -> int:
+    return 0 if cache is None else int(cache.get_seq_length())
+
+
+def crop_cache(cache, length: int) -> None:
+    """Drop cached positions beyond `length`. transformers ≥ 5 wants the count to remove, negated."""
+    n_remove = cache_length(cache) - length
+    if n_remove < 0:
+        raise ValueError(f"cannot grow a cache by cropping ({cache_length(cache)} → {length})")
+    if n_remove:
+        cache.crop(-n_remove)
+
+
+class TransformersRunner:
+    """A causal LM, its KV cache and the ids in it (engine.backends.Runner). One generation at a time."""
+
+    def __init__(self, model, config=None) -> None:
+        self.model = model
+        self.config = config if config is not None else model.config
+        self.device = next(model.parameters()).device
+        self.cache = None
+        self.ids: list[int] = []
+        params = inspect.signature(model.forward).parameters
+        self._takes_logits_to_keep = "logits_to_keep" in params
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+
+    def reset(self) -> None:
+        self.cache = None
+        self.ids = []
+
+    def release(self) -> None:
+        self.reset()
+
+    def rollback(self, length: int) -> None:
+        """Keep the first `length` cached positions."""
+        if length >= len(self.ids):
+            return
+        try:
+            crop_cache(self.cache, length)
+        except (RuntimeError, ValueError):
+            # A layer that can't be cropped (a sliding window past its size): recompute from scratch.
+            self.reset()
+            return
+        del self.ids[length:]
+
+    def sync(self, context_ids: list[int]) -> list[int]:
+        """Roll the cache back to its common prefix with `context_ids` (always leaving the last id out)
+        and return the ids still to be fed."""
+        return sync_by_prefix(self, context_ids)
+
+    def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        """Feed `new_ids` after the cached ones; return float32 logits of the last `n_logits` positions."""
+        if self.cache is None:
+            self.cache = DynamicCache(config=self.config)
+        input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
+        kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
+        if self._takes_logits_to_keep:
+            kwargs["logits_to_keep"] = n_logits
+        try:
+            out = self.model(input_ids=input_ids, **kwargs)
+        except BaseException:
+            self.reset()  # the cache may hold part of this pass: start clean next time
+            raise
+        self.ids.extend(new_ids)
+        return out.logits[0, -n_logits:].float()
+
+
+# ---------------------------------------------------------------- GGUF, dequantized once
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _save_converted(model, tokenizer, gguf_path: Path, target: Path) -> None:
+    """Write the dequantized model next to where it goes, then move it there in one step."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "specscope-source.json").write_text(json.dumps({"gguf": str(gguf_path)}))
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process finished first
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def convert_gguf(source: ModelSource, progress: Progress) -> Path:
+    """Dequantize a GGUF once into safetensors (slow: pure-Python parse) and reuse it on later loads."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    gguf_path = source.file
+    check_gguf(gguf_path)
+    target = converted_folder(gguf_path)
+    if (target / "config.json").is_file():
+        return target
+    progress(f"Converting {gguf_path.name} once (later starts reuse it)…")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
+                                                     dtype=torch.float32)
+    except _READ_ERRORS as exc:
+        raise ModelLoadError(f"{gguf_path} could not be read as a GGUF model ({_first_line(exc)})") from None
+    model.hf_quantizer = None  # the weights are dequantized now; lets save_pretrained write them
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    _save_converted(model, tokenizer, gguf_path, target)
+    return target
+
+
+# ---------------------------------------------------------------- loading
+
+def load_tokenizer(source: ModelSource, name: str):
+    """The tokenizer of a model, without its weights (for compatibility checks)."""
+    from transformers import AutoTokenizer
+    try:
+        if source.gguf_file:
+            check_gguf(source.file)
+            converted = converted_folder(source.file)
+            if (converted / "config.json").is_file():
+                return AutoTokenizer.from_pretrained(converted)
+            return AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+        return AutoTokenizer.from_pretrained(source.path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"the tokenizer of {name} could not be loaded ({_first_line(exc)})") from None
+
+
+def _from_pretrained(name: str, source: ModelSource, folder: Path, device: torch.device, dtype: torch.dtype,
+                     trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+        if device.type != "cpu":
+            kwargs["device_map"] = {"": str(device)}
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except torch.OutOfMemoryError:
+        raise OutOfMemoryError(f"not enough {device.type} memory to load {source.label}; try a smaller "
+                               "model or dtype") from None
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
+        raise ModelLoadError(f"{name} could not be loaded as a causal language model ({_first_line(exc)})") \
+            from None
+    return model.eval(), tokenizer
+
+
+def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.dtype,
+         progress: Progress, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a model and its tokenizer on `device` in `dtype` (a GGUF is converted first, once).
+    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed."""
+    started = time.perf_counter()
+    folder, converted_now = source.path, False
+    if source.gguf_file:
+        converted_now = not (converted_folder(source.file) / "config.json").is_file()
+        folder = convert_gguf(source, progress)
+    progress(f"Loading {source.label} on {device.type} ({dtype_label(dtype)})…")
+    model, tokenizer = _from_pretrained(name, source, folder, device, dtype, trust_remote_code)
+    text_config = model.config.get_text_config()
+    return LoadedModel(
+        name=name, label=source.label, source=ModelSource(source.kind, folder, None, source.label),
+        backend=BACKEND, tokenizer=tokenizer, device=device, dtype=dtype, dtype_label=dtype_label(dtype),
+        load_seconds=time.perf_counter() - started, converted_now=converted_now,
+        n_layers=int(text_config.num_hidden_layers),
+        context_length=int(getattr(text_config, "max_position_embeddings", None) or 2048),
+        vocab_size=int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None
+        else int(text_config.vocab_size),
+        n_parameters=sum(p.numel() for p in model.parameters()), eos_ids=eos_ids(tokenizer, model),
+        runner_factory=lambda: TransformersRunner(model), model=model)
