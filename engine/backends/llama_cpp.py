@@ -15,15 +15,20 @@ import ctypes
 import importlib.util
 import os
 import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from engine.backends import common_prefix_length
+from engine.backends import LoadedModel, common_prefix_length
 from engine.backends.gguf_file import GgufHeader, read_header
 from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
 from engine.errors import ConfigError, ModelLoadError, OutOfMemoryError, PromptTooLongError, SpecScopeError
+
+if TYPE_CHECKING:
+    from engine.sources import ModelSource
 
 BACKEND = "llama.cpp"
 INSTALL_HINT = "pip install llama-cpp-python==0.3.36"
@@ -374,9 +379,33 @@ class LlamaCppRunner:
             pass
 
 
-def load(path: str | Path, *, n_ctx: int | None = None, n_threads: int | None = None,
-         n_gpu_layers: int | None = None, label: str | None = None) -> GgufModel:
+def load_gguf(path: str | Path, *, n_ctx: int | None = None, n_threads: int | None = None,
+              n_gpu_layers: int | None = None, label: str | None = None) -> GgufModel:
     """Load a GGUF file on llama.cpp. Raises ModelLoadError (not a whole GGUF, unknown architecture, not a
     language model), ConfigError (a setting out of range) or OutOfMemoryError (the context doesn't fit),
     with nothing left loaded."""
     return GgufModel(Path(path), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, label=label)
+
+
+def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, progress=None,
+         trust_remote_code: bool = False, n_ctx: int | None = None, n_threads: int | None = None,
+         n_gpu_layers: int | None = None) -> LoadedModel:
+    """engine.models' entry point: a .gguf source (or the built-in model) as a LoadedModel whose runners are
+    llama.cpp contexts. Layers go to the GPU unless `device` is the CPU; `dtype` does not apply (the weights
+    stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
+    started = time.perf_counter()
+    if not source.gguf_file:
+        raise ModelLoadError(f"{name} is not a .gguf file; the llama.cpp backend runs GGUF models only (use "
+                             "--backend transformers for Hugging Face folders and hub ids)")
+    if n_gpu_layers is None and device.type == "cpu":
+        n_gpu_layers = 0
+    if progress is not None:
+        progress(f"Loading {source.label} on llama.cpp…")
+    gguf = load_gguf(source.file, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                     label=source.label)
+    return LoadedModel(
+        name=name, label=source.label, source=source, backend=BACKEND, tokenizer=gguf.tokenizer,
+        device=torch.device("cpu"), dtype=None, dtype_label=gguf.dtype_label,
+        load_seconds=time.perf_counter() - started, converted_now=False, n_layers=gguf.n_layers,
+        context_length=gguf.context_length, vocab_size=gguf.vocab_size, n_parameters=gguf.n_parameters,
+        eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None)

@@ -62,12 +62,12 @@ def tiny_q8_gguf(tiny_gguf):
 
 @pytest.fixture(scope="session")
 def tiny_llama(tiny_gguf):
-    return backend.load(tiny_gguf, label="tiny F32")
+    return backend.load_gguf(tiny_gguf, label="tiny F32")
 
 
 @pytest.fixture(scope="session")
 def tiny_q8(tiny_q8_gguf):
-    return backend.load(tiny_q8_gguf, label="tiny Q8_0")
+    return backend.load_gguf(tiny_q8_gguf, label="tiny Q8_0")
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +77,7 @@ def builtin_llama():
         path = default_model_gguf()
     except DefaultModelMissingError as exc:
         pytest.skip(str(exc))
-    return backend.load(path, label="built-in")
+    return backend.load_gguf(path, label="built-in")
 
 
 @pytest.fixture(scope="session")
@@ -258,17 +258,17 @@ def test_reset_and_release(tiny_q8):
 
 
 def test_threads_are_what_was_asked(tiny_q8_gguf):
-    model = backend.load(tiny_q8_gguf, n_threads=1)
+    model = backend.load_gguf(tiny_q8_gguf, n_threads=1)
     runner = model.new_runner()
     assert model.lib.llama_n_threads(runner._ctx) == 1
     from engine.threads import engine_threads
-    assert backend.load(tiny_q8_gguf).n_threads == engine_threads()
+    assert backend.load_gguf(tiny_q8_gguf).n_threads == engine_threads()
 
 
 # ------------------------------------------------------------------ bad input to the runner
 
 def test_runner_refuses_what_does_not_fit(tiny_q8_gguf):
-    model = backend.load(tiny_q8_gguf, n_ctx=64)
+    model = backend.load_gguf(tiny_q8_gguf, n_ctx=64)
     runner = model.new_runner()
     runner.forward(list(range(60)), 1)
     with pytest.raises(PromptTooLongError, match="64-token context"):
@@ -289,7 +289,7 @@ def test_a_truncated_gguf_is_refused_before_llama_cpp_sees_it(tiny_q8_gguf, tmp_
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[:keep] if keep > 0 else data[:-1])
     with pytest.raises(ModelLoadError, match="truncated|only 10 bytes") as info:
-        backend.load(cut)
+        backend.load_gguf(cut)
     assert "\n" not in str(info.value)
 
 
@@ -297,15 +297,15 @@ def test_a_file_that_is_not_gguf(tmp_path):
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"PK\x03\x04" + bytes(200))
     with pytest.raises(ModelLoadError, match="magic bytes"):
-        backend.load(fake)
+        backend.load_gguf(fake)
     with pytest.raises(ModelLoadError, match="cannot read"):
-        backend.load(tmp_path / "missing.gguf")
+        backend.load_gguf(tmp_path / "missing.gguf")
 
 
 def test_an_unknown_architecture(tmp_path, tiny_hf_model, tiny_tokenizer):
     path = write_tiny_gguf(tmp_path / "alien.gguf", tiny_hf_model, tiny_tokenizer, architecture="specscope-alien")
     with pytest.raises(ModelLoadError, match="'specscope-alien' model, an architecture this llama.cpp") as info:
-        backend.load(path)
+        backend.load_gguf(path)
     assert "--backend transformers" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -320,7 +320,7 @@ def test_a_context_too_long_for_memory_frees_the_model(tmp_path, tiny_hf_model, 
     real_free = lib.llama_model_free
     monkeypatch.setattr(lib, "llama_model_free", lambda handle: (freed.append(handle), real_free(handle)))
     with pytest.raises(OutOfMemoryError, match="needs 512.0 GB for its KV cache") as info:
-        backend.load(path, n_ctx=n_ctx)
+        backend.load_gguf(path, n_ctx=n_ctx)
     assert "use a shorter context" in str(info.value)
     gc.collect()
     assert len(freed) == 1
@@ -328,21 +328,42 @@ def test_a_context_too_long_for_memory_frees_the_model(tmp_path, tiny_hf_model, 
 
 def test_context_and_thread_settings_are_checked(tiny_q8_gguf):
     with pytest.raises(ConfigError, match="from 16 to 4096 tokens"):
-        backend.load(tiny_q8_gguf, n_ctx=8192)
+        backend.load_gguf(tiny_q8_gguf, n_ctx=8192)
     with pytest.raises(ConfigError, match="from 16 to 4096 tokens"):
-        backend.load(tiny_q8_gguf, n_ctx=4)
+        backend.load_gguf(tiny_q8_gguf, n_ctx=4)
     with pytest.raises(ConfigError, match="threads must be"):
-        backend.load(tiny_q8_gguf, n_threads=0)
+        backend.load_gguf(tiny_q8_gguf, n_threads=0)
     with pytest.raises(ConfigError, match="GPU layers must be"):
-        backend.load(tiny_q8_gguf, n_gpu_layers=-2)
+        backend.load_gguf(tiny_q8_gguf, n_gpu_layers=-2)
 
 
 def test_gpu_layers_need_a_gpu_build(tiny_q8_gguf):
     if backend.accelerators():
-        model = backend.load(tiny_q8_gguf)
+        model = backend.load_gguf(tiny_q8_gguf)
         assert model.n_gpu_layers == -1 and model.device_label == backend.accelerators()[0]
     else:
         with pytest.raises(ConfigError, match="no GPU backend"):
-            backend.load(tiny_q8_gguf, n_gpu_layers=8)
-        model = backend.load(tiny_q8_gguf)
+            backend.load_gguf(tiny_q8_gguf, n_gpu_layers=8)
+        model = backend.load_gguf(tiny_q8_gguf)
         assert model.n_gpu_layers == 0 and model.device_label == "CPU"
+
+
+# ------------------------------------------------------------------ through engine.models
+
+def test_load_model_dispatches_a_gguf_to_llama_cpp(tiny_q8_gguf):
+    from engine.models import load_model
+    messages = []
+    model = load_model(str(tiny_q8_gguf), device="cpu", backend="llama.cpp", progress=messages.append)
+    assert (model.backend, model.dtype_label, model.dtype, model.model) == ("llama.cpp", "Q8_0", None, None)
+    assert model.device == torch.device("cpu") and model.vocab_size == 400 and model.n_layers == 4
+    assert model.eos_ids == model.tokenizer.eog_ids and model.tokenizer.eos_token_id in model.eos_ids
+    assert not model.converted_now and messages and "llama.cpp" in messages[0]
+    first, second = model.new_runner(), model.new_runner()
+    assert first is not second and first._ctx != second._ctx  # a KV cache each
+    assert torch.equal(first.forward([1, 2, 3], 1), second.forward([1, 2, 3], 1))
+
+
+def test_llama_cpp_refuses_a_hugging_face_folder(tiny_dir):
+    from engine.models import load_model
+    with pytest.raises(ModelLoadError, match="not a .gguf file; the llama.cpp backend runs GGUF models only"):
+        load_model(str(tiny_dir), device="cpu", backend="llama.cpp")
