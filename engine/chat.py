@@ -1,4 +1,7 @@
-"""Chat templates, conversation → ids, stop conditions and incremental detokenization."""
+"""Chat templates, conversation → ids, stop conditions and incremental detokenization.
+
+Uses only the tokenizer subset of the backend contract (engine/backends: apply_chat_template, encode/
+__call__, decode, eos ids), so every backend's tokenizer works here. Touches nothing else."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ The policy learns both sides as it runs:
 It then picks the length L ≤ k that maximises expected committed tokens per second,
 E(L) / cost(L), with E(L) = 1 + Σ_{i ≤ L} Π_{j ≤ i} q_j (arXiv 2211.17192 §3.5 picks k the same way,
 from α and c, once; this does it every round from measured figures). Output is unaffected: only how many
-guesses are checked changes.
+guesses are checked changes. Pure arithmetic on the figures the loop records; touches nothing else.
 """
 
 from __future__ import annotations

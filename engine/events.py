@@ -4,6 +4,9 @@ A round drafts `draft_ids`, the target keeps the first `n_accepted` of them and 
 `target_id`: the correction at the first disagreement (SUBSTITUTED), a bonus after a fully accepted draft
 (BONUS), or a plain decoding step when nothing was drafted (PLAIN). Stops (EOS, stop strings, the token
 budget) may cut what a round commits: `committed_ids` is always what was really appended to the output.
+
+Plain data: imports only engine.stats (the figures a finished event carries). How a round is drawn, token
+by token, is engine.tokens' fold.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Logits → probabilities (temperature, top-k, top-p) and seeded draws. Works on any device."""
+"""Logits → probabilities (temperature, top-k, top-p) and seeded draws. Works on any device.
+Pure tensor functions: touches torch and the SamplingConfig it is given, nothing else."""
 
 from __future__ import annotations
 

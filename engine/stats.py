@@ -10,6 +10,8 @@
   formula above). k is the mean draft length of the drafting rounds.
 - speed-up = tok/s of a setting / tok/s of plain decoding on the same prompt in the same run;
   efficiency = measured speed-up / theoretical speed-up.
+
+Pure arithmetic on round events; touches nothing else.
 """
 
 from __future__ import annotations

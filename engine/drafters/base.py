@@ -1,4 +1,5 @@
-"""The Drafter contract: propose up to k tokens after a context; hear back how many were kept."""
+"""The Drafter contract: propose up to k tokens after a context; hear back how many were kept.
+A drafter that owns a model owns its runner (engine.backends.Runner); this module holds only the types."""
 
 from __future__ import annotations
 

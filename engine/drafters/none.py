@@ -1,4 +1,4 @@
-"""Method `none`: plain decoding, the baseline every figure is compared with."""
+"""Method `none`: plain decoding, the baseline every figure is compared with. Touches nothing."""
 
 from __future__ import annotations
 
