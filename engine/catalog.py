@@ -591,9 +591,6 @@ def same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
         return a.path == b.path
 
 
-_smaller, _same_model = is_smaller, same_model  # old names, until gui/views/model_manager.py reads the new ones
-
-
 def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDifference | None:
     """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
     tokenizers (never the weights); a cheap vocabulary-size check runs first."""
