@@ -89,9 +89,10 @@ def fill_replacements(round_tokens: Sequence[DisplayToken]) -> list[DisplayToken
             for t in round_tokens]
 
 
-def committed_text(tokens: Iterable[DisplayToken]) -> str:
-    """The reply's text: every token but the rejected ghosts."""
-    return "".join(t.text for t in tokens if t.committed)
+def committed_text(tokens: Iterable) -> str:
+    """The reply's text: every token but the rejected ghosts (of display tokens, or anything with a `text`
+    and a `status`, such as the history store's tokens)."""
+    return "".join(t.text for t in tokens if t.status is not TokenStatus.REJECTED)
 
 
 def draft_position_words(token: DisplayToken) -> str:

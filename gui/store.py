@@ -1,6 +1,7 @@
 """Chat history in SQLite: conversations, messages, and every round of every reply with its tokens coloured
 as they were made (accepted, rejected ghosts, substituted, bonus), so that a conversation re-renders as it
-was. Pure Python (sqlite3); no Qt.
+was. Pure Python (sqlite3); no Qt. Tokens come from engine.tokens' fold and keep its 0-based positions;
+touches only the database file (and its backup copy on migration).
 
 Where: `<platformdirs user_data_dir>/history.sqlite3`; SPECSCOPE_DATA_DIR overrides the folder (tests).
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from engine.events import TokenStatus
-from engine.tokens import fold_round
+from engine.tokens import committed_text, fold_round
 
 SCHEMA_VERSION = 2
 DB_NAME = "history.sqlite3"
@@ -220,8 +221,8 @@ def round_meta(event) -> dict:
 
 
 def text_of(tokens: Iterable[StoredToken]) -> str:
-    """The reply's text: every token but the rejected ghosts."""
-    return "".join(t.text for t in tokens if t.status is not TokenStatus.REJECTED)
+    """The reply's text: every token but the rejected ghosts (engine.tokens' definition)."""
+    return committed_text(tokens)
 
 
 def _dumps(value) -> str:

@@ -168,3 +168,24 @@ def test_default_model_multi_turn_and_eos(default_model):
     assert started2.reused_prefix_tokens >= len(engine.prompt_ids(first))
     assert started2.reused_prefix_tokens < started2.prompt_tokens
     check_round_invariants(rounds, reply2)
+
+
+def test_draft_loading_reports_its_status(tiny_model, tiny_draft_dir):
+    """A draft model is loaded on first use; the line that says so reaches the caller's on_status."""
+    lines: list[str] = []
+    engine = Engine(tiny_model, on_status=lines.append)
+    run(engine, "hello", spec=SpecConfig("draft-model", k=2, draft=str(tiny_draft_dir)), max_new_tokens=3)
+    assert lines and lines[0] == f"Loading draft model {tiny_draft_dir}…"
+    assert any(line.startswith("Loading tiny-draft") for line in lines[1:])  # the loader's own progress
+    lines.clear()
+    run(engine, "hello again", spec=SpecConfig("draft-model", k=2, draft=str(tiny_draft_dir)), max_new_tokens=3)
+    assert lines == []  # loaded once
+
+
+def test_a_method_the_backend_cannot_serve_is_refused_before_the_first_round(tiny_model):
+    import dataclasses
+
+    from engine.errors import ConfigError
+    on_llama = dataclasses.replace(tiny_model, backend="llama.cpp")
+    with pytest.raises(ConfigError, match="method early-exit needs the transformers backend"):
+        Engine(on_llama).generate("hello", spec=SpecConfig("early-exit", k=2))
