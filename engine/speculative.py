@@ -295,7 +295,7 @@ class Engine:
         if policy is not None:
             # A costly drafter drafts no more than pays; a free one (a lookup) proposes k and is trimmed
             # below by the kind of guess it turned out to be.
-            k = k if getattr(drafter, "free_to_propose", False) else policy.best_length(limit=k)
+            k = k if drafter.free_to_propose else policy.best_length(limit=k)
         t_draft = time.perf_counter()
         proposal = self._propose(drafter, state.ids, k).trimmed(k) if k > 0 else Proposal.empty()
         if policy is not None and proposal.ids:

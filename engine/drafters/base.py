@@ -33,7 +33,7 @@ class Proposal:
 
 class Drafter(Protocol):
     name: str
-    free_to_propose: bool  # optional (default False): proposing costs next to nothing (a lookup)
+    free_to_propose: bool  # proposing costs next to nothing (a lookup): the adaptive length trims after
 
     def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
         """A generation starts with these sampling settings."""

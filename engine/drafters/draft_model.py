@@ -19,6 +19,7 @@ class RunnerDrafter:
     """Drafts k tokens one forward pass at a time with its own runner (cache synced by common prefix)."""
 
     name = "draft-model"
+    free_to_propose = False  # every drafted token is a forward pass
 
     def __init__(self, runner: Runner, name: str | None = None) -> None:
         self.runner = runner

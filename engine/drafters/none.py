@@ -7,6 +7,7 @@ from engine.drafters.base import Proposal
 
 class NoDrafter:
     name = "none"
+    free_to_propose = True  # it proposes nothing
 
     def begin(self, sampling, generator) -> None:
         pass

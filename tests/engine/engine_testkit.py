@@ -93,6 +93,7 @@ class ScriptedDrafter:
     It records every call so that tests can check what the engine asked and told it."""
 
     name = "scripted"
+    free_to_propose = False
 
     def __init__(self, script):
         self.script = list(script)
