@@ -234,7 +234,7 @@ def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
 def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float) -> None:
     document = {
         "model": engine.target.label, "device": str(engine.target.device),
-        "dtype": str(engine.target.dtype).removeprefix("torch."), "max_new_tokens": args.max_new_tokens,
+        "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
         "temperature": args.temperature, "seconds": seconds,
         "platform": platform.platform(), "configs": summary,
@@ -257,7 +257,7 @@ def run(args) -> int:
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype)
     err.print(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
               f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
-              f"({str(engine.target.dtype).removeprefix('torch.')})")
+              f"({engine.target.dtype_label})")
     started = time.perf_counter()
 
     def progress(done, total, label):

@@ -127,13 +127,14 @@ def _models_list(args) -> int:
 
 def _models_check(args) -> int:
     from engine import catalog
+    from engine.compat import explain_mismatch, tokenizer_difference
     from engine.errors import TokenizerMismatchError
-    from engine.models import load_tokenizer_only, tokenizer_difference
+    from engine.models import load_tokenizer_only
     target, draft = load_tokenizer_only(args.target), load_tokenizer_only(args.draft)
     difference = tokenizer_difference(target, draft)
     if difference:
         raise TokenizerMismatchError(f"{args.draft} cannot draft for {args.target}. "
-                                     f"{catalog.explain_mismatch(difference)} (first difference: {difference})")
+                                     f"{explain_mismatch(difference)} (first difference: {difference})")
     print(f"compatible: {args.draft} can draft for {args.target}")
     try:
         target_entry, draft_entry = catalog.describe_name(args.target), catalog.describe_name(args.draft)
