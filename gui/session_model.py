@@ -1,34 +1,40 @@
-"""The state of a chat session, in plain Python (no Qt): engine events fold into transcript tokens and stats.
+"""The event fold, in plain Python (no Qt): engine events become transcript tokens, turns and live stats.
 
-Views render from here and keep nothing of their own. A round event becomes a few `Token`s (accepted,
-rejected drafts, then the target's own token) appended to the current assistant turn; the figures come from
-`engine.stats.StatsAccumulator`, so the GUI, the CLI and the benchmark agree on every definition. Graph
+A round event becomes a few `Token`s (accepted, rejected drafts, then the target's own token) appended to the
+current assistant turn. Every figure, live ones included, is an `engine.stats` figure: the cumulative ones
+are the `StatsAccumulator`'s, the rolling ones (last rounds, last seconds) the same definitions applied to the
+difference of two of its snapshots, so the GUI, the CLI and the benchmark agree on every definition. Graph
 series are bounded ring buffers, so a long reply costs the same per round at its end as at its start.
+The chat (gui.chat_session) and each run of a comparison (gui.compare_session) fold their events here.
+
+May touch: engine events and stats (read). Never Qt, never a widget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
-from engine.stats import GenerationStats, StatsAccumulator, efficiency, speedup
+from engine.tokens import DisplayToken, fold_round
+from engine.stats import AggregateStats, GenerationStats, StatsAccumulator, efficiency, speedup
 
 SERIES_CAPACITY = 4096  # points kept per graph series
 ROLLING_ROUNDS = 16  # window of the rolling acceptance rate, in drafting rounds
 ROLLING_SECONDS = 2.0  # window of the rolling tok/s
-MIN_BASELINE_TOKENS = 8  # a plain-decoding run shorter than this is no reference
 
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    """One piece of the transcript drawn by status, with what its tooltip tells."""
+    """One piece of the transcript drawn by status: an engine.tokens.DisplayToken numbered by its serial in
+    the session (the transcript finds a token under the mouse by that number)."""
 
     serial: int  # index in SessionModel.tokens
     text: str
     status: TokenStatus
     round_index: int
-    position: int | None  # 1-based position in the round's draft; k+1 for a bonus; None for plain
+    position: int | None  # 0-based index in the round's draft (engine.tokens' convention); None for plain
     draft_length: int
     p_target: float | None
     p_draft: float | None
@@ -82,6 +88,27 @@ class RingSeries:
         return list(self.x), list(self.y)
 
 
+def window_stats(newer: GenerationStats, older: GenerationStats | None) -> AggregateStats:
+    """The rounds between two snapshots of one generation, as pooled figures: their acceptance rate and their
+    tok/s are engine.stats' definitions applied to those rounds alone (the rolling graphs)."""
+    if older is None:
+        return AggregateStats(1, newer.committed_tokens, newer.decode_tokens, newer.decode_seconds,
+                              newer.elapsed_seconds, newer.target_passes, newer.drafted_tokens,
+                              newer.accepted_tokens, newer.drafting_rounds, newer.decode_rounds,
+                              newer.draft_seconds, newer.verify_seconds)
+    committed = newer.committed_tokens - older.committed_tokens
+    seconds = newer.elapsed_seconds - older.elapsed_seconds
+    return AggregateStats(
+        generations=1, committed_tokens=committed, decode_tokens=committed, decode_seconds=seconds,
+        elapsed_seconds=seconds, target_passes=newer.target_passes - older.target_passes,
+        drafted_tokens=newer.drafted_tokens - older.drafted_tokens,
+        accepted_tokens=newer.accepted_tokens - older.accepted_tokens,
+        drafting_rounds=newer.drafting_rounds - older.drafting_rounds,
+        decode_rounds=newer.decode_rounds - older.decode_rounds,
+        draft_seconds=newer.draft_seconds - older.draft_seconds,
+        verify_seconds=newer.verify_seconds - older.verify_seconds)
+
+
 class LiveStats:
     """Figures of the generation in progress (or the last one), folded round by round."""
 
@@ -98,38 +125,31 @@ class LiveStats:
         self.acceptance_rolling = RingSeries()
         self.speed_cumulative = RingSeries()  # x: seconds since start, y: tok/s
         self.speed_rolling = RingSeries()
-        self._window: deque[tuple[int, int]] = deque()  # drafting rounds: (drafted, accepted)
-        self._window_drafted = 0
-        self._window_accepted = 0
-        self._recent: deque[tuple[float, int]] = deque()  # (elapsed, committed total)
+        self._drafting: deque[GenerationStats] = deque()  # snapshots before each of the last drafting rounds
+        self._recent: deque[GenerationStats] = deque()  # snapshots of the last seconds' rounds
+        self._last: GenerationStats | None = None
         self.version = 0  # bumped on every change; views redraw when it moved
 
     def add_round(self, event: RoundVerified) -> None:
+        before = self._last
         self.accumulator.add_round(event)
-        acc = self.accumulator
-        tokens = acc.committed_tokens
-        n_drafted = len(event.draft_ids)
-        if n_drafted:
-            self._window.append((n_drafted, event.n_accepted))
-            self._window_drafted += n_drafted
-            self._window_accepted += event.n_accepted
-            if len(self._window) > ROLLING_ROUNDS:
-                old_drafted, old_accepted = self._window.popleft()
-                self._window_drafted -= old_drafted
-                self._window_accepted -= old_accepted
-            self.acceptance_cumulative.append(tokens, acc.accepted_tokens / acc.drafted_tokens)
-            self.acceptance_rolling.append(tokens, self._window_accepted / self._window_drafted)
-        elapsed = event.elapsed_seconds
-        self._recent.append((elapsed, tokens))
-        while len(self._recent) > 2 and elapsed - self._recent[1][0] >= ROLLING_SECONDS:
+        now = self._last = self.accumulator.snapshot()
+        tokens = now.committed_tokens
+        if event.draft_ids:
+            self._drafting.append(before)
+            if len(self._drafting) > ROLLING_ROUNDS:
+                self._drafting.popleft()
+            self.acceptance_cumulative.append(tokens, now.acceptance_rate)
+            self.acceptance_rolling.append(tokens, window_stats(now, self._drafting[0]).acceptance_rate)
+        self._recent.append(now)
+        while len(self._recent) > 2 and now.elapsed_seconds - self._recent[1].elapsed_seconds >= ROLLING_SECONDS:
             self._recent.popleft()
-        if acc.rounds > 1:
-            decode_time = elapsed - acc.ttft_seconds
-            if decode_time > 0:
-                self.speed_cumulative.append(elapsed, (tokens - 1) / decode_time)
-            t0, n0 = self._recent[0]
-            if elapsed > t0:
-                self.speed_rolling.append(elapsed, (tokens - n0) / (elapsed - t0))
+        if now.rounds > 1:
+            if now.decode_seconds > 0:
+                self.speed_cumulative.append(now.elapsed_seconds, now.tok_per_s)
+            oldest = self._recent[0]
+            if now.elapsed_seconds > oldest.elapsed_seconds:
+                self.speed_rolling.append(now.elapsed_seconds, window_stats(now, oldest).tok_per_s)
         self.version += 1
 
     def finish(self, stats: GenerationStats) -> None:
@@ -137,7 +157,9 @@ class LiveStats:
         self.version += 1
 
     def snapshot(self) -> GenerationStats:
-        return self.final if self.final is not None else self.accumulator.snapshot()
+        if self.final is not None:
+            return self.final
+        return self._last if self._last is not None else self.accumulator.snapshot()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +187,6 @@ class SessionModel:
         self.turns: list[Turn] = []
         self.tokens: list[Token] = []  # every token of every assistant turn, by serial
         self.live = LiveStats()
-        self.baselines: dict[str, float] = {}  # model name -> plain-decoding tok/s measured this session
         self._current: Turn | None = None
 
     # ------------------------------------------------------------------ conversation
@@ -192,13 +213,6 @@ class SessionModel:
         """The assistant turn being generated, if any."""
         return self._current
 
-    @property
-    def last_user_text(self) -> str | None:
-        for turn in reversed(self.turns):
-            if turn.role == "user":
-                return turn.text
-        return None
-
     def new_chat(self) -> None:
         self.turns.clear()
         self.tokens.clear()
@@ -220,40 +234,17 @@ class SessionModel:
         return turn
 
     def apply_round(self, event: RoundVerified) -> list[Token]:
-        """Fold one round into the current turn; returns its tokens in display order (rejected drafts too)."""
+        """Fold one round into the current turn (engine.tokens.fold_round); returns its tokens in display order,
+        rejected drafts too, each numbered by its serial in `tokens`."""
         turn = self._current
         if turn is None:
             raise RuntimeError("a round arrived before GenerationStarted")
         self.live.add_round(event)
-        n_committed = len(event.committed_ids)
-        n_drafted = len(event.draft_ids)
-        n_accepted = event.n_accepted
-        new: list[Token] = []
-
-        def add(**kwargs) -> None:
-            token = Token(serial=len(self.tokens), round_index=event.index, drafter=event.drafter,
-                          draft_length=n_drafted, **kwargs)
-            self.tokens.append(token)
-            new.append(token)
-
-        for i in range(min(n_accepted, n_committed)):
-            add(text=event.committed_pieces[i], status=TokenStatus.ACCEPTED, position=i + 1,
-                p_target=_at(event.p_target, i), p_draft=_at(event.p_draft, i), token_id=event.committed_ids[i])
-        if n_committed > n_accepted:  # the round reached the target's own token (no stop cut it first)
-            for i in range(n_accepted, n_drafted):
-                add(text=event.draft_pieces[i], status=TokenStatus.REJECTED, position=i + 1,
-                    p_target=_at(event.p_target, i), p_draft=_at(event.p_draft, i), token_id=event.draft_ids[i])
-            status = event.target_status
-            replaced = {}
-            if status is TokenStatus.SUBSTITUTED and n_accepted < n_drafted:
-                replaced = dict(replaced=event.draft_pieces[n_accepted],
-                                replaced_p_target=_at(event.p_target, n_accepted),
-                                replaced_p_draft=_at(event.p_draft, n_accepted))
-            add(text=event.committed_pieces[n_accepted], status=status,
-                position=None if status is TokenStatus.PLAIN else n_accepted + 1,
-                p_target=event.p_target_of_target_id, p_draft=None, token_id=event.target_id, **replaced)
+        first = len(self.tokens)
+        new = [Token(serial=first + i, **_fields(display)) for i, display in enumerate(fold_round(event))]
+        self.tokens.extend(new)
         turn.tokens.extend(new)
-        turn.text += "".join(event.committed_pieces)
+        turn.text += event.text
         return new
 
     def finish(self, event: GenerationFinished) -> Turn | None:
@@ -264,12 +255,10 @@ class SessionModel:
             return None
         turn.stop_reason = event.stop_reason
         turn.stats = event.stats
-        if getattr(event, "error", None):  # the reply ended on a problem (out of memory): what came stays
+        if event.error:  # the reply ended on a problem (out of memory): what came stays
             turn.error = event.error
         if event.text and len(event.text) >= len(turn.text):
             turn.text = event.text  # the engine's own decoding of the whole reply is authoritative
-        if self.live.method == "none" and event.stats.committed_tokens >= MIN_BASELINE_TOKENS:
-            self.record_baseline(turn.model, event.stats.tok_per_s)
         return turn
 
     def fail(self, message: str) -> str | None:
@@ -286,15 +275,11 @@ class SessionModel:
             return self.turns.pop().text
         return None
 
-    def record_baseline(self, model: str, tok_per_s: float) -> None:
-        if tok_per_s > 0:
-            self.baselines[model] = tok_per_s
-
     # ------------------------------------------------------------------ figures
-    def figures(self) -> Figures:
+    def figures_against(self, baseline: float | None) -> Figures:
+        """The stats strip's figures of the reply shown; speed-up against `baseline` (plain tok/s)."""
         stats = self.live.snapshot()
         speculative = self.live.method != "none"
-        baseline = self.baselines.get(self.live.model)
         measured = speedup(stats.tok_per_s, baseline) if baseline and stats.tok_per_s > 0 else None
         theoretical = stats.theoretical_speedup if speculative and stats.drafted_tokens else None
         return Figures(
@@ -307,20 +292,11 @@ class SessionModel:
             draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
             committed_tokens=stats.committed_tokens, speculative=speculative)
 
-    def finish_record(self, turn: Turn) -> dict:
-        """The finish stats as one flat dict (the scripted mode prints it as a JSON line)."""
-        stats = turn.stats
-        record = {"model": turn.model, "spec": turn.spec_label, "stop_reason": turn.stop_reason,
-                  "text": turn.text}
-        if stats is not None:
-            record.update(stats.as_dict())
-            baseline = self.baselines.get(turn.model)
-            measured = speedup(stats.tok_per_s, baseline) if baseline else None
-            record["baseline_tok_per_s"] = baseline
-            record["speedup"] = measured
-            record["efficiency"] = efficiency(measured, stats.theoretical_speedup)
-        return record
+
+_DISPLAY_FIELDS = tuple(f.name for f in dataclasses.fields(DisplayToken))
 
 
-def _at(values, i):
-    return values[i] if i < len(values) else None
+def _fields(display: DisplayToken) -> dict:
+    fields = {name: getattr(display, name) for name in _DISPLAY_FIELDS}
+    fields["token_id"] = -1 if display.token_id is None else display.token_id
+    return fields

@@ -3,6 +3,9 @@
 It reads and writes through `gui.store.HistoryStore`; the window opens a conversation it is told about.
 Questions to the user (a new title, "delete?", where to save) go through three replaceable callables, so
 tests answer them without a modal dialog.
+
+May touch: gui.store (the history database), gui.views.dialogs. No chat state: the window says which chat is
+current.
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ from typing import Callable
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
-                               QListWidget, QListWidgetItem, QMenu, QMessageBox, QStyle, QStyledItemDelegate,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem,
+                               QMenu, QStyle, QStyledItemDelegate, QToolButton, QVBoxLayout, QWidget)
 
 from gui import theme
 from gui.store import HistoryError, HistoryStore
+from gui.views.dialogs import ask_save_path, ask_text, ask_yes_no
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 SUBTITLE_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -76,22 +79,6 @@ class _TwoLineDelegate(QStyledItemDelegate):
                                metrics.height()), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
                          subtitle)
         painter.restore()
-
-
-def ask_text(parent, title: str, label: str, text: str) -> str | None:
-    value, ok = QInputDialog.getText(parent, title, label, QLineEdit.EchoMode.Normal, text)
-    return value if ok else None
-
-
-def ask_yes_no(parent, title: str, text: str) -> bool:
-    answer = QMessageBox.question(parent, title, text, QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-                                  QMessageBox.StandardButton.No)
-    return answer == QMessageBox.StandardButton.Yes
-
-
-def ask_save_path(parent, title: str, suggested: str, filters: str) -> str | None:
-    path, _ = QFileDialog.getSaveFileName(parent, title, suggested, filters)
-    return path or None
 
 
 class HistoryPanel(QWidget):

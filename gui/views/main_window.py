@@ -1,8 +1,13 @@
 """The main window: chat in the middle, settings on the left, live stats and graphs on the right.
 
-It wires the session model (state), the worker thread (the engine) and the views (rendering). Events
-arrive once per round through queued signals; the transcript appends each round at once, while graphs and
-the stats strip are redrawn from a 20 Hz timer, and only when something changed.
+It wires three things and holds no state of its own: the chat session (gui.chat_session: which model, the
+request in flight, the baseline, the history writes), the worker thread (gui.worker: the engine) and the
+views (gui.views.*: rendering). Events arrive once per round through queued signals; the session folds them,
+the transcript appends each round at once, while graphs and the stats strip are redrawn from a 20 Hz timer,
+and only when something changed.
+
+May touch: gui.chat_session, gui.worker (signals and request types), gui.history / gui.store (opening saved
+chats), gui.settings (QSettings), the views' public methods. Never the engine's objects.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, Q
 from engine.config import SpecConfig
 from engine.errors import ConfigError
 from gui import theme
+from gui.chat_session import CHAT, ChatSession
 from gui.history import HistoryRecorder, turns_from_conversation
-from gui.session_model import MIN_BASELINE_TOKENS, SessionModel
 from gui.settings import AppSettings
 from gui.store import HistoryError, HistoryStore
-from gui.views.controls import ControlsPanel
-from gui.views.history_panel import HistoryPanel, ask_yes_no
+from gui.views.controls import SAVED_FIELDS, ControlsPanel
+from gui.views.dialogs import ask_yes_no
+from gui.views.history_panel import HistoryPanel
 from gui.views.message_box import MessageBox
 from gui.views.plots import PANELS, LivePlots
 from gui.views.stats import StatsStrip
@@ -28,8 +34,10 @@ from gui.views.transcript import LegendBar, TranscriptView
 from gui.worker import PICKLE, REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
 REFRESH_MS = 50  # graphs and stats strip: at most 20 redraws a second
-SETTINGS_KEYS = ("model", "method", "draft", "k", "layers", "temperature", "top_p", "top_k", "seed",
-                 "max_new_tokens", "system_prompt")
+ABOUT = ("<b>SpecScope</b><br>Speculative decoding, running locally, that you can watch.<br><br>"
+         "Each round a drafter proposes k tokens and the target model checks them in one pass: accepted tokens "
+         "are kept, the first disagreement is replaced by the target's own token, and a fully accepted draft "
+         "earns a bonus token.")
 
 
 class MainWindow(QMainWindow):
@@ -55,7 +63,6 @@ class MainWindow(QMainWindow):
         self.palette_ = palette or theme.LIGHT
         self.persist = persist
         self.settings = settings if settings is not None else AppSettings()
-        self.session = SessionModel()
         self.history_problem: str | None = None
         if store is None and persist:
             try:
@@ -63,40 +70,37 @@ class MainWindow(QMainWindow):
             except HistoryError as exc:
                 self.history_problem = f"Chat history is off: {exc}"
         self.store = store
-        self.recorder = HistoryRecorder(store)
-        self._request_settings: dict = {}
+        self.session = ChatSession(HistoryRecorder(store), make_request=GenerationRequest)
         self._consents: dict[tuple[str, str], bool] = {}
         self._device_override: tuple[str, str] | None = None
         # replaceable: the yes/no question of the safety checks (tests answer it without a modal dialog)
         self.confirm = lambda title, text: ask_yes_no(self, title, text)
-        self.model_manager = None
-        self.settings_dialog = None
+        self.model_manager = self.settings_dialog = self.compare_window = None  # made on first use
         self.geometry_restored = False
-        self.model_info: ModelInfo | None = None
-        self._loading: str | None = None
-        self._active: GenerationRequest | None = None
-        self._next_request_id = 1
         self._drawn_version = -1
         self._drawn = dict.fromkeys(PANELS, -1)
         self._next_panel = 0
-        self._pending_changes = False
         self._closed = False
-        self._baseline_model = ""
-        self.compare_window = None  # gui.views.compare.CompareWindow, made on first use
 
         self._build_views(model or "default")
         self._build_menu()
         if persist:
             self.restore_settings(model_given=model is not None)
-
         self.worker_thread = WorkerThread(loader)
-        worker = self.worker_thread.worker
         self._sync_load_options()
+        self._connect_worker(self.worker_thread.worker)
+        self.refresh_timer = QTimer(self)
+        self.refresh_timer.setInterval(REFRESH_MS)
+        self.refresh_timer.timeout.connect(self._refresh_tick)
+        self._update_actions()
+
+    def _connect_worker(self, worker) -> None:
         self.load_requested.connect(worker.load)
-        worker.consent_needed.connect(self._on_consent_needed)
         self.generation_requested.connect(worker.generate)
+        worker.consent_needed.connect(self._on_consent_needed)
         worker.model_load_started.connect(self._on_load_started)
         worker.model_load_progressed.connect(self._set_status)
+        worker.status_reported.connect(self._set_status)  # "Loading draft model…" and the like
         worker.model_loaded.connect(self._on_model_loaded)
         worker.load_failed.connect(self._on_load_failed)
         worker.generation_started.connect(self._on_generation_started)
@@ -104,25 +108,27 @@ class MainWindow(QMainWindow):
         worker.generation_finished.connect(self._on_generation_finished)
         worker.generation_failed.connect(self._on_generation_failed)
 
-        self.refresh_timer = QTimer(self)
-        self.refresh_timer.setInterval(REFRESH_MS)
-        self.refresh_timer.timeout.connect(self._refresh_tick)
-        self._update_actions()
-
-    # ------------------------------------------------------------------ construction
+    # ------------------------------------------------------------------ construction, one panel each
     def _build_views(self, model: str) -> None:
-        p = self.palette_
+        self.setCentralWidget(self._build_chat_column())
+        self._build_settings_dock(model)
+        self._build_history_dock()
+        self._build_live_dock()
+        self._build_status_bar()
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        self.stats_strip.show_figures(self.session.figures())
+
+    def _build_chat_column(self) -> QWidget:
         central = QWidget()
         column = QVBoxLayout(central)
         column.setContentsMargins(10, 8, 10, 10)
         column.setSpacing(6)
-        self.legend = LegendBar(p)
+        self.legend = LegendBar(self.palette_)
         self.legend.show_rejected_toggled.connect(self.set_show_rejected)
         column.addWidget(self.legend)
-        self.transcript = TranscriptView(self._token, p)
+        self.transcript = TranscriptView(self._token, self.palette_)
         self.transcript.setPlaceholderText("Loading the model…")
         column.addWidget(self.transcript, 1)
-
         input_row = QHBoxLayout()
         input_row.setSpacing(6)
         self.message_box = MessageBox()
@@ -147,59 +153,58 @@ class MainWindow(QMainWindow):
         buttons.addStretch(1)
         input_row.addLayout(buttons)
         column.addLayout(input_row)
-        self.setCentralWidget(central)
+        return central
 
-        # settings dock (left)
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_settings_dock(self, model: str) -> None:
         self.controls = ControlsPanel()
         self.controls.apply(model=model)
         self.controls.settings_changed.connect(self._on_settings_changed)
         self.controls.model_change_requested.connect(self.load_model)
+        self.controls.models_requested.connect(self.open_models)
         scroll = QScrollArea()
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(self.controls.minimumSizeHint().width() + 24)
-        self.controls_dock = QDockWidget("Settings", self)
-        self.controls_dock.setObjectName("settings_dock")
-        self.controls_dock.setWidget(scroll)
-        self.controls_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                                       | QDockWidget.DockWidgetFeature.DockWidgetClosable)
-        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
-        self.controls.models_requested.connect(self.open_models)
+        self.controls_dock = self._dock("Settings", "settings_dock", scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
 
-        # chats dock (left, above the settings)
-        self.history_panel = HistoryPanel(self.store, p)
+    def _build_history_dock(self) -> None:
+        """The chats list, above the settings."""
+        self.history_panel = HistoryPanel(self.store, self.palette_)
         if self.history_problem:
             self.history_panel.show_notice(self.history_problem)
         self.history_panel.conversation_opened.connect(self.open_conversation)
         self.history_panel.conversation_deleted.connect(self._on_conversation_deleted)
-        self.history_dock = QDockWidget("Chats", self)
-        self.history_dock.setObjectName("chats_dock")
-        self.history_dock.setWidget(self.history_panel)
-        self.history_dock.setFeatures(self.controls_dock.features())
-        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
+        self.history_dock = self._dock("Chats", "chats_dock", self.history_panel,
+                                       Qt.DockWidgetArea.LeftDockWidgetArea)
         self.splitDockWidget(self.history_dock, self.controls_dock, Qt.Orientation.Vertical)
         self.resizeDocks([self.history_dock, self.controls_dock], [230, 640], Qt.Orientation.Vertical)
 
-        # speculation dock (right): stats strip + graphs
+    def _build_live_dock(self) -> None:
+        """The stats strip and the graphs, on the right."""
         live = QWidget()
         live_layout = QVBoxLayout(live)
         live_layout.setContentsMargins(6, 0, 6, 6)
         live_layout.setSpacing(6)
-        self.stats_strip = StatsStrip(p)
+        self.stats_strip = StatsStrip(self.palette_)
         self.stats_strip.baseline_requested.connect(self.measure_baseline)
         live_layout.addWidget(self.stats_strip)
-        self.plots = LivePlots(p)
+        self.plots = LivePlots(self.palette_)
         live_layout.addWidget(self.plots, 1)
-        self.live_dock = QDockWidget("Speculation", self)
-        self.live_dock.setObjectName("speculation_dock")
-        self.live_dock.setWidget(live)
-        self.live_dock.setFeatures(self.controls_dock.features())
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.live_dock)
+        self.live_dock = self._dock("Speculation", "speculation_dock", live, Qt.DockWidgetArea.RightDockWidgetArea)
         self.resizeDocks([self.controls_dock, self.live_dock], [290, 470], Qt.Orientation.Horizontal)
 
-        # status bar
+    def _build_status_bar(self) -> None:
         self.status_label = QLabel("Starting…")
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
@@ -210,29 +215,23 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.progress)
         self.progress.hide()
 
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
-        self.stats_strip.show_figures(self.session.figures())
-
     def _build_menu(self) -> None:
         chat = self.menuBar().addMenu("&Chat")
-        new = QAction("&New chat", self, shortcut=QKeySequence.StandardKey.New, triggered=self.new_chat)
-        stop = QAction("&Stop", self, triggered=self.stop)
-        quit_ = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close)
-        chat.addActions([new, stop])
+        chat.addActions([QAction("&New chat", self, shortcut=QKeySequence.StandardKey.New, triggered=self.new_chat),
+                         QAction("&Stop", self, triggered=self.stop)])
         chat.addSeparator()
         chat.addAction(QAction("Export chat as &Markdown…", self,
                                triggered=lambda: self._export_current("markdown")))
         chat.addAction(QAction("Export chat as &JSON…", self, triggered=lambda: self._export_current("json")))
         chat.addSeparator()
-        chat.addAction(quit_)
+        chat.addAction(QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close))
         view = self.menuBar().addMenu("&View")
         self.rejected_action = QAction("Show &rejected drafts", self, checkable=True, checked=True)
         self.rejected_action.toggled.connect(self.legend.show_rejected.setChecked)
         view.addAction(self.rejected_action)
         view.addSeparator()
-        view.addAction(self.history_dock.toggleViewAction())
-        view.addAction(self.controls_dock.toggleViewAction())
-        view.addAction(self.live_dock.toggleViewAction())
+        for dock in (self.history_dock, self.controls_dock, self.live_dock):
+            view.addAction(dock.toggleViewAction())
         view.addSeparator()
         for name in ("light", "dark"):
             view.addAction(QAction(f"{name.title()} theme", self, triggered=lambda _=False, n=name: self.set_theme(n)))
@@ -243,12 +242,21 @@ class MainWindow(QMainWindow):
         tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+C"),
                                 triggered=self.open_compare))
         help_ = self.menuBar().addMenu("&Help")
-        help_.addAction(QAction("&About SpecScope", self, triggered=self._about))
+        help_.addAction(QAction("&About SpecScope", self,
+                                triggered=lambda: QMessageBox.about(self, "About SpecScope", ABOUT)))
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1440, 900)
 
     # ------------------------------------------------------------------ public actions
+    @property
+    def model_info(self) -> ModelInfo | None:
+        return self.session.model_info
+
+    @property
+    def generating(self) -> bool:
+        return self.session.generating
+
     def start(self) -> None:
         """Load the model chosen in the settings (in the background)."""
         self.load_model(self.controls.model_name())
@@ -256,17 +264,14 @@ class MainWindow(QMainWindow):
     def load_model(self, name: str, force: bool = False) -> None:
         """Load `name` in the background. `force`: also when it is the loaded one (the device or dtype
         changed, a safety question was answered)."""
-        name = name.strip() or "default"
-        if name == self._loading or (not force and self._loading is None and self.model_info is not None
-                                     and name == self.model_info.requested):
-            return
-        self._loading = name
-        self._update_actions()
-        self.load_requested.emit(name)
+        name = self.session.wants_load(name, force)
+        if name is not None:
+            self._update_actions()
+            self.load_requested.emit(name)
 
     def send(self, text: str | None = None) -> bool:
         """Send the message box's text (or `text`); returns whether a request went out."""
-        if self._active is not None or self._loading is not None or self.model_info is None or self._comparing():
+        if not self.session.ready or self.session.generating or self._comparing():
             return False
         text = (text if text is not None else self.message_box.toPlainText()).strip()
         if not text:
@@ -277,62 +282,46 @@ class MainWindow(QMainWindow):
             self.controls.revalidate()
             self._set_status(f"Refused: {exc}")
             return False
-        self.session.system_prompt = settings.system_prompt
         self.controls.show_runtime_problem(None)
-        self._request_settings = self._settings_record(settings)
-        self.recorder.user_message(text, self._request_settings)
-        self.history_panel.set_current(self.recorder.conversation_id)
-        turn = self.session.add_user(text)
-        self.transcript.append_user(turn)
+        request = self.session.send(text, settings, self.controls.model_name())
+        self.history_panel.set_current(self.session.conversation_id)
+        self.transcript.append_user(self.session.turns[-1])
         self.message_box.clear()
-        request = GenerationRequest(request_id=self._take_id(), model=self._loaded_name,
-                                    conversation=self.session.conversation(), spec=settings.spec,
-                                    sampling=settings.sampling, max_new_tokens=settings.max_new_tokens)
         self._begin(request, f"Generating with {settings.spec.label()}…")
         return True
 
     def stop(self) -> None:
         """Stop at the next round boundary; what was committed stays."""
-        if self._active is not None:
+        if self.session.generating:
             self.worker_thread.stop_generation()
             self._set_status("Stopping at the next round…")
 
     def new_chat(self) -> None:
-        if self._active is not None:
+        if self.session.generating:
             self.worker_thread.stop_generation()
-            if self._active.purpose == "chat":  # what it wrote is kept, marked as stopped
-                self.recorder.reply_failed("stopped: a new chat was started", taken_back=False)
+            self.session.abandon("stopped: a new chat was started")  # what it wrote is kept, marked as stopped
             self._end_active()
         self.session.new_chat()
-        self.recorder.new_chat()
         self.history_panel.set_current(None)
         self.history_panel.refresh()
         self.transcript.render_turns([])
         self.plots.clear()
         self.refresh_live_views()
-        self._set_status("New chat" + (f" · {self.model_info.describe()}" if self.model_info else ""))
+        info = self.session.model_info
+        self._set_status("New chat" + (f" · {info.describe()}" if info else ""))
         self.message_box.setFocus()
 
     def measure_baseline(self) -> None:
         """Re-run the last message with plain decoding, hidden, to measure this model's reference tok/s."""
-        if self._active is not None or self.model_info is None or self._loading is not None or self._comparing():
+        if self._comparing():
             return
-        history = self.session.conversation()
-        while history and history[-1]["role"] == "assistant":
-            history.pop()
-        if not history or history[-1]["role"] != "user":
-            history = ([m for m in history if m["role"] == "system"]
-                       + [{"role": "user", "content": "Write a short paragraph about the sea."}])
         try:
             settings = self.controls.read()
         except ConfigError:
             return
-        last = next((t for t in reversed(self.session.turns) if t.role == "assistant" and t.stats), None)
-        budget = max(32, last.stats.committed_tokens) if last is not None else 128
-        request = GenerationRequest(request_id=self._take_id(), model=self._loaded_name, conversation=history,
-                                    spec=SpecConfig(method="none"), sampling=settings.sampling,
-                                    max_new_tokens=budget, purpose="baseline")
-        self._begin(request, "Measuring plain decoding speed…")
+        request = self.session.baseline_request(settings.sampling, self.controls.model_name())
+        if request is not None:
+            self._begin(request, "Measuring plain decoding speed…")
 
     def set_show_rejected(self, show: bool) -> None:
         if self.transcript.show_rejected == show:
@@ -347,22 +336,17 @@ class MainWindow(QMainWindow):
         app = QApplication.instance()
         if app is not None:
             theme.apply(app, palette)
-        self.transcript.set_palette(palette)
-        self.legend.set_palette(palette)
-        self.plots.set_palette(palette)
-        self.stats_strip.set_palette(palette)
-        self.history_panel.set_palette(palette)
-        if self.model_manager is not None:
-            self.model_manager.set_palette(palette)
+        for view in (self.transcript, self.legend, self.plots, self.stats_strip, self.history_panel,
+                     self.model_manager, self.compare_window):
+            if view is not None:
+                view.set_palette(palette)
         self.transcript.render_turns(self.session.turns, self.session.current)
         self.refresh_live_views()
-        if self.compare_window is not None:
-            self.compare_window.set_palette(palette)
 
     def refresh_live_views(self) -> None:
         """Redraw every graph and the stats strip now (at the end of a reply, on a theme change)."""
         live = self.session.live
-        self.plots.update_from(live, self.session.baselines.get(live.model))
+        self.plots.update_from(live, self.session.baseline())
         self.stats_strip.show_figures(self.session.figures())
         self._drawn = dict.fromkeys(self._drawn, live.version)
         self._drawn_version = live.version
@@ -380,22 +364,41 @@ class MainWindow(QMainWindow):
             if self._drawn[panel] != live.version:
                 self._drawn[panel] = live.version
                 if self.live_dock.isVisible():
-                    self.plots.update_from(live, self.session.baselines.get(live.model), panels=(panel,))
+                    self.plots.update_from(live, self.session.baseline(), panels=(panel,))
                 return
-        if self._active is None:
+        if not self.session.generating:
             self.refresh_timer.stop()
 
-    @property
-    def generating(self) -> bool:
-        return self._active is not None
+    # ------------------------------------------------------------------ the request in flight
+    def _begin(self, request: GenerationRequest, status: str) -> None:
+        self.controls.set_pending_note(None)
+        self.progress.show()
+        self._set_status(status)
+        self._update_actions()
+        self.generation_requested.emit(request)
 
-    @property
-    def _loaded_name(self) -> str:
-        return self.model_info.requested if self.model_info is not None else self.controls.model_name()
+    def _end_active(self) -> None:
+        self.progress.setVisible(self.session.loading is not None)
+        self.controls.set_pending_note(None)
+        self._update_actions()
 
-    # ------------------------------------------------------------------ worker signals
+    def _on_settings_changed(self) -> None:
+        if self.session.active is not None and self.session.active.purpose == CHAT:
+            self.controls.set_pending_note("Changes apply from the next message.")
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        ready, idle = self.session.ready, not self.session.generating
+        self.send_button.setEnabled(ready and idle and not self._comparing() and self.controls.config_problem() is None)
+        self.stop_button.setEnabled(not idle)
+        self.stats_strip.set_measure_enabled(ready and idle)
+
+    def _set_status(self, text: str) -> None:
+        self.status_label.setText(text)
+
+    # ------------------------------------------------------------------ worker signals: loading
     def _on_load_started(self, name: str) -> None:
-        self._loading = name
+        self.session.load_started(name)
         self.progress.show()
         self._set_status(f"Loading {name} model…" if name == "default" else f"Loading {name}…")
         self.controls.set_model_state("loading…")
@@ -403,9 +406,8 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def _on_model_loaded(self, info: ModelInfo) -> None:
-        self._loading = None
-        self.model_info = info
-        self.progress.setVisible(self._active is not None)
+        self.session.model_loaded(info)
+        self.progress.setVisible(self.session.generating)
         self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested)
         self.transcript.setPlaceholderText(f"{info.name} is ready. Type a message below and press Enter.")
         self.message_box.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
@@ -415,29 +417,25 @@ class MainWindow(QMainWindow):
         self.model_ready.emit(info)
 
     def _on_load_failed(self, name: str, message: str) -> None:
-        self._loading = None
-        self.progress.setVisible(self._active is not None)
+        self.session.load_ended()
+        self.progress.setVisible(self.session.generating)
         text = f"Could not load {name}: {message}"
         self._set_status(text)
         self.controls.revert_model()
-        self.controls.set_model_state(self.model_info.describe() if self.model_info else "not loaded")
+        info = self.session.model_info
+        self.controls.set_model_state(info.describe() if info else "not loaded")
         self.controls.show_runtime_problem(text)
-        if self.model_info is None:
+        if info is None:
             self.transcript.setPlaceholderText(text)
         self.transcript.append_notice(text)
         self._update_actions()
         self.request_failed.emit(text)
 
+    # ------------------------------------------------------------------ worker signals: generation
     def _on_generation_started(self, request_id: int, event) -> None:
-        request = self._active
-        if request is None or request.request_id != request_id:
+        turn = self.session.on_started(request_id, event)
+        if turn is None:
             return
-        if request.purpose != "chat":
-            self._baseline_model = event.model
-            return
-        turn = self.session.start(event)
-        self.recorder.reply_started({**self._request_settings, "spec": event.spec_label, "model_label": event.model,
-                                     "device": event.device, "dtype": event.dtype})
         self.transcript.begin_assistant(turn)
         self.plots.clear(event.k if event.method != "none" else 0)
         self.stats_strip.show_figures(self.session.figures())
@@ -446,119 +444,62 @@ class MainWindow(QMainWindow):
         self.refresh_timer.start()
 
     def _on_round_verified(self, request_id: int, event) -> None:
-        request = self._active
-        if request is None or request.request_id != request_id or request.purpose != "chat":
-            return
-        tokens = self.session.apply_round(event)
-        self.transcript.append_tokens(tokens)
-        self.recorder.round_verified(event)  # one short transaction: a kill mid-reply keeps every round so far
+        tokens = self.session.on_round(request_id, event)
+        if tokens is not None:
+            self.transcript.append_tokens(tokens)
 
     def _on_generation_finished(self, request_id: int, event) -> None:
-        request = self._active
-        if request is None or request.request_id != request_id:
+        outcome = self.session.on_finished(request_id, event)
+        if outcome is None:
             return
         self._end_active()
-        if request.purpose == "baseline":
-            tok_per_s = event.stats.tok_per_s
-            if event.stop_reason == "cancelled" or event.stats.committed_tokens < MIN_BASELINE_TOKENS:
-                self._set_status("Plain-speed measurement stopped before it had enough tokens")
-                return
-            self.session.record_baseline(self._baseline_model, tok_per_s)
-            self.refresh_live_views()
-            self._set_status(f"Plain decoding: {tok_per_s:.1f} tok/s on this machine")
-            self.baseline_measured.emit(tok_per_s)
+        self._set_status(outcome.status)
+        if outcome.purpose != CHAT:
+            if outcome.baseline is not None:
+                self.refresh_live_views()
+                self.baseline_measured.emit(outcome.baseline)
             return
-        turn = self.session.finish(event)
-        self.recorder.reply_finished(event)
         self.history_panel.refresh()
-        if turn is not None:
-            self.transcript.end_assistant(turn)
+        if outcome.turn is not None:
+            self.transcript.end_assistant(outcome.turn)
         self.refresh_live_views()
-        stats = event.stats
-        if event.error:
-            self._set_status(f"Reply ended: {event.error}")
-        else:
-            self._set_status(f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
-                             + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
-        if turn is not None:
-            self.reply_finished.emit(turn)
+        if outcome.turn is not None:
+            self.reply_finished.emit(outcome.turn)
 
     def _on_generation_failed(self, request_id: int, message: str) -> None:
-        request = self._active
-        if request is None or request.request_id != request_id:
+        outcome = self.session.on_failed(request_id, message)
+        if outcome is None:
             return
         self._end_active()
-        if request.purpose == "chat":
-            restored = self.session.fail(message)
-            self.recorder.reply_failed(message, taken_back=restored is not None)
+        if outcome.purpose == CHAT:
             self.history_panel.refresh()
-            if restored is not None:
+            if outcome.restored_text is not None:
                 self.transcript.render_turns(self.session.turns)
                 if not self.message_box.toPlainText().strip():
-                    self.message_box.setPlainText(restored)
-            else:
-                turn = self.session.turns[-1] if self.session.turns else None
-                if turn is not None and turn.role == "assistant":
-                    self.transcript.end_assistant(turn)
+                    self.message_box.setPlainText(outcome.restored_text)
+            elif outcome.turn is not None:
+                self.transcript.end_assistant(outcome.turn)
             self.transcript.append_notice(f"Not generated: {message}")
         self.controls.show_runtime_problem(message)
-        self._set_status(f"Refused: {message}")
+        self._set_status(outcome.status)
         self.refresh_live_views()
         self.request_failed.emit(message)
-
-    # ------------------------------------------------------------------ internals
-    def _take_id(self) -> int:
-        request_id = self._next_request_id
-        self._next_request_id += 1
-        return request_id
-
-    def _begin(self, request: GenerationRequest, status: str) -> None:
-        self._active = request
-        self._pending_changes = False
-        self.controls.set_pending_note(None)
-        self.progress.show()
-        self._set_status(status)
-        self._update_actions()
-        self.generation_requested.emit(request)
-
-    def _end_active(self) -> None:
-        self._active = None
-        self.progress.setVisible(self._loading is not None)
-        self.controls.set_pending_note(None)
-        self._update_actions()
-
-    def _on_settings_changed(self) -> None:
-        if self._active is not None and self._active.purpose == "chat":
-            self.controls.set_pending_note("Changes apply from the next message.")
-        self._update_actions()
-
-    def _update_actions(self) -> None:
-        ready = self.model_info is not None and self._loading is None
-        idle = self._active is None
-        self.send_button.setEnabled(ready and idle and not self._comparing() and self.controls.config_problem() is None)
-        self.stop_button.setEnabled(not idle)
-        self.stats_strip.measure.setEnabled(ready and idle)
-
-    def _set_status(self, text: str) -> None:
-        self.status_label.setText(text)
 
     # ------------------------------------------------------------------ history
     def open_conversation(self, conversation_id: int) -> bool:
         """Show a saved conversation, coloured as it was made; the next message continues it."""
         if self.store is None:
             return False
-        if self._active is not None or self._comparing():
+        if self.session.generating or self._comparing():
             self._set_status("Stop the reply first, then open another chat")
-            self.history_panel.set_current(self.recorder.conversation_id)
+            self.history_panel.set_current(self.session.conversation_id)
             return False
         try:
             conversation = self.store.load_conversation(conversation_id)
         except HistoryError as exc:
             self._set_status(f"Could not open the chat: {exc}")
             return False
-        turns, tokens = turns_from_conversation(conversation)
-        self.session.restore(turns, tokens)
-        self.recorder.open(conversation_id)
+        self.session.open_saved(conversation_id, *turns_from_conversation(conversation))
         self.transcript.render_turns(self.session.turns)
         self.plots.clear()
         self.refresh_live_views()
@@ -568,33 +509,22 @@ class MainWindow(QMainWindow):
         return True
 
     def _on_conversation_deleted(self, conversation_id: int) -> None:
-        if self.recorder.conversation_id == conversation_id:
+        if self.session.conversation_id == conversation_id:
             self.new_chat()
 
     def _export_current(self, fmt: str) -> None:
-        if self.recorder.conversation_id is None:
+        if self.session.conversation_id is None:
             self._set_status("Nothing to export yet: this chat has no saved message")
             return
-        if self.history_panel.export(self.recorder.conversation_id, fmt=fmt) is not None:
+        if self.history_panel.export(self.session.conversation_id, fmt=fmt) is not None:
             self._set_status("Chat exported")
-
-    def _settings_record(self, settings) -> dict:
-        """The settings a message ran with, as stored in the history (JSON-ready)."""
-        spec, sampling = settings.spec, settings.sampling
-        return {"model": self._loaded_name, "method": spec.method, "k": spec.k, "draft": spec.draft,
-                "layers": spec.layers, "max_new_tokens": settings.max_new_tokens,
-                "system_prompt": settings.system_prompt or None,
-                "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                             "seed": sampling.seed}}
 
     # ------------------------------------------------------------------ settings (QSettings)
     def restore_settings(self, model_given: bool = False) -> None:
         """The last session's settings panel and window layout (the command line's model wins)."""
         settings = self.settings
         values = {}
-        for key, kind in (("model", str), ("method", str), ("draft", str), ("k", int), ("layers", int),
-                          ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),
-                          ("max_new_tokens", int), ("system_prompt", str)):
+        for key, kind in SAVED_FIELDS:
             value = settings.value(f"chat/{key}", None, kind)
             if value is not None:
                 values[key] = value
@@ -615,14 +545,8 @@ class MainWindow(QMainWindow):
             self.set_show_rejected(show_rejected)
 
     def save_settings(self) -> None:
-        controls = self.controls
-        values = {"model": self._loaded_name if self.model_info is not None else controls.model_name(),
-                  "method": controls.method.currentData(), "draft": controls.draft.currentText().strip(),
-                  "k": controls.k.value(), "layers": controls.layers.value(),
-                  "temperature": controls.temperature.value(), "top_p": controls.top_p.value(),
-                  "top_k": controls.top_k.value(), "seed": controls.seed.value(),
-                  "max_new_tokens": controls.max_new_tokens.value(),
-                  "system_prompt": controls.system_prompt.toPlainText()}
+        values = self.controls.values()
+        values["model"] = self.session.model_name(values["model"])
         for key, value in values.items():
             self.settings.set_value(f"chat/{key}", value)
         self.settings.set_value("window/geometry", self.saveGeometry())
@@ -632,7 +556,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ loading options and safety answers
     def load_options(self) -> LoadOptions:
-        answers = {(kind, model): answer for (kind, model), answer in self._consents.items()}
+        answers = dict(self._consents)
 
         def names(kind: str, answer: bool) -> frozenset[str]:
             stored = self.settings.json_value(f"consent/{kind}", {})
@@ -662,8 +586,8 @@ class MainWindow(QMainWindow):
 
     def _on_consent_needed(self, model: str, kind: str, question: str) -> None:
         """Asked once per model: the answer is remembered (QSettings) and the load goes on with it."""
-        self._loading = None
-        self.progress.setVisible(self._active is not None)
+        self.session.load_ended()
+        self.progress.setVisible(self.session.generating)
         title = "Run this model's own code?" if kind == REMOTE_CODE else "Load pickle checkpoints?"
         answer = bool(self.confirm(title, question))
         self._consents[(kind, model)] = answer
@@ -675,22 +599,24 @@ class MainWindow(QMainWindow):
         self.load_model(model, force=True)
 
     # ------------------------------------------------------------------ dialogs
+    def _show_window(self, window) -> None:
+        window.show()
+        if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
+            window.raise_()
+            window.activateWindow()
+
     def open_models(self):
         """The model manager (model facts, target/draft pairing, downloads)."""
         if self.model_manager is None:
             from gui.views.model_manager import ModelManager
 
-            draft = self.controls.draft.currentText().strip() if self.controls.method.currentData() == "draft-model" \
-                else None
-            self.model_manager = ModelManager(self.settings, self.palette_, target=self._loaded_name, draft=draft,
-                                              parent=self)
+            self.model_manager = ModelManager(self.settings, self.palette_,
+                                              target=self.session.model_name(self.controls.model_name()),
+                                              draft=self.controls.draft_name(), parent=self)
             self.model_manager.setWindowFlag(Qt.WindowType.Window, True)
             self.model_manager.load_requested.connect(self._load_from_manager)
             self.model_manager.resize(self.model_manager.sizeHint())
-        self.model_manager.show()
-        if QApplication.platformName() != "offscreen":
-            self.model_manager.raise_()
-            self.model_manager.activateWindow()
+        self._show_window(self.model_manager)
         return self.model_manager
 
     def _load_from_manager(self, target: str, draft, device: str, dtype: str) -> None:
@@ -699,7 +625,7 @@ class MainWindow(QMainWindow):
         self.set_device(device, dtype)
         if draft:
             self.controls.apply(method="draft-model", draft=draft)
-        elif self.controls.method.currentData() == "draft-model":
+        elif self.controls.method_name() == "draft-model":
             self.controls.apply(method="none")
         self.controls.apply(model=target)
         self.load_model(target, force=changed_device)
@@ -720,7 +646,7 @@ class MainWindow(QMainWindow):
 
     def _token_changed(self) -> None:
         if self.model_manager is not None:
-            self.model_manager._update_token_note()
+            self.model_manager.update_token_note()
 
     # ------------------------------------------------------------------ compare window
     def open_compare(self):
@@ -729,26 +655,16 @@ class MainWindow(QMainWindow):
             from gui.views.compare import CompareWindow
 
             self.compare_window = CompareWindow(
-                self.worker_thread, self.palette_, model_name=lambda: self._loaded_name,
-                chat_busy=self._compare_blocker, apply_to_chat=self._apply_compared_spec, parent=self)
+                self.worker_thread, self.palette_,
+                model_name=lambda: self.session.model_name(self.controls.model_name()),
+                chat_busy=self.session.busy_reason, apply_to_chat=self._apply_compared_spec, parent=self)
             self.compare_window.running_changed.connect(lambda _running: self._update_actions())
             self.compare_window.resize(self.compare_window.sizeHint())
-        self.compare_window.show()
-        if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
-            self.compare_window.raise_()
-            self.compare_window.activateWindow()
+        self._show_window(self.compare_window)
         return self.compare_window
 
     def _comparing(self) -> bool:
         return self.compare_window is not None and self.compare_window.running
-
-    def _compare_blocker(self) -> str | None:
-        """Why a comparison cannot start now (it would share the device with the chat), or None."""
-        if self._loading is not None or self.model_info is None:
-            return "The model is still loading."
-        if self._active is not None:
-            return "The chat is generating: wait for the reply or stop it first."
-        return None
 
     def _apply_compared_spec(self, spec: SpecConfig) -> None:
         self.controls.apply(method=spec.method, k=spec.k, draft=spec.draft, layers=spec.layers)
@@ -757,13 +673,6 @@ class MainWindow(QMainWindow):
     def _token(self, serial: int):
         tokens = self.session.tokens
         return tokens[serial] if 0 <= serial < len(tokens) else None
-
-    def _about(self) -> None:
-        QMessageBox.about(self, "About SpecScope",
-                          "<b>SpecScope</b><br>Speculative decoding, running locally, that you can watch.<br><br>"
-                          "Each round a drafter proposes k tokens and the target model checks them in one pass: "
-                          "accepted tokens are kept, the first disagreement is replaced by the target's own "
-                          "token, and a fully accepted draft earns a bonus token.")
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
@@ -780,8 +689,7 @@ class MainWindow(QMainWindow):
         if self.model_manager is not None:
             self.model_manager.shutdown()
         self.worker_thread.shutdown()
-        if self._active is not None and self._active.purpose == "chat":
-            self.recorder.reply_failed("stopped: SpecScope was closed", taken_back=False)
+        self.session.abandon("stopped: SpecScope was closed")
         if self.store is not None:
             self.store.close()
 

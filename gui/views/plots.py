@@ -2,6 +2,8 @@
 
 They never redraw per token: the window calls `update_from()` from a timer (≤ 20 Hz) and every item is
 updated in place with `setData` / `setOpts`.
+
+May touch: pyqtgraph, gui.theme, and reads gui.session_model.LiveStats; no state of its own beyond its items.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The stats strip: tok/s, acceptance, mean accepted length, speed-up (measured and theoretical), efficiency,
-and draft vs verify time. Figures come from `SessionModel.figures()`, which reads `engine.stats`."""
+and draft vs verify time, and the time-split bar the compare panes use too.
+
+It renders `gui.session_model.Figures` (from `ChatSession.figures()`, which reads `engine.stats`) and asks for
+a baseline measurement (`baseline_requested`); it computes no figure itself.
+"""
 
 from __future__ import annotations
 
@@ -119,6 +123,9 @@ class StatsStrip(QWidget):
     def set_palette(self, palette: theme.Palette) -> None:
         self.time_bar.set_palette(palette)
 
+    def set_measure_enabled(self, enabled: bool) -> None:
+        self.measure.setEnabled(enabled)
+
     def show_figures(self, figures: Figures) -> None:
         self.tok_per_s.set(f"{figures.tok_per_s:.1f}" if figures.committed_tokens > 1 else DASH,
                            f"{figures.committed_tokens} tokens" if figures.committed_tokens else "")
@@ -132,13 +139,13 @@ class StatsStrip(QWidget):
             self.speedup.set(DASH, "plain speed not measured" if figures.baseline_tok_per_s is None else "")
         self.theoretical.set(DASH if figures.theoretical_speedup is None else f"{figures.theoretical_speedup:.2f}×")
         self.efficiency.set(DASH if figures.efficiency is None else f"{figures.efficiency:.0%}")
-        self.times.set(f"{_seconds(figures.draft_seconds)} / {_seconds(figures.verify_seconds)}",
+        self.times.set(f"{seconds_text(figures.draft_seconds)} / {seconds_text(figures.verify_seconds)}",
                        f"drafting {figures.draft_seconds / total:.0%} of the time" if (
                            total := figures.draft_seconds + figures.verify_seconds) > 0 else "")
         self.time_bar.set_times(figures.draft_seconds, figures.verify_seconds)
 
 
-def _seconds(value: float) -> str:
+def seconds_text(value: float) -> str:
     if value < 1.0:
         return f"{value * 1000:.0f} ms" if value >= 0.0005 or value == 0 else f"{value * 1000:.1f} ms"
     return f"{value:.2f} s"

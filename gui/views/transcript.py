@@ -3,6 +3,9 @@
 Appending is incremental: one QTextCursor kept at the end of the document inserts each round's tokens, so
 a long conversation costs the same per round at its end as at its start. Only a change of what is drawn
 (the rejected-drafts toggle, the theme) re-renders the whole document, from the session model.
+
+May touch: QtWidgets/QtGui, gui.theme, engine.tokens (the tooltip's wording); reads the session's turns and
+tokens, never changes them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from PySide6.QtGui import QColor, QPainter, QTextBlockFormat, QTextCursor, QText
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolTip, QWidget
 
 from engine.events import TokenStatus
+from engine.tokens import draft_position_words
 from gui import theme
 from gui.session_model import Token, Turn
 
@@ -31,12 +35,7 @@ def describe_token(token: Token) -> str:
 
     lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{piece(token.text)}” &nbsp;(id {token.token_id})",
              f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
-    if token.position is None:
-        lines.append("draft position: — (nothing was drafted this round)")
-    elif token.status is TokenStatus.BONUS:
-        lines.append(f"draft position {token.position}: after all {token.draft_length} drafted tokens")
-    else:
-        lines.append(f"draft position {token.position} of {token.draft_length}")
+    lines.append(draft_position_words(token))
     if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
         p_draft = "one-hot (n-gram)" if token.p_draft is None else prob(token.p_draft)
         lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")

@@ -7,7 +7,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 
 from gui import theme  # noqa: E402
-from gui.fake_engine import FakeEngine  # noqa: E402
+from fakes import FakeEngine  # noqa: E402
 from gui.views.main_window import MainWindow  # noqa: E402
 
 WAIT_MS = 10_000  # generous: a slow CI machine is not a failure
@@ -41,7 +41,7 @@ def make_window(qtbot):
 
     def make(engine: FakeEngine | None = None, palette=theme.LIGHT, persist: bool = True) -> MainWindow:
         engine = engine if engine is not None else FakeEngine()
-        window = MainWindow(loader=lambda name, progress=None: engine, palette=palette, persist=persist)
+        window = MainWindow(loader=lambda name, progress=None, **options: engine, palette=palette, persist=persist)
         window.engine = engine  # for the test's convenience
         qtbot.addWidget(window)
         windows.append(window)

@@ -1,9 +1,10 @@
-"""A scripted stand-in for `engine.speculative.Engine`: same `generate()` signature, canned events, no model.
+"""The GUI tests' stand-in for `engine.speculative.Engine`: same `generate()` signature, canned events, no model.
 
-The GUI tests drive the whole window with it, the benchmark uses it to measure the visualiser on its own,
-and `specscope gui --model fake` opens a demo of the visualiser without loading a model. Its rounds cycle
-through every case the transcript draws: a plain prefill, full acceptance with a bonus token, a correction
-after a partial draft, a rejection at position 0, and (prompt-lookup) rounds that drafted nothing.
+A test double, with test switches (`pause_after`, `fail_with`, the draft name "mismatch" that is refused):
+it lives here, under tests/, never in the product (the app's `--demo` replays a recording instead:
+gui/demo_engine.py). Its rounds cycle through every case the transcript draws: a plain prefill, full
+acceptance with a bonus token, a correction after a partial draft, a rejection at position 0, and
+(prompt-lookup) rounds that drafted nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import SamplingConfig, SpecConfig, check_layers
 from engine.errors import ConfigError
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified, target_status
 from engine.stats import StatsAccumulator
@@ -38,6 +39,10 @@ class FakeModel:
     context_length: int = 8192
     model: object = None
     tokenizer: object = None
+
+    @property
+    def label(self) -> str:
+        return self.name
 
 
 @dataclass
@@ -64,11 +69,11 @@ class FakeEngine:
     fail_with: BaseException | None = None
     calls: list[FakeCall] = field(default_factory=list)
     releases: int = 0
+    on_status: object = None  # the worker sets it, as on the real engine; the fake has no slow step
 
     def validate(self, spec: SpecConfig) -> None:
-        if spec.method == "early-exit" and spec.layers is not None and spec.layers >= self.target.n_layers:
-            raise ConfigError(f"early-exit layers must be below the model's {self.target.n_layers} layers, "
-                              f"got {spec.layers}")
+        if spec.method == "early-exit":
+            check_layers(spec.layers, self.target.n_layers)  # the engine's own check
         if spec.method == "draft-model" and spec.draft == "mismatch":
             raise ConfigError("the draft model's tokenizer differs from the target's (vocabulary size 49152 vs 32000)")
 

@@ -1,11 +1,12 @@
-"""SessionModel: events fold into transcript tokens and stats series (pure Python, no widgets)."""
+"""SessionModel: events fold into transcript tokens and stats series (pure Python, no widgets). Positions are
+engine.tokens' 0-based draft indices."""
 
 import pytest
 
 from engine.config import SpecConfig
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
 from engine.stats import StatsAccumulator
-from gui.fake_engine import FakeEngine
+from fakes import FakeEngine
 from gui.session_model import SessionModel
 
 
@@ -42,9 +43,9 @@ def test_round_becomes_accepted_then_rejected_ghosts_then_correction():
         (" big", TokenStatus.ACCEPTED), (" world", TokenStatus.REJECTED), ("!", TokenStatus.REJECTED),
         (" wide", TokenStatus.SUBSTITUTED)]
     accepted, ghost, _, correction = tokens
-    assert (accepted.position, accepted.draft_length, accepted.p_target, accepted.p_draft) == (1, 3, 0.9, 0.7)
-    assert (ghost.position, ghost.p_target, ghost.p_draft) == (2, pytest.approx(0.7), 0.7)
-    assert correction.position == 2 and correction.p_target == 0.6 and correction.replaced == " world"
+    assert (accepted.position, accepted.draft_length, accepted.p_target, accepted.p_draft) == (0, 3, 0.9, 0.7)
+    assert (ghost.position, ghost.p_target, ghost.p_draft) == (1, pytest.approx(0.7), 0.7)
+    assert correction.position == 1 and correction.p_target == 0.6 and correction.replaced == " world"
     assert session.current.text == "Hello big wide"
     assert [t.serial for t in session.tokens] == list(range(5))
 
@@ -56,7 +57,7 @@ def test_bonus_position_is_after_the_whole_draft_and_plain_has_none():
     tokens = session.apply_round(round_event(1, ["b", "c"], 2, "d", TokenStatus.BONUS, total=1))
     assert plain.position is None and plain.status is TokenStatus.PLAIN
     assert [t.status for t in tokens] == [TokenStatus.ACCEPTED, TokenStatus.ACCEPTED, TokenStatus.BONUS]
-    assert tokens[-1].position == 3
+    assert tokens[-1].position == 2  # one past the last drafted token
 
 
 def test_a_round_cut_by_a_stop_shows_no_ghosts():
@@ -103,26 +104,38 @@ def test_live_series_and_figures_follow_the_rounds():
     assert x == [4, 5] and y == [1.0, 0.5]
     sx, sy = session.live.speed_cumulative.data()
     assert sx == [1.0, 1.5] and sy == pytest.approx([3 / 0.5, 4 / 1.0])
-    figures = session.figures()
+    rx, ry = session.live.acceptance_rolling.data()
+    assert rx == [4, 5] and ry == [1.0, 0.5]
+    rsx, rsy = session.live.speed_rolling.data()
+    assert rsx == [1.0, 1.5] and rsy == pytest.approx([3 / 0.5, 4 / 1.0])
+    figures = session.figures_against(None)
     assert figures.acceptance_rate == 0.5 and figures.speedup is None and figures.theoretical_speedup > 1
     assert figures.mean_accepted_length == pytest.approx(5 / 3)
 
 
-def test_plain_run_records_the_baseline_and_speedup_uses_it():
-    engine = FakeEngine()
+def test_rolling_series_forget_what_left_their_window():
+    """The rolling acceptance covers the last ROLLING_ROUNDS drafting rounds, the rolling tok/s the last
+    ROLLING_SECONDS: engine.stats' definitions applied to those rounds alone."""
+    from gui.session_model import ROLLING_ROUNDS, ROLLING_SECONDS
+
     session = SessionModel()
-    for spec in (SpecConfig(method="none"), SpecConfig(method="draft-model", k=4, draft="default")):
-        session.add_user("hi")
-        for event in engine.generate(session.conversation(), spec=spec, max_new_tokens=40):
-            if isinstance(event, GenerationStarted):
-                session.start(event)
-            elif isinstance(event, RoundVerified):
-                session.apply_round(event)
-            else:
-                turn = session.finish(event)
-        if spec.method == "none":
-            assert session.baselines["fake"] == pytest.approx(turn.stats.tok_per_s)
-    figures = session.figures()
-    assert figures.speedup == pytest.approx(turn.stats.tok_per_s / session.baselines["fake"])
-    record = session.finish_record(turn)
-    assert record["speedup"] == pytest.approx(figures.speedup) and record["committed_tokens"] == 40
+    session.start(started(k=2))
+    session.apply_round(round_event(0, [], 0, "a", TokenStatus.PLAIN, elapsed=0.1))
+    total, index = 1, 1
+    for _ in range(ROLLING_ROUNDS):  # fully accepted drafts
+        session.apply_round(round_event(index, ["b", "c"], 2, "d", TokenStatus.BONUS, elapsed=0.1 * (index + 1),
+                                        total=total))
+        total, index = total + 3, index + 1
+    n_rejected = max(ROLLING_ROUNDS, int(ROLLING_SECONDS / 0.1)) + 5  # more than either window holds
+    for _ in range(n_rejected):  # then fully rejected ones, 1 token each 0.1 s: the windows hold only these
+        session.apply_round(round_event(index, ["x", "y"], 0, "z", TokenStatus.SUBSTITUTED,
+                                        elapsed=0.1 * (index + 1), total=total))
+        total, index = total + 1, index + 1
+    _, rolling = session.live.acceptance_rolling.data()
+    _, cumulative = session.live.acceptance_cumulative.data()
+    assert rolling[-1] == 0.0 and cumulative[-1] == pytest.approx(ROLLING_ROUNDS / (ROLLING_ROUNDS + n_rejected))
+    _, speed = session.live.speed_rolling.data()
+    _, overall = session.live.speed_cumulative.data()
+    assert speed[-1] == pytest.approx(1 / 0.1) and overall[-1] > speed[-1]
+
+

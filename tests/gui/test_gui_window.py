@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QApplication, QToolTip
 from engine.errors import PromptTooLongError
 from engine.events import TokenStatus
 from gui import theme
-from gui.fake_engine import FakeEngine
+from fakes import FakeEngine
 from transcript_probe import background, fragments
 
 WAIT_MS = 10_000  # generous: a slow CI machine is not a failure
@@ -79,7 +79,7 @@ def test_tooltip_carries_status_round_position_and_probabilities(make_window, se
     qtbot.waitUntil(lambda: QToolTip.isVisible(), timeout=WAIT_MS)
     tip = QToolTip.text()
     assert "accepted" in tip and f"round {token.round_index}" in tip
-    assert f"draft position {token.position} of 4" in tip
+    assert f"draft position {token.position + 1} of 4" in tip  # counted from 1 for a person
     assert f"p_target {token.p_target:.3f}" in tip and f"p_draft {token.p_draft:.3f}" in tip
     assert "proposed by: draft-model" in tip
     QToolTip.hideText()
@@ -247,7 +247,7 @@ def test_invalid_combination_is_refused_in_place(make_window):
     assert controls.draft.isEnabled() is False and controls.layers.isEnabled() is False
     controls.apply(method="early-exit", layers=12)
     assert controls.layers.isEnabled()
-    assert "below the model's 12 layers" in controls.problem.text() and controls.problem.isVisible()
+    assert "from 1 to 11 for this model (12 layers)" in controls.problem.text() and controls.problem.isVisible()
     assert not window.send_button.isEnabled()
     assert window.send("hello") is False and window.session.turns == [] and window.engine.calls == []
     controls.apply(layers=6)
@@ -290,7 +290,7 @@ def test_model_load_failure_is_a_message_not_a_crash(qtbot):
     from engine.errors import ModelLoadError
     from gui.views.main_window import MainWindow
 
-    def loader(name, progress=None):
+    def loader(name, progress=None, **options):
         raise ModelLoadError(f"{name} could not be loaded as a causal language model (no config.json)")
 
     window = MainWindow(loader=loader, palette=theme.LIGHT)
@@ -331,12 +331,12 @@ def test_dark_theme_uses_the_dark_palette(make_window, send_and_wait):
 
 def test_changing_the_model_loads_it_and_a_failed_load_keeps_the_old_one(qtbot):
     from engine.errors import ModelLoadError
-    from gui.fake_engine import FakeModel
+    from fakes import FakeModel
     from gui.views.main_window import MainWindow
 
     engines = {}
 
-    def loader(name, progress=None):
+    def loader(name, progress=None, **options):
         if name == "broken":
             raise ModelLoadError("broken could not be loaded as a causal language model (no config.json)")
         engines[name] = FakeEngine(target=FakeModel(name=f"model {name}", n_layers=8 if name == "small" else 12))

@@ -1,0 +1,285 @@
+"""The chat's state machine, in plain Python (no Qt): what the main window used to keep in its widgets.
+
+A `ChatSession` is the conversation and its live figures (`gui.session_model.SessionModel`, the event fold)
+plus everything that decides what happens next: which model is loaded or loading, the one request in flight
+(a chat reply, or a hidden plain-decoding run that measures the baseline), the ids that tell its events from
+a cancelled request's stragglers, the plain-decoding baseline per model, the settings each message ran with,
+and the history writes (`gui.history.HistoryRecorder`). The window asks it what to do and renders what it
+answers; the views never see it change behind their back.
+
+May touch: engine configs, events and stats (read), gui.session_model, gui.history. Never Qt, never a widget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from engine.config import SamplingConfig, SpecConfig
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.stats import efficiency, speedup
+from gui.history import HistoryRecorder
+from gui.session_model import Figures, SessionModel, Token, Turn
+
+MIN_BASELINE_TOKENS = 8  # a plain-decoding run shorter than this is no reference
+BASELINE_PROMPT = "Write a short paragraph about the sea."  # when the chat has no message to measure on
+# what the session is doing: one of these at any time
+NOT_LOADED, LOADING, IDLE, GENERATING, MEASURING = "not-loaded", "loading", "idle", "generating", "measuring"
+CHAT, BASELINE = "chat", "baseline"  # a request's purpose
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The settings panel's values for the next message (engine configs validate themselves)."""
+
+    model: str
+    spec: SpecConfig
+    sampling: SamplingConfig
+    max_new_tokens: int
+    system_prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the end of a request means for the window."""
+
+    purpose: str  # chat | baseline
+    status: str  # the status line
+    turn: Turn | None = None  # chat: the finished (or partial) reply
+    baseline: float | None = None  # baseline: the measured tok/s (None: too short, stopped)
+    restored_text: str | None = None  # chat failed before any token: the message taken back
+    error: str | None = None  # failed: the message
+
+
+class ChatSession(SessionModel):
+    """The chat: its conversation (SessionModel) and what it is doing (`state`).
+
+    `make_request(request_id=, model=, conversation=, spec=, sampling=, max_new_tokens=, purpose=)` builds the
+    worker's request (the window passes `gui.worker.GenerationRequest`)."""
+
+    def __init__(self, recorder: HistoryRecorder, make_request: Callable[..., Any], system_prompt: str = "") -> None:
+        super().__init__(system_prompt)
+        self.recorder = recorder
+        self.make_request = make_request
+        self.baselines: dict[str, float] = {}  # model name -> plain-decoding tok/s measured this session
+        self.model_info = None  # gui.worker.ModelInfo of the loaded model
+        self.loading: str | None = None  # the model being loaded
+        self.active = None  # the request in flight
+        self.settings_in_effect: Settings | None = None  # what the last message was sent with
+        self._request_record: dict = {}
+        self._next_request_id = 1
+        self._baseline_model = ""
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> str:
+        if self.active is not None:
+            return MEASURING if self.active.purpose == BASELINE else GENERATING
+        if self.loading is not None:
+            return LOADING
+        return IDLE if self.model_info is not None else NOT_LOADED
+
+    @property
+    def ready(self) -> bool:
+        """A model is loaded and none is loading."""
+        return self.model_info is not None and self.loading is None
+
+    @property
+    def generating(self) -> bool:
+        return self.active is not None
+
+    def model_name(self, fallback: str) -> str:
+        """What requests name the model: the loaded one, else `fallback` (the settings panel's)."""
+        return self.model_info.requested if self.model_info is not None else fallback
+
+    def busy_reason(self) -> str | None:
+        """Why another run (a comparison) cannot use the device now, or None."""
+        if not self.ready:
+            return "The model is still loading."
+        if self.active is not None:
+            return "The chat is generating: wait for the reply or stop it first."
+        return None
+
+    # ------------------------------------------------------------------ loading
+    def wants_load(self, name: str, force: bool = False) -> str | None:
+        """The name to load (and the session is now loading it), or None when there is nothing to do: it is
+        loading already, or it is the loaded model and `force` is off."""
+        name = name.strip() or "default"
+        if name == self.loading or (not force and self.loading is None and self.model_info is not None
+                                    and name == self.model_info.requested):
+            return None
+        self.loading = name
+        return name
+
+    def load_started(self, name: str) -> None:
+        self.loading = name
+
+    def model_loaded(self, info) -> None:
+        self.loading = None
+        self.model_info = info
+
+    def load_ended(self) -> None:
+        """The load failed, or it waits for the user's answer to a safety question."""
+        self.loading = None
+
+    # ------------------------------------------------------------------ requests
+    def send(self, text: str, settings: Settings, fallback_model: str):
+        """Add the user's message and return the request for its reply (None: not now, or empty text)."""
+        text = text.strip()
+        if not text or not self.ready or self.active is not None:
+            return None
+        self.system_prompt = settings.system_prompt
+        self.settings_in_effect = settings
+        model = self.model_name(fallback_model)
+        self._request_record = settings_record(settings, model)
+        self.recorder.user_message(text, self._request_record)
+        self.add_user(text)
+        return self._begin(CHAT, model, self.conversation(), settings.spec, settings.sampling,
+                           settings.max_new_tokens)
+
+    def baseline_request(self, sampling: SamplingConfig, fallback_model: str):
+        """A hidden plain-decoding run of the last message (or a stock prompt) that measures the model's
+        reference tok/s; None when a request is in flight or no model is ready."""
+        if not self.ready or self.active is not None:
+            return None
+        history = self.conversation()
+        while history and history[-1]["role"] == "assistant":
+            history.pop()
+        if not history or history[-1]["role"] != "user":
+            history = ([m for m in history if m["role"] == "system"]
+                       + [{"role": "user", "content": BASELINE_PROMPT}])
+        last = next((t for t in reversed(self.turns) if t.role == "assistant" and t.stats), None)
+        budget = max(32, last.stats.committed_tokens) if last is not None else 128
+        return self._begin(BASELINE, self.model_name(fallback_model), history, SpecConfig(method="none"),
+                           sampling, budget)
+
+    def _begin(self, purpose, model, conversation, spec, sampling, max_new_tokens):
+        request = self.make_request(request_id=self._next_request_id, model=model, conversation=conversation,
+                                    spec=spec, sampling=sampling, max_new_tokens=max_new_tokens, purpose=purpose)
+        self._next_request_id += 1
+        self.active = request
+        return request
+
+    def _ours(self, request_id: int):
+        """The request in flight if `request_id` is its id (events of a stopped request are dropped)."""
+        request = self.active
+        return request if request is not None and request.request_id == request_id else None
+
+    # ------------------------------------------------------------------ events of the request in flight
+    def on_started(self, request_id: int, event: GenerationStarted) -> Turn | None:
+        """The reply's turn (None: not ours, or the hidden baseline run)."""
+        request = self._ours(request_id)
+        if request is None:
+            return None
+        if request.purpose != CHAT:
+            self._baseline_model = event.model
+            return None
+        turn = self.start(event)
+        self.recorder.reply_started({**self._request_record, "spec": event.spec_label, "model_label": event.model,
+                                     "device": event.device, "dtype": event.dtype})
+        return turn
+
+    def on_round(self, request_id: int, event: RoundVerified) -> list[Token] | None:
+        """The round's tokens in display order (None: not a chat reply's round)."""
+        request = self._ours(request_id)
+        if request is None or request.purpose != CHAT or self.current is None:
+            return None
+        tokens = self.apply_round(event)
+        self.recorder.round_verified(event)  # one short transaction: a kill mid-reply keeps every round so far
+        return tokens
+
+    def on_finished(self, request_id: int, event: GenerationFinished) -> Outcome | None:
+        request = self._ours(request_id)
+        if request is None:
+            return None
+        self.active = None
+        stats = event.stats
+        if request.purpose == BASELINE:
+            if event.stop_reason == "cancelled" or stats.committed_tokens < MIN_BASELINE_TOKENS:
+                return Outcome(BASELINE, "Plain-speed measurement stopped before it had enough tokens")
+            self.record_baseline(self._baseline_model, stats.tok_per_s)
+            return Outcome(BASELINE, f"Plain decoding: {stats.tok_per_s:.1f} tok/s on this machine",
+                           baseline=stats.tok_per_s)
+        turn = self.finish(event)
+        self.recorder.reply_finished(event)
+        if self.live.method == "none" and stats.committed_tokens >= MIN_BASELINE_TOKENS and turn is not None:
+            self.record_baseline(turn.model, stats.tok_per_s)
+        if event.error:
+            status = f"Reply ended: {event.error}"
+        else:
+            status = (f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
+                      + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
+        return Outcome(CHAT, status, turn=turn)
+
+    def on_failed(self, request_id: int, message: str) -> Outcome | None:
+        request = self._ours(request_id)
+        if request is None:
+            return None
+        self.active = None
+        if request.purpose != CHAT:
+            return Outcome(request.purpose, f"Refused: {message}", error=message)
+        restored = self.fail(message)
+        self.recorder.reply_failed(message, taken_back=restored is not None)
+        last = self.turns[-1] if self.turns and self.turns[-1].role == "assistant" else None
+        return Outcome(CHAT, f"Refused: {message}", turn=last, restored_text=restored, error=message)
+
+    def abandon(self, reason: str) -> bool:
+        """Forget the request in flight (the window stops it); a chat reply's part so far is kept in the
+        history, marked with `reason`. Returns whether there was one."""
+        request = self.active
+        if request is None:
+            return False
+        self.active = None
+        if request.purpose == CHAT:
+            self.recorder.reply_failed(reason, taken_back=False)
+        return True
+
+    # ------------------------------------------------------------------ conversations
+    def new_chat(self) -> None:
+        super().new_chat()
+        self.recorder.new_chat()
+
+    def open_saved(self, conversation_id: int, turns: list[Turn], tokens: list[Token]) -> None:
+        """Show a saved conversation; the next message continues it."""
+        self.restore(turns, tokens)
+        self.recorder.open(conversation_id)
+
+    @property
+    def conversation_id(self) -> int | None:
+        return self.recorder.conversation_id
+
+    # ------------------------------------------------------------------ figures
+    def record_baseline(self, model: str, tok_per_s: float) -> None:
+        if tok_per_s > 0:
+            self.baselines[model] = tok_per_s
+
+    def baseline(self) -> float | None:
+        """The plain-decoding tok/s of the model of the reply shown."""
+        return self.baselines.get(self.live.model)
+
+    def figures(self) -> Figures:
+        return self.figures_against(self.baseline())
+
+    def finish_record(self, turn: Turn) -> dict:
+        """The finish stats as one flat dict (the scripted mode prints it as a JSON line)."""
+        stats = turn.stats
+        record = {"model": turn.model, "spec": turn.spec_label, "stop_reason": turn.stop_reason,
+                  "text": turn.text}
+        if stats is not None:
+            record.update(stats.as_dict())
+            baseline = self.baselines.get(turn.model)
+            measured = speedup(stats.tok_per_s, baseline) if baseline else None
+            record["baseline_tok_per_s"] = baseline
+            record["speedup"] = measured
+            record["efficiency"] = efficiency(measured, stats.theoretical_speedup)
+        return record
+
+
+def settings_record(settings: Settings, model: str) -> dict:
+    """The settings a message ran with, as stored in the history (JSON-ready)."""
+    spec, sampling = settings.spec, settings.sampling
+    return {"model": model, "method": spec.method, "k": spec.k, "draft": spec.draft,
+            "layers": spec.layers, "max_new_tokens": settings.max_new_tokens,
+            "system_prompt": settings.system_prompt or None,
+            "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                         "seed": sampling.seed}}
