@@ -1,8 +1,13 @@
-"""The state of a comparison or a k sweep, in plain Python (no Qt).
+"""The state of a comparison or a k sweep, in plain Python (no Qt): what the compare window used to keep.
 
 Each run (plain decoding first, then every setting) folds its events into a `SessionModel` of its own, so a
-compare pane renders exactly as the chat does. The summary table and the sweep's points come from
-`engine.compare`, so the GUI and `specscope bench` agree on every figure. Export writes what the table shows.
+compare pane renders exactly as the chat does. `CompareState` is the window's state machine: the one
+comparison or sweep in flight, the ids that tell its events from a stopped one's stragglers, the last
+comparison and the last sweep with its summary. The summary table, the sweep's specs, points, theoretical
+curve and best k, the prompt sets: all come from `engine.compare` and `engine.prompts`, so the GUI and
+`specscope bench` agree on every figure. Export writes what the table shows.
+
+May touch: engine.compare, engine.prompts, engine configs and events (read), gui.session_model. Never Qt.
 """
 
 from __future__ import annotations
@@ -13,18 +18,20 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
-from engine.prompts import Prompt as BenchPrompt, load_prompts
-from engine.compare import (ComparisonRow, SweepPoint, best_k, pooled_alpha_and_cost, summary_rows,
-                            theoretical_curve, with_plain_first)
+from engine.compare import ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, sweep_summary, \
+    with_plain_first
 from engine.config import SamplingConfig, SpecConfig
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.prompts import Prompt, categories_of, load_prompts
 from gui.session_model import SessionModel, Token, Turn
 
 CSV_FIELDS = ("label", "method", "k", "tok_per_s", "speedup", "acceptance_rate", "mean_accepted_length",
               "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds", "identical_to_plain",
               "first_difference", "tokens", "text")
 SWEEP_FIELDS = ("k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio")
+COMPARE, SWEEP = "compare", "sweep"
 
 
 @dataclass
@@ -114,34 +121,111 @@ class ComparisonSession:
     def rows(self) -> list[ComparisonRow]:
         return summary_rows(self.specs, self.finished_runs(), self.greedy)
 
-    def sweep_points(self) -> list[SweepPoint]:
-        """One point per finished k, measured against this session's plain run."""
-        return sorted((SweepPoint(row.spec.k, row.speedup or 0.0, row.acceptance_rate, row.stats.cost_ratio)
-                       for row in self.rows()[1:] if row.speedup is not None), key=lambda p: p.k)
+    def sweep_summary(self) -> SweepSummary:
+        """The sweep of this session's method: one point per finished k, measured against its plain run."""
+        method = self.specs[0].method if self.specs else ""
+        return sweep_summary(method, sweep_points(self.rows()))
 
 
-@dataclass(frozen=True, slots=True)
-class SweepSummary:
-    method: str
-    points: tuple[SweepPoint, ...]
-    alpha: float
-    cost_ratio: float
-    theory: tuple[float, ...]  # theoretical speed-up at each point's k
-    best: SweepPoint | None
+class CannotStart(Exception):
+    """A comparison cannot start now (one is running, the chat holds the device, no prompt): the message says
+    why. Settings that are refused raise ConfigError instead."""
 
-    @classmethod
-    def of(cls, method: str, points: list[SweepPoint]) -> "SweepSummary":
-        points = sorted(points, key=lambda p: p.k)
-        alpha, cost = pooled_alpha_and_cost(points)
-        theory = theoretical_curve(alpha, cost, [p.k for p in points]) if points else []
-        return cls(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
 
-    def as_dict(self) -> dict:
-        return {"method": self.method, "alpha": self.alpha, "cost_ratio": self.cost_ratio,
-                "best_k": self.best.k if self.best else None,
-                "points": [{"k": p.k, "speedup": p.speedup, "theoretical_speedup": t,
-                            "acceptance_rate": p.acceptance_rate, "cost_ratio": p.cost_ratio}
-                           for p, t in zip(self.points, self.theory)]}
+class CompareState:
+    """What the compare window is doing: at most one comparison or sweep in flight.
+
+    `make_request(request_id=, model=, prompt=, specs=, sampling=, max_new_tokens=)` builds the worker's
+    request (the window passes `gui.worker.ComparisonRequest`)."""
+
+    def __init__(self, make_request: Callable[..., Any]) -> None:
+        self.make_request = make_request
+        self.comparison: ComparisonSession | None = None  # the last side-by-side comparison
+        self.sweep: ComparisonSession | None = None  # the last sweep
+        self.sweep_summary: SweepSummary | None = None
+        self.active: ComparisonSession | None = None
+        self.active_id: int | None = None
+        self._next_id = 1
+
+    @property
+    def running(self) -> bool:
+        return self.active is not None
+
+    def start(self, specs: list[SpecConfig], kind: str, prompt: str, sampling: SamplingConfig,
+              max_new_tokens: int, model: str, busy: str | None = None):
+        """The new session and the request to send; CannotStart with the reason when it cannot start now
+        (`busy`: why the device is taken, from the chat)."""
+        if self.active is not None:
+            raise CannotStart("A comparison is running: stop it first.")
+        if busy:
+            raise CannotStart(busy)
+        prompt = prompt.strip()
+        if not prompt:
+            raise CannotStart("Type a prompt or pick a preset first.")
+        session = ComparisonSession(specs, prompt, sampling, max_new_tokens, kind)
+        request = self.make_request(request_id=self._next_id, model=model, prompt=prompt, specs=tuple(specs),
+                                    sampling=sampling, max_new_tokens=max_new_tokens)
+        self._next_id += 1
+        self.active, self.active_id = session, request.request_id
+        if kind == COMPARE:
+            self.comparison = session
+        else:
+            self.sweep, self.sweep_summary = session, None
+        return session, request
+
+    def start_sweep(self, base: SpecConfig, max_k: int, **kwargs):
+        """Plain decoding once, then `base`'s method for k = 1…max_k (engine.compare.sweep_specs)."""
+        return self.start(sweep_specs([base], range(1, max_k + 1)), SWEEP, **kwargs)
+
+    def ours(self, request_id: int) -> ComparisonSession | None:
+        return self.active if self.active is not None and request_id == self.active_id else None
+
+    def advanced(self, request_id: int, index: int, event) -> list[Token] | None:
+        """Fold one event of run `index`; None when it is a stopped request's straggler."""
+        session = self.ours(request_id)
+        if session is None:
+            return None
+        tokens = session.apply(index, event)
+        if session.kind == SWEEP and isinstance(event, GenerationFinished):
+            self.sweep_summary = session.sweep_summary()
+        return tokens
+
+    def finished(self, request_id: int) -> ComparisonSession | None:
+        session = self.ours(request_id)
+        if session is not None:
+            session.finish()
+            self._end(session)
+        return session
+
+    def failed(self, request_id: int, message: str) -> ComparisonSession | None:
+        session = self.ours(request_id)
+        if session is not None:
+            session.fail(message)
+            self._end(session)
+        return session
+
+    def _end(self, session: ComparisonSession) -> None:
+        self.active, self.active_id = None, None
+        if session.kind == SWEEP:
+            self.sweep_summary = session.sweep_summary()
+
+    def best_spec(self, fallback: SpecConfig | None = None) -> SpecConfig | None:
+        """The sweep's best setting (its method at the best k), or None before a sweep found one."""
+        summary = self.sweep_summary
+        if summary is None or summary.best is None:
+            return None
+        if self.sweep is not None and self.sweep.specs:
+            return self.sweep.specs[0].with_k(summary.best.k)
+        return fallback.with_k(summary.best.k) if fallback is not None else None
+
+    def status(self, session: ComparisonSession) -> str:
+        """The status line once a session ended."""
+        done = sum(r.state == "done" for r in session.runs)
+        status = f"{'Stopped' if session.cancelled else 'Done'} · {done} of {len(session.runs)} runs finished"
+        best = self.sweep_summary.best if session.kind == SWEEP and self.sweep_summary else None
+        if best is not None:
+            status += f" · best k = {best.k} ({best.speedup:.2f}×)"
+        return status
 
 
 # ------------------------------------------------------------------ export
@@ -179,33 +263,13 @@ def write_sweep_json(summary: SweepSummary, session: ComparisonSession | None, p
 
 # ------------------------------------------------------------------ prompts
 
-@dataclass(frozen=True, slots=True)
-class PromptChoice:
-    id: str
-    category: str
-    title: str
-    text: str
+def load_prompt_choices(path: str | Path) -> list[Prompt]:
+    """Presets (assets/presets.json) or a Spec-Bench JSON lines file (first turn): engine.prompts."""
+    return load_prompts(str(path))
 
 
-def load_prompt_choices(path: str | Path) -> list[PromptChoice]:
-    """Presets (assets/presets.json) or a Spec-Bench JSON lines file (first turn), via engine.bench."""
-    prompts: list[BenchPrompt] = load_prompts(str(path))
-    titles: dict[str, str] = {}
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-        titles = {str(p["id"]): str(p.get("title", "")) for p in document.get("presets", [])}
-    except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
-        pass  # JSON lines: titles come from the text
-    return [PromptChoice(p.id, p.category, titles.get(p.id) or _shorten(p.text), p.text) for p in prompts]
-
-
-def categories(choices: list[PromptChoice]) -> list[str]:
-    return list(dict.fromkeys(c.category for c in choices))
-
-
-def _shorten(text: str, width: int = 60) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
+def categories(choices: list[Prompt]) -> list[str]:
+    return categories_of(choices)
 
 
 # ------------------------------------------------------------------ diff for display

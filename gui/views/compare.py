@@ -2,8 +2,12 @@
 
 Runs go through the chat window's worker thread (the one that holds the model), one after another: plain
 decoding first, then each setting. Each run gets a pane that draws its tokens with the chat's own
-transcript view; the summary table, the diff against plain and the sweep graph come from
-`gui.compare_session`, which takes its figures from `engine.compare`.
+transcript view; the summary table, the diff against plain and the sweep graph render what
+`gui.compare_session` holds (its `CompareState` is the window's state: the request in flight, the last
+comparison and sweep), which takes its figures from `engine.compare`.
+
+May touch: gui.compare_session, gui.worker (signals and request types), engine.config (the method table),
+the views' public pieces (transcript, stats). Never the engine's objects.
 """
 
 from __future__ import annotations
@@ -18,20 +22,20 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFi
                                QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
                                QTextEdit, QToolButton, QVBoxLayout, QWidget)
 
-from engine.compare import ComparisonRow
-from engine.config import MAX_K, METHODS, SamplingConfig, SpecConfig
+from engine.compare import ComparisonRow, SweepSummary
+from engine.config import MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, method_info
 from engine.errors import ConfigError
 from engine.events import GenerationFinished, GenerationStarted, TokenStatus
+from engine.prompts import Prompt
 from gui import theme
-from gui.compare_session import (ComparisonSession, PromptChoice, SweepSummary, categories, load_prompt_choices,
+from gui.compare_session import (COMPARE, CannotStart, ComparisonSession, CompareState, categories, load_prompt_choices,
                                  word_diff, write_rows_csv, write_rows_json, write_sweep_csv, write_sweep_json)
 from gui.resources import asset_path
-from gui.views.controls import METHOD_HELP, METHOD_LABELS
-from gui.views.stats import DASH, TimeSplitBar, _seconds
+from gui.views.controls import add_method_items
+from gui.views.stats import DASH, TimeSplitBar, seconds_text
 from gui.views.transcript import LegendBar, TranscriptView
 from gui.worker import ComparisonRequest
 
-SPECULATIVE_METHODS = tuple(m for m in METHODS if m != "none")
 MAX_SETTINGS = 4
 MAX_SWEEP_K = 16
 REFRESH_MS = 100
@@ -54,7 +58,7 @@ def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
 def _times(row: ComparisonRow) -> str:
     total = row.draft_seconds + row.verify_seconds
     share = f" ({row.draft_seconds / total:.0%} drafting)" if total > 0 else ""
-    return f"{_seconds(row.draft_seconds)} / {_seconds(row.verify_seconds)}{share}"
+    return f"{seconds_text(row.draft_seconds)} / {seconds_text(row.verify_seconds)}{share}"
 
 
 def identical_text(row: ComparisonRow) -> str:
@@ -80,10 +84,7 @@ class SettingRow(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(6)
         self.method = QComboBox()
-        for method in SPECULATIVE_METHODS:
-            self.method.addItem(METHOD_LABELS.get(method, method), method)
-            self.method.setItemData(self.method.count() - 1, METHOD_HELP.get(method, ""),
-                                    Qt.ItemDataRole.ToolTipRole)
+        add_method_items(self.method, [m for m in METHOD_TABLE if m.speculative])
         self.draft = QComboBox()
         self.draft.setEditable(True)
         self.draft.addItem("default")
@@ -119,10 +120,10 @@ class SettingRow(QWidget):
         self._refresh_enabled()
 
     def spec(self) -> SpecConfig:
-        method = self.method.currentData()
-        return SpecConfig(method=method, k=self.k.value(),
-                          draft=(self.draft.currentText().strip() or None) if method == "draft-model" else None,
-                          layers=(self.layers.value() or None) if method == "early-exit" else None)
+        method = method_info(self.method.currentData())
+        return SpecConfig(method=method.name, k=self.k.value(),
+                          draft=(self.draft.currentText().strip() or None) if method.needs_draft else None,
+                          layers=(self.layers.value() or None) if method.uses_layers else None)
 
     def set_spec(self, spec: SpecConfig) -> None:
         index = self.method.findData(spec.method)
@@ -142,9 +143,9 @@ class SettingRow(QWidget):
         self.changed.emit()
 
     def _refresh_enabled(self) -> None:
-        method = self.method.currentData()
-        self.draft.setVisible(method == "draft-model")
-        self.layers.setVisible(method == "early-exit")
+        method = method_info(self.method.currentData())
+        self.draft.setVisible(method.needs_draft)
+        self.layers.setVisible(method.uses_layers)
 
 
 # ------------------------------------------------------------------ one run's pane
@@ -206,7 +207,7 @@ class RunPane(QFrame):
             parts.append(f"α {stats.acceptance_rate:.0%}")
         self.figures.setText(" · ".join(parts))
         self.figures.setToolTip(f"{stats.mean_accepted_length:.2f} tokens per target pass · drafting "
-                                f"{_seconds(stats.draft_seconds)}, verifying {_seconds(stats.verify_seconds)}")
+                                f"{seconds_text(stats.draft_seconds)}, verifying {seconds_text(stats.verify_seconds)}")
         self.time_bar.set_times(stats.draft_seconds, stats.verify_seconds)
 
     def set_state(self, text: str) -> None:
@@ -318,13 +319,8 @@ class CompareWindow(QMainWindow):
         self._model_name = model_name
         self._chat_busy = chat_busy
         self._apply_to_chat = apply_to_chat
-        self.session: ComparisonSession | None = None  # the last side-by-side comparison
-        self.sweep_session: ComparisonSession | None = None  # the last sweep
-        self.sweep_summary: SweepSummary | None = None
-        self._active: ComparisonSession | None = None
-        self._active_id: int | None = None
-        self._next_id = 1
-        self.choices: list[PromptChoice] = []
+        self.state = CompareState(make_request=ComparisonRequest)
+        self.choices: list[Prompt] = []
         self.panes: list[RunPane] = []
         self._closed = False
 
@@ -347,16 +343,34 @@ class CompareWindow(QMainWindow):
 
     # ------------------------------------------------------------------ construction
     def _build(self) -> None:
-        p = self.palette_
         central = QWidget()
         column = QVBoxLayout(central)
         column.setContentsMargins(10, 8, 10, 8)
         column.setSpacing(6)
+        column.addLayout(self._build_prompt_row())
+        self.prompt = QPlainTextEdit()
+        self.prompt.setObjectName("message_box")
+        self.prompt.setPlaceholderText("Type a prompt, or pick a preset above")
+        self.prompt.setFixedHeight(self.prompt.fontMetrics().lineSpacing() * 3 + 16)
+        self.prompt.textChanged.connect(self._update_actions)
+        column.addWidget(self.prompt)
+        column.addLayout(self._build_sampling_row())
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._build_compare_page(self.palette_), "Side by side")
+        self.tabs.addTab(self._build_sweep_page(self.palette_), "k sweep")
+        column.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+        for spec in (SpecConfig(method="prompt-lookup", k=4), SpecConfig(method="early-exit", k=4)):
+            self.add_setting(spec)
+        self._build_status_bar()
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        self._build_menu()
 
-        # prompt: presets or a Spec-Bench file, with a category filter
-        prompt_row = QHBoxLayout()
-        prompt_row.setSpacing(6)
-        prompt_row.addWidget(QLabel("Prompt"))
+    def _build_prompt_row(self) -> QHBoxLayout:
+        """Presets or a Spec-Bench file, with a category filter."""
+        row = QHBoxLayout()
+        row.setSpacing(6)
+        row.addWidget(QLabel("Prompt"))
         self.category = QComboBox()
         self.category.setToolTip("Only prompts of this kind")
         self.category.setMinimumWidth(150)
@@ -371,20 +385,15 @@ class CompareWindow(QMainWindow):
         self.load_button.clicked.connect(self._browse_prompts)
         self.source_label = QLabel("")
         self.source_label.setObjectName("dim")
-        prompt_row.addWidget(self.category)
-        prompt_row.addWidget(self.preset, 1)
-        prompt_row.addWidget(self.load_button)
-        prompt_row.addWidget(self.source_label)
-        column.addLayout(prompt_row)
-        self.prompt = QPlainTextEdit()
-        self.prompt.setObjectName("message_box")
-        self.prompt.setPlaceholderText("Type a prompt, or pick a preset above")
-        self.prompt.setFixedHeight(self.prompt.fontMetrics().lineSpacing() * 3 + 16)
-        self.prompt.textChanged.connect(self._update_actions)
-        column.addWidget(self.prompt)
+        row.addWidget(self.category)
+        row.addWidget(self.preset, 1)
+        row.addWidget(self.load_button)
+        row.addWidget(self.source_label)
+        return row
 
-        sampling_row = QHBoxLayout()
-        sampling_row.setSpacing(6)
+    def _build_sampling_row(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.setSpacing(6)
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 5.0)
         self.temperature.setSingleStep(0.1)
@@ -402,23 +411,16 @@ class CompareWindow(QMainWindow):
         self.max_new_tokens.setSingleStep(32)
         for caption, widget in (("Temperature", self.temperature), ("Seed", self.seed),
                                 ("Max new tokens", self.max_new_tokens)):
-            sampling_row.addWidget(QLabel(caption))
-            sampling_row.addWidget(widget)
-        sampling_row.addSpacing(12)
+            row.addWidget(QLabel(caption))
+            row.addWidget(widget)
+        row.addSpacing(12)
         self.note = QLabel(SEQUENTIAL_NOTE)
         self.note.setObjectName("dim")
         self.note.setWordWrap(True)
-        sampling_row.addWidget(self.note, 1)
-        column.addLayout(sampling_row)
+        row.addWidget(self.note, 1)
+        return row
 
-        self.tabs = QTabWidget()
-        self.tabs.addTab(self._build_compare_page(p), "Side by side")
-        self.tabs.addTab(self._build_sweep_page(p), "k sweep")
-        column.addWidget(self.tabs, 1)
-        self.setCentralWidget(central)
-        for spec in (SpecConfig(method="prompt-lookup", k=4), SpecConfig(method="early-exit", k=4)):
-            self.add_setting(spec)
-
+    def _build_status_bar(self) -> None:
         self.status_label = QLabel("Choose settings and a prompt, then Run.")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
@@ -427,16 +429,13 @@ class CompareWindow(QMainWindow):
         self.progress.hide()
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
 
+    def _build_menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
-        for text, slot in (("Export summary as &CSV…", lambda: self._export("csv")),
-                           ("Export summary as &JSON…", lambda: self._export("json")),
-                           ("Save comparison as &PNG…", lambda: self._export("png")),
-                           ("Export sweep as CSV…", lambda: self._export("sweep-csv")),
-                           ("Export sweep as JSON…", lambda: self._export("sweep-json")),
-                           ("Save sweep graph as PNG…", lambda: self._export("sweep-png"))):
-            file_menu.addAction(QAction(text, self, triggered=slot))
+        for text, kind in (("Export summary as &CSV…", "csv"), ("Export summary as &JSON…", "json"),
+                           ("Save comparison as &PNG…", "png"), ("Export sweep as CSV…", "sweep-csv"),
+                           ("Export sweep as JSON…", "sweep-json"), ("Save sweep graph as PNG…", "sweep-png")):
+            file_menu.addAction(QAction(text, self, triggered=lambda _=False, k=kind: self._export(k)))
         file_menu.addSeparator()
         file_menu.addAction(QAction("&Close", self, shortcut=QKeySequence.StandardKey.Close, triggered=self.close))
 
@@ -445,6 +444,23 @@ class CompareWindow(QMainWindow):
         layout = QVBoxLayout(page)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.setSpacing(6)
+        layout.addLayout(self._build_settings_area())
+        self.legend = LegendBar(p)
+        self.legend.show_rejected_toggled.connect(self.set_show_rejected)
+        layout.addWidget(self.legend)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        self.pane_splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.pane_splitter.setChildrenCollapsible(False)
+        splitter.addWidget(self.pane_splitter)
+        splitter.addWidget(self._build_results())
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([480, 260])
+        layout.addWidget(splitter, 1)
+        return page
+
+    def _build_settings_area(self) -> QHBoxLayout:
+        """The compared settings' rows, and Add / Run / Stop."""
         top = QHBoxLayout()
         top.setSpacing(10)
         self.settings_box = QVBoxLayout()
@@ -469,22 +485,16 @@ class CompareWindow(QMainWindow):
         side.addLayout(row)
         side.addStretch(1)
         top.addLayout(side, 2)
-        layout.addLayout(top)
+        return top
 
-        self.legend = LegendBar(p)
-        self.legend.show_rejected_toggled.connect(self.set_show_rejected)
-        layout.addWidget(self.legend)
-
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        self.pane_splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.pane_splitter.setChildrenCollapsible(False)
-        splitter.addWidget(self.pane_splitter)
-
+    def _build_results(self) -> QWidget:
+        """The summary table with its exports, and the diff against plain decoding."""
         bottom = QWidget()
         bottom_layout = QHBoxLayout(bottom)
         bottom_layout.setContentsMargins(0, 0, 0, 0)
         bottom_layout.setSpacing(8)
         table_column = QVBoxLayout()
+        table_column.setContentsMargins(0, 0, 0, 0)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         for c, tip in enumerate(COLUMN_TIPS):
@@ -511,19 +521,13 @@ class CompareWindow(QMainWindow):
         table_column.addLayout(export_row)
         table_holder = QWidget()
         table_holder.setLayout(table_column)
-        table_column.setContentsMargins(0, 0, 0, 0)
         bottom_layout.addWidget(table_holder, 5)
         self.diff_view = QTextEdit()
         self.diff_view.setObjectName("transcript")
         self.diff_view.setReadOnly(True)
         self.diff_view.setPlaceholderText("The difference from plain decoding shows here.")
         bottom_layout.addWidget(self.diff_view, 2)
-        splitter.addWidget(bottom)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([480, 260])
-        layout.addWidget(splitter, 1)
-        return page
+        return bottom
 
     def _build_sweep_page(self, p: theme.Palette) -> QWidget:
         page = QWidget()
@@ -653,7 +657,7 @@ class CompareWindow(QMainWindow):
         if index >= 0:
             self.category.setCurrentIndex(index)
 
-    def visible_choices(self) -> list[PromptChoice]:
+    def visible_choices(self) -> list[Prompt]:
         category = self.category.currentData()
         return [c for c in self.choices if category is None or c.category == category]
 
@@ -689,19 +693,26 @@ class CompareWindow(QMainWindow):
     # ------------------------------------------------------------------ running
     @property
     def running(self) -> bool:
-        return self._active is not None
+        return self.state.running
+
+    @property
+    def session(self) -> ComparisonSession | None:
+        """The last side-by-side comparison."""
+        return self.state.comparison
+
+    @property
+    def sweep_session(self) -> ComparisonSession | None:
+        return self.state.sweep
+
+    @property
+    def sweep_summary(self) -> SweepSummary | None:
+        return self.state.sweep_summary
 
     def run_comparison(self) -> bool:
         """Run plain decoding and every setting on the prompt; returns whether it started."""
-        try:
-            specs = self.specs()
-        except ConfigError as exc:
-            self._set_status(f"Refused: {exc}")
-            return False
-        session = self._start(specs, "compare")
+        session = self._start(lambda **kw: self.state.start(self.specs(), COMPARE, **kw))
         if session is None:
             return False
-        self.session = session
         self._build_panes(session)
         self.table.setRowCount(0)
         self.diff_view.clear()
@@ -709,46 +720,31 @@ class CompareWindow(QMainWindow):
 
     def run_sweep(self) -> bool:
         """Plain decoding once, then the sweep's method for k = 1…K."""
-        try:
-            base = self.sweep_setting.spec()
-        except ConfigError as exc:
-            self._set_status(f"Refused: {exc}")
-            return False
-        ks = range(1, self.sweep_max_k.value() + 1)
-        session = self._start([base.with_k(k) for k in ks], "sweep")
+        session = self._start(lambda **kw: self.state.start_sweep(self.sweep_setting.spec(),
+                                                                   self.sweep_max_k.value(), **kw))
         if session is None:
             return False
-        self.sweep_session = session
-        self.sweep_summary = None
-        self._show_sweep(session)
+        self.show_sweep_summary(None)
         return True
 
     def stop(self) -> None:
-        if self._active is not None:
+        if self.state.running:
             self.worker_thread.stop_generation()
             self._set_status("Stopping at the next round…")
 
-    def _start(self, specs: list[SpecConfig], kind: str) -> ComparisonSession | None:
-        if self._active is not None:
-            return None
-        busy = self._chat_busy()
-        if busy:
-            self._set_status(busy)
-            return None
-        prompt = self.prompt.toPlainText().strip()
-        if not prompt:
-            self._set_status("Type a prompt or pick a preset first.")
-            return None
+    def _start(self, start) -> ComparisonSession | None:
+        """Start a session through `start(prompt=, sampling=, max_new_tokens=, model=, busy=)` and send its
+        request; None (and the reason in the status line) when it cannot start."""
         try:
-            sampling = self.sampling()
+            session, request = start(prompt=self.prompt.toPlainText(), sampling=self.sampling(),
+                                     max_new_tokens=self.max_new_tokens.value(), model=self._model_name(),
+                                     busy=None if self.state.running else self._chat_busy())
+        except CannotStart as exc:
+            self._set_status(str(exc))
+            return None
         except ConfigError as exc:
             self._set_status(f"Refused: {exc}")
             return None
-        session = ComparisonSession(specs, prompt, sampling, self.max_new_tokens.value(), kind)
-        request = ComparisonRequest(request_id=self._next_id, model=self._model_name(), prompt=prompt,
-                                    specs=tuple(specs), sampling=sampling, max_new_tokens=self.max_new_tokens.value())
-        self._next_id += 1
-        self._active, self._active_id = session, request.request_id
         self.progress.setRange(0, len(session.runs))
         self.progress.setValue(0)
         self.progress.show()
@@ -773,12 +769,12 @@ class CompareWindow(QMainWindow):
 
     # ------------------------------------------------------------------ worker signals
     def _on_advanced(self, request_id: int, index: int, event) -> None:
-        session = self._active
-        if session is None or request_id != self._active_id:
+        tokens = self.state.advanced(request_id, index, event)
+        if tokens is None:
             return
-        tokens = session.apply(index, event)
+        session = self.state.active
         run = session.runs[index]
-        pane = self.panes[index] if session.kind == "compare" and index < len(self.panes) else None
+        pane = self.panes[index] if session.kind == COMPARE and index < len(self.panes) else None
         if isinstance(event, GenerationStarted):
             self._set_status(f"Run {index + 1} of {len(session.runs)}: {run.label}…")
             if pane is not None:
@@ -791,51 +787,42 @@ class CompareWindow(QMainWindow):
             self.progress.setValue(index + 1)
             if pane is not None and run.turn is not None:
                 pane.transcript.end_assistant(run.turn)
-            if session.kind == "compare":
-                self._show_rows(session)
-                self._update_panes(session)
-            else:
-                self._show_sweep(session)
+            self._show_session(session)
 
-    def _on_finished(self, request_id: int) -> None:
-        session = self._active
-        if session is None or request_id != self._active_id:
-            return
-        session.finish()
-        self._end_active()
-        if session.kind == "compare":
+    def _show_session(self, session: ComparisonSession) -> None:
+        if session.kind == COMPARE:
             self._show_rows(session)
             self._update_panes(session)
-            self._select_first_difference()
         else:
-            self._show_sweep(session)
-        done = sum(r.state == "done" for r in session.runs)
-        status = f"{'Stopped' if session.cancelled else 'Done'} · {done} of {len(session.runs)} runs finished"
-        best = self.sweep_summary.best if session.kind == "sweep" and self.sweep_summary else None
-        if best is not None:
-            status += f" · best k = {best.k} ({best.speedup:.2f}×)"
-        self._set_status(status)
-        (self.comparison_finished if session.kind == "compare" else self.sweep_finished).emit(session)
+            self.show_sweep_summary(self.state.sweep_summary)
+
+    def _on_finished(self, request_id: int) -> None:
+        session = self.state.finished(request_id)
+        if session is None:
+            return
+        self._end_active()
+        self._show_session(session)
+        if session.kind == COMPARE:
+            self._select_first_difference()
+        self._set_status(self.state.status(session))
+        (self.comparison_finished if session.kind == COMPARE else self.sweep_finished).emit(session)
 
     def _on_failed(self, request_id: int, message: str) -> None:
-        session = self._active
-        if session is None or request_id != self._active_id:
+        session = self.state.failed(request_id, message)
+        if session is None:
             return
-        session.fail(message)
         self._end_active()
-        if session.kind == "compare":
+        if session.kind == COMPARE:
             self._show_rows(session)
             self._update_panes(session)
         self._set_status(f"Refused: {message}")
         self.comparison_failed.emit(message)
 
     def _on_load_failed(self, name: str, message: str) -> None:
-        if self._active is not None:
-            self._on_failed(self._active_id, f"could not load {name}: {message}")
+        if self.state.running:
+            self._on_failed(self.state.active_id, f"could not load {name}: {message}")
 
     def _end_active(self) -> None:
-        self._active = None
-        self._active_id = None
         self.refresh_timer.stop()
         self._refresh_tick()
         self.progress.hide()
@@ -960,14 +947,9 @@ class CompareWindow(QMainWindow):
         return self.diff_view.toPlainText()
 
     # ------------------------------------------------------------------ sweep
-    def _show_sweep(self, session: ComparisonSession) -> None:
-        method = session.specs[0].method if session.specs else ""
-        summary = SweepSummary.of(method, session.sweep_points())
-        self.show_sweep_summary(summary)
-
     def show_sweep_summary(self, summary: SweepSummary | None) -> None:
         """Draw a sweep (from a run, or canned points in tests)."""
-        self.sweep_summary = summary
+        self.state.sweep_summary = summary
         self.sweep_plot.show_summary(summary)
         points = list(summary.points) if summary else []
         self.sweep_table.setRowCount(len(points))
@@ -984,7 +966,7 @@ class CompareWindow(QMainWindow):
                 self.sweep_table.setItem(r, c, item)
         best = summary.best if summary else None
         if best is not None:
-            label = METHOD_LABELS.get(summary.method, summary.method)
+            label = method_info(summary.method).label
             verdict = ("faster than plain decoding" if best.speedup > 1.0
                        else "no k beat plain decoding on this prompt")
             self.best_label.setText(f"Best k for {label}: {best.k} — {best.speedup:.2f}× ({verdict}). "
@@ -996,12 +978,7 @@ class CompareWindow(QMainWindow):
         self._update_actions()
 
     def best_spec(self) -> SpecConfig | None:
-        summary = self.sweep_summary
-        if summary is None or summary.best is None:
-            return None
-        if self.sweep_session is not None and self.sweep_session.specs:
-            return self.sweep_session.specs[0].with_k(summary.best.k)
-        return self.sweep_setting.spec().with_k(summary.best.k)
+        return self.state.best_spec(fallback=self.sweep_setting.spec())
 
     def apply_best_to_chat(self) -> None:
         spec = self.best_spec()
@@ -1066,7 +1043,7 @@ class CompareWindow(QMainWindow):
             self._show_selected_diff()
 
     def _update_actions(self) -> None:
-        idle = self._active is None
+        idle = not self.state.running
         has_prompt = bool(self.prompt.toPlainText().strip())
         self.run_button.setEnabled(idle and has_prompt and bool(self.setting_rows))
         self.sweep_button.setEnabled(idle and has_prompt)

@@ -10,12 +10,12 @@ from dataclasses import replace
 import pytest
 from PySide6.QtGui import QImage
 
-from engine.compare import SweepPoint, best_k
+from engine.compare import SweepPoint, best_k, sweep_points, sweep_summary
 from engine.config import SpecConfig, parse_spec
 from engine.events import GenerationFinished, TokenStatus
 from gui import theme
-from gui.compare_session import SweepSummary, load_prompt_choices
-from gui.fake_engine import FakeEngine
+from gui.compare_session import load_prompt_choices
+from fakes import FakeEngine
 from gui.resources import app_icon, asset_path
 from test_gui_scripted import ROOT, default_model_available, status_pixels, subprocess_env
 
@@ -215,7 +215,7 @@ def test_sweep_marks_the_best_k_on_canned_figures_and_applies_it_to_the_chat(mak
     points = [SweepPoint(1, 1.20, 0.8, 0.05), SweepPoint(2, 1.55, 0.75, 0.05), SweepPoint(3, 1.71, 0.7, 0.05),
               SweepPoint(4, 1.64, 0.7, 0.05), SweepPoint(5, 1.71, 0.66, 0.05), SweepPoint(6, 1.40, 0.6, 0.05)]
     compare.sweep_setting.set_spec(SpecConfig(method="early-exit", k=4, layers=6))
-    compare.show_sweep_summary(SweepSummary.of("early-exit", points))
+    compare.show_sweep_summary(sweep_summary("early-exit", points))
     assert best_k(points).k == 3  # a tie (k=3, k=5) goes to the smaller k
     assert compare.sweep_plot.marked_k() == 3
     x, y = compare.sweep_plot.measured_curve.getData()
@@ -241,7 +241,7 @@ def test_sweep_runs_plain_once_then_each_k(make_compare, qtbot, tmp_path):
     assert [c.spec.label() for c in window.engine.calls] == ["none"] + [f"prompt-lookup:k={k}" for k in (1, 2, 3, 4)]
     summary = compare.sweep_summary
     assert [p.k for p in summary.points] == [1, 2, 3, 4]
-    assert compare.sweep_plot.marked_k() == best_k(session.sweep_points()).k
+    assert compare.sweep_plot.marked_k() == best_k(sweep_points(session.rows())).k
     compare.apply_button.click()
     assert window.controls.read().spec == SpecConfig(method="prompt-lookup", k=summary.best.k)
     assert compare.save_sweep_png(tmp_path / "sweep.png") and not QImage(str(tmp_path / "sweep.png")).isNull()
@@ -274,14 +274,15 @@ def run_gui(*args, timeout=120):
 
 def test_scripted_compare_prints_one_json_line_and_saves_the_compare_view(tmp_path):
     png = tmp_path / "compare.png"
-    result = run_gui("gui", "--demo", "--theme", "light", "--compare", "prompt-lookup:k=3", "early-exit:k=2",
+    # --demo replays recorded greedy runs of the built-in model: every one is plain decoding's text
+    result = run_gui("gui", "--demo", "--theme", "light", "--compare", "prompt-lookup:k=3", "early-exit:k=4,layers=26",
                      "--prompt", "Summarise it", "--max-new-tokens", "16", "--screenshot", str(png),
                      "--quit-when-done")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1
     rows = json.loads(lines[0])
-    assert [r["label"] for r in rows] == ["none", "prompt-lookup:k=3", "early-exit:k=2"]
+    assert [r["label"] for r in rows] == ["none", "prompt-lookup:k=3", "early-exit:k=4,layers=26"]
     assert all(r["identical_to_plain"] is True and r["tokens"] == 16 for r in rows)
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["acceptance_rate"] > 0
     assert {"tok_per_s", "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds",
@@ -316,12 +317,12 @@ import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from gui import theme
-from gui.fake_engine import FakeEngine
+from fakes import FakeEngine
 from gui.views.main_window import MainWindow
 
 app = QApplication(sys.argv)
 engine = FakeEngine(delay=0.01, pause_after=8)  # the plain run never finishes on its own
-window = MainWindow(loader=lambda name, progress=None: engine, palette=theme.LIGHT)
+window = MainWindow(loader=lambda name, progress=None, **options: engine, palette=theme.LIGHT)
 window.show()
 def start(info):
     compare = window.open_compare()
