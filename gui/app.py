@@ -14,6 +14,11 @@ the generation fails).
 runs plain decoding and each SPEC (as in `specscope bench --config`, e.g. prompt-lookup:k=5) on TEXT, one after
 another, saves a screenshot of the compare window and prints the summary as one JSON line: a list with one
 object per setting (plain decoding first), the fields of the summary table.
+
+`--demo` replays a recorded generation of the built-in model (gui/demo_engine.py) instead of loading one.
+
+May touch: engine.arguments and engine.config (the options and their checks), the main and compare windows' public
+methods, gui.theme, gui.worker (the real loader). It holds no chat state: the windows' sessions do.
 """
 
 from __future__ import annotations
@@ -24,31 +29,27 @@ import signal
 import os
 import sys
 
-from engine.config import METHODS, SamplingConfig, SpecConfig, parse_spec
+from engine.arguments import (add_generation_args, add_model_args, add_sampling_args, add_spec_args,
+                              sampling_from_args, spec_from_args)
+from engine.config import SpecConfig, parse_spec
 from engine.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The window's options: the model, method, sampling and generation ones are engine.arguments' (the CLI's
+    own), each None when not given, which keeps the window's last setting."""
     parser = argparse.ArgumentParser(prog="specscope gui", description="Open the SpecScope chat window.")
-    parser.add_argument("--model", default=None, help="target model: 'default', a hub id, a folder or a GGUF "
-                                                      "file (default: the last one used, else the built-in model)")
-    parser.add_argument("--method", choices=METHODS, default=None, help="speculation method")
-    parser.add_argument("--draft", default=None, help="draft model (method draft-model)")
-    parser.add_argument("--k", type=int, default=None, help="draft length per round")
-    parser.add_argument("--layers", type=int, default=None, help="early-exit layers")
-    parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument("--system", default=None, help="system prompt")
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda, mps (default: the last one chosen)")
+    add_model_args(parser, unset=True, dtype=False)
+    add_spec_args(parser, unset=True)
+    add_sampling_args(parser, unset=True)
+    add_generation_args(parser, unset=True)
     parser.add_argument("--theme", choices=("auto", "light", "dark"), default="auto")
     parser.add_argument("--hide-rejected", action="store_true", help="start with rejected drafts hidden")
     parser.add_argument("--demo", action="store_true",
-                        help="drive the window with a scripted engine (no model): a tour of the visualiser")
+                        help="replay a recorded generation of the built-in model (no model is loaded): a tour of "
+                             "the visualiser")
     parser.add_argument("--prompt", default=None, help="send this message once the model is loaded")
     parser.add_argument("--screenshot", default=None, metavar="PNG", help="save the window to PNG after the reply")
     parser.add_argument("--quit-when-done", action="store_true",
@@ -73,12 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_settings(args: argparse.Namespace) -> None:
     """Refuse a bad combination before any window opens (raises ConfigError)."""
-    method = args.method or "none"
-    SpecConfig(method=method, k=args.k if args.k is not None else 4,
-               draft=args.draft if method == "draft-model" else None,
-               layers=args.layers if method == "early-exit" else None)
-    SamplingConfig(temperature=args.temperature if args.temperature is not None else 0.0,
-                   top_k=args.top_k or 0, top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed)
+    for option, name in (("--ngram-max", "ngram_max"), ("--ngram-min", "ngram_min"), ("--adaptive", "adaptive")):
+        if getattr(args, name) is not None:
+            raise ConfigError(f"{option} is not a setting of the window; use it with specscope generate or bench")
+    spec_from_args(args)
+    sampling_from_args(args)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ConfigError(f"max new tokens must be ≥ 1, got {args.max_new_tokens}")
     if args.compare is not None:
@@ -108,10 +108,11 @@ def apply_args(window, args: argparse.Namespace) -> None:
         window.set_show_rejected(False)
 
 
-def demo_loader(name, progress=None):
-    from gui.fake_engine import FakeEngine, FakeModel
+def demo_loader(name, progress=None, **_options):
+    """--demo: whatever model is asked for, the recorded replay (gui.demo_engine) answers."""
+    from gui.demo_engine import DemoEngine
 
-    return FakeEngine(target=FakeModel(name="demo (scripted engine)"), delay=0.06)
+    return DemoEngine()
 
 
 class ScriptedRun:

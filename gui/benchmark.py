@@ -4,9 +4,11 @@
    (one run each, each in its own process, both with (cores − 1) torch threads). Target: < 5 % slower.
 2. Responsiveness: while the real model generates in the window, a 10 ms QTimer on the GUI thread records the
    gap between ticks; p50 / p99 / max are reported (target: p99 < 30 ms).
-3. Long conversations: a 5,000-token conversation fed round by round into the transcript (through the same
-   session model and QTextCursor append path as a live reply); time per appended round at the start and at
-   the end (flat means no re-render per token).
+3. Long conversations: a 5,000-token conversation fed round by round into the transcript (recorded rounds of
+   the built-in model, the --demo recording, through the same session model and QTextCursor append path as
+   a live reply); time per appended round at the start and at the end (flat means no re-render per token).
+
+May touch: subprocesses of `specscope generate` / `specscope gui`, the main window's public methods, gui.demo_engine.
 """
 
 from __future__ import annotations
@@ -140,24 +142,24 @@ def measure_responsiveness(args, window) -> dict:
 
 
 def measure_long_conversation(window, total_tokens: int, paragraphs: bool = True) -> dict:
-    """Feed `total_tokens` of canned rounds into the transcript, turn after turn, as a live reply would."""
+    """Feed `total_tokens` of recorded rounds (the --demo recording, gui/demo_engine.py, replayed as fast as it
+    goes) into the transcript, turn after turn, as a live reply would."""
     from PySide6.QtWidgets import QApplication
 
-    from engine.config import SpecConfig
+    from engine.config import parse_spec
     from engine.events import GenerationFinished, GenerationStarted
-    from gui.fake_engine import FakeEngine
+    from gui.demo_engine import DemoEngine
 
     window.new_chat()
-    engine = FakeEngine()
+    engine = DemoEngine(pace=float("inf"))
     session, view = window.session, window.transcript
     per_round: list[float] = []
     tokens = 0
-    turn_tokens = min(1000, total_tokens)
-    spec = SpecConfig(method="draft-model", k=4, draft="default")
+    spec = parse_spec("prompt-lookup:k=4")
     while tokens < total_tokens:
         user = session.add_user(f"Tell me more (part {len(session.turns) // 2 + 1}).")
         view.append_user(user)
-        for event in engine.generate(session.conversation(), spec=spec, max_new_tokens=turn_tokens):
+        for event in engine.generate(session.conversation(), spec=spec, max_new_tokens=total_tokens - tokens):
             if isinstance(event, GenerationStarted):
                 view.begin_assistant(session.start(event))
             elif isinstance(event, GenerationFinished):

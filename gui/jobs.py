@@ -4,6 +4,8 @@ time, and hear back on the GUI thread.
 `BackgroundJobs.submit(fn)` queues `fn()` to the thread and returns a job id; `finished(job_id, result)` or
 `failed(job_id, exception)` comes back through a queued signal. `shutdown()` quits the thread and waits for
 it (a running call finishes first: give it a way to stop, such as a download's cancel event).
+
+May touch: QtCore (a QObject and a QThread) and engine.errors; it knows nothing of what it runs.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ Never the Hugging Face token: that lives in the OS keyring only (engine/secrets.
 
 Where: Qt's per-user location for organisation "SpecScope", application "SpecScope"; SPECSCOPE_SETTINGS_DIR
 puts an INI file there instead (tests: the user's real settings are never touched).
+
+May touch: QSettings and the file system under that location; no widget, no engine.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Every colour the GUI draws comes from a `Palette`: token statuses in the transcr
 series in the live graphs, the stats tiles. There is one palette for light and one for dark, both built on
 the Okabe–Ito colour-blind safe hues, and colour is never the only cue: substituted tokens are underlined,
 bonus tokens dot-underlined, rejected drafts dim and struck through, accepted tokens sit on a tinted box.
+
+May touch: QtGui (colours, fonts, text formats, the application palette) and engine.events.TokenStatus.
 """
 
 from __future__ import annotations

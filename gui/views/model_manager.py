@@ -5,6 +5,9 @@ Hub with progress, cancel and resume.
 All the work is `engine.catalog` and `engine.hub`, run on background threads (gui.jobs): listing reads
 metadata and tokenizers, the pair check loads two tokenizers (never weights), a download streams files.
 Results come back by job id; a result for a question no longer asked is dropped.
+
+May touch: engine.catalog and engine.hub (public functions only), engine.sources (which devices exist),
+engine.secrets (whether a token is set, never the token's text), gui.settings (device, added models, answers).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialog, QFormLayout, QGroupBox,
                                QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem,
-                               QMessageBox, QProgressBar, QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
+                               QProgressBar, QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
 from engine import catalog, secrets
@@ -25,6 +28,7 @@ from engine.errors import DownloadCancelledError, SpecScopeError, UnsafeCheckpoi
 from gui import theme
 from gui.jobs import BackgroundJobs
 from gui.settings import AppSettings
+from gui.views.dialogs import ask_yes_no
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -43,17 +47,19 @@ class PairVerdict:
     drafts: tuple  # compatible CatalogEntry candidates for the target
 
 
-def ask_yes_no(parent, title: str, text: str) -> bool:
-    answer = QMessageBox.question(parent, title, text, QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-                                  QMessageBox.StandardButton.No)
-    return answer == QMessageBox.StandardButton.Yes
-
-
 def device_availability() -> dict[str, bool]:
-    import torch
-    mps = getattr(torch.backends, "mps", None)
-    return {"auto": True, "cpu": True, "cuda": torch.cuda.is_available(),
-            "mps": bool(mps is not None and mps.is_available())}
+    """Which devices this machine has: what engine.sources.resolve_device (the one resolver) accepts."""
+    from engine.errors import DeviceError
+    from engine.sources import resolve_device
+
+    available = {}
+    for name in DEVICES:
+        try:
+            resolve_device(name)
+            available[name] = True
+        except DeviceError:
+            available[name] = False
+    return available
 
 
 def list_job(extra: list[str], device: str, dtype: str):
@@ -78,7 +84,7 @@ def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
         drafts = tuple(catalog.compatible_drafts(target, candidates))
         if draft is None:
             return PairVerdict(target.name, None, None, "", drafts)
-        if catalog._same_model(target, draft):
+        if catalog.same_model(target, draft):
             return PairVerdict(target.name, draft.name, False,
                                "The draft is the target itself: it would only add work. Pick a smaller model with "
                                "the same tokenizer.", drafts)
@@ -89,7 +95,7 @@ def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
         if difference is not None:
             return PairVerdict(target.name, draft.name, False, catalog.explain_mismatch(difference), drafts)
         note = ""
-        if not catalog._smaller(draft, target):
+        if not catalog.is_smaller(draft, target):
             note = " It is not smaller than the target, though, so it will not make replies faster."
         return PairVerdict(target.name, draft.name, True,
                            f"These two share one tokenizer: {draft.label} can draft for {target.label}.{note}",
@@ -139,37 +145,55 @@ class ModelManager(QDialog):
     def _build(self) -> None:
         outer = QVBoxLayout(self)
         outer.setSpacing(8)
+        outer.addLayout(self._build_device_row())
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("model_manager_splitter")
+        splitter.setChildrenCollapsible(False)
+        splitter.addWidget(self._build_table_box())
+        lower = QWidget()
+        lower_layout = QHBoxLayout(lower)
+        lower_layout.setContentsMargins(0, 0, 0, 0)
+        lower_layout.addWidget(self._build_pair_box(), 3)
+        lower_layout.addWidget(self._build_download_box(), 2)
+        splitter.addWidget(lower)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        outer.addWidget(splitter, 1)
+        self.splitter = splitter
+        outer.addLayout(self._build_buttons())
+        self.update_token_note()
+        self._update_buttons()
 
-        device_row = QHBoxLayout()
-        device_row.addWidget(QLabel("Device"))
+    def _build_device_row(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Device"))
         self.device = QComboBox()
         for name in DEVICES:
             self.device.addItem({"auto": "auto (best available)", "cpu": "CPU", "cuda": "CUDA (NVIDIA GPU)",
                                  "mps": "MPS (Apple GPU)"}[name], name)
         self.device.setCurrentIndex(max(0, self.device.findData(self.settings.device())))
-        device_row.addWidget(self.device)
-        device_row.addSpacing(12)
-        device_row.addWidget(QLabel("dtype"))
+        row.addWidget(self.device)
+        row.addSpacing(12)
+        row.addWidget(QLabel("dtype"))
         self.dtype = QComboBox()
         for name in DTYPES:
             self.dtype.addItem("auto (per device)" if name == "auto" else name, name)
         self.dtype.setCurrentIndex(max(0, self.dtype.findData(self.settings.dtype())))
         self.dtype.setToolTip("The dtype the weights are loaded in; GGUF files are dequantised to it")
-        device_row.addWidget(self.dtype)
-        device_row.addSpacing(12)
+        row.addWidget(self.dtype)
+        row.addSpacing(12)
         self.free_label = QLabel("")
         self.free_label.setObjectName("dim")
-        device_row.addWidget(self.free_label, 1)
-        outer.addLayout(device_row)
+        row.addWidget(self.free_label, 1)
         self.device.currentIndexChanged.connect(self._device_changed)
         self.dtype.currentIndexChanged.connect(self._device_changed)
+        return row
 
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.setObjectName("model_manager_splitter")
-        splitter.setChildrenCollapsible(False)
-        table_box = QWidget()
-        table_layout = QVBoxLayout(table_box)
-        table_layout.setContentsMargins(0, 0, 0, 0)
+    def _build_table_box(self) -> QWidget:
+        """Every model found, with its facts, and the buttons that act on the selected one."""
+        box = QWidget()
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(0, 0, 0, 0)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("model_table")
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -186,112 +210,101 @@ class ModelManager(QDialog):
         header.setStretchLastSection(True)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.itemDoubleClicked.connect(lambda _item: self.use_selected_as("target"))
-        table_layout.addWidget(self.table, 1)
+        layout.addWidget(self.table, 1)
         row = QHBoxLayout()
-        self.add_folder_button = QPushButton("Add folder…")
-        self.add_folder_button.clicked.connect(lambda: self.add_path())
-        self.add_gguf_button = QPushButton("Add GGUF file…")
-        self.add_gguf_button.clicked.connect(lambda: self.add_path(gguf=True))
-        self.remove_button = QPushButton("Remove from list")
+        self.add_folder_button = self._button("Add folder…", lambda: self.add_path())
+        self.add_gguf_button = self._button("Add GGUF file…", lambda: self.add_path(gguf=True))
+        self.remove_button = self._button("Remove from list", self.remove_selected)
         self.remove_button.setToolTip("Forget a folder or file you added (nothing is deleted from disk)")
-        self.remove_button.clicked.connect(self.remove_selected)
-        self.refresh_button = QPushButton("Refresh")
-        self.refresh_button.clicked.connect(self.refresh)
-        self.use_target_button = QPushButton("Use as target")
-        self.use_target_button.clicked.connect(lambda: self.use_selected_as("target"))
-        self.use_draft_button = QPushButton("Use as draft")
-        self.use_draft_button.clicked.connect(lambda: self.use_selected_as("draft"))
+        self.refresh_button = self._button("Refresh", self.refresh)
+        self.use_target_button = self._button("Use as target", lambda: self.use_selected_as("target"))
+        self.use_draft_button = self._button("Use as draft", lambda: self.use_selected_as("draft"))
         for button in (self.add_folder_button, self.add_gguf_button, self.remove_button, self.refresh_button):
             row.addWidget(button)
         row.addStretch(1)
         row.addWidget(self.use_target_button)
         row.addWidget(self.use_draft_button)
-        table_layout.addLayout(row)
-        splitter.addWidget(table_box)
+        layout.addLayout(row)
+        return box
 
-        lower = QWidget()
-        lower_layout = QHBoxLayout(lower)
-        lower_layout.setContentsMargins(0, 0, 0, 0)
-        pair_box = QGroupBox("Target and draft")
-        pair_form = QFormLayout(pair_box)
+    @staticmethod
+    def _button(text: str, slot) -> QPushButton:
+        button = QPushButton(text)
+        button.clicked.connect(slot)
+        return button
+
+    def _build_pair_box(self) -> QGroupBox:
+        """Target and draft pickers, the verdict in plain words and the compatible drafts found."""
+        box = QGroupBox("Target and draft")
+        form = QFormLayout(box)
         self.target = QComboBox()
         self.target.setObjectName("target_combo")
         self.draft = QComboBox()
         self.draft.setObjectName("draft_combo")
-        pair_form.addRow("Target", self.target)
-        pair_form.addRow("Draft", self.draft)
+        form.addRow("Target", self.target)
+        form.addRow("Draft", self.draft)
         self.verdict_label = QLabel("")
         self.verdict_label.setObjectName("verdict")
         self.verdict_label.setWordWrap(True)
         self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        pair_form.addRow(self.verdict_label)
+        form.addRow(self.verdict_label)
         self.drafts_caption = QLabel("Compatible drafts found for this target (same vocabulary, smaller):")
         self.drafts_caption.setObjectName("dim")
         self.drafts_caption.setWordWrap(True)
-        pair_form.addRow(self.drafts_caption)
+        form.addRow(self.drafts_caption)
         self.drafts_list = QListWidget()
         self.drafts_list.setObjectName("compatible_drafts")
         self.drafts_list.setMaximumHeight(90)
         self.drafts_list.setToolTip("Double-click to use it as the draft")
         self.drafts_list.itemDoubleClicked.connect(self._draft_from_list)
-        pair_form.addRow(self.drafts_list)
+        form.addRow(self.drafts_list)
         self.target.currentIndexChanged.connect(lambda _i: self._pair_changed())
         self.draft.currentIndexChanged.connect(lambda _i: self._pair_changed())
-        lower_layout.addWidget(pair_box, 3)
+        return box
 
-        download_box = QGroupBox("Download from Hugging Face")
-        download_layout = QVBoxLayout(download_box)
+    def _build_download_box(self) -> QGroupBox:
+        box = QGroupBox("Download from Hugging Face")
+        layout = QVBoxLayout(box)
         repo_row = QHBoxLayout()
         self.repo = QLineEdit()
         self.repo.setObjectName("repo_id")
         self.repo.setPlaceholderText("org/name, e.g. Qwen/Qwen3-0.6B")
         self.repo.returnPressed.connect(self.start_download)
-        self.download_button = QPushButton("Download")
-        self.download_button.clicked.connect(self.start_download)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel_download)
+        self.download_button = self._button("Download", self.start_download)
+        self.cancel_button = self._button("Cancel", self.cancel_download)
         self.cancel_button.setEnabled(False)
         repo_row.addWidget(self.repo, 1)
         repo_row.addWidget(self.download_button)
         repo_row.addWidget(self.cancel_button)
-        download_layout.addLayout(repo_row)
+        layout.addLayout(repo_row)
         self.download_progress = QProgressBar()
         self.download_progress.setRange(0, 1)
         self.download_progress.setValue(0)
         self.download_progress.setFormat("%p%")
-        download_layout.addWidget(self.download_progress)
+        layout.addWidget(self.download_progress)
         self.download_status = QLabel("")
         self.download_status.setWordWrap(True)
         self.download_status.setObjectName("dim")
-        download_layout.addWidget(self.download_status)
+        layout.addWidget(self.download_status)
         self.token_note = QLabel("")
         self.token_note.setObjectName("dim")
         self.token_note.setWordWrap(True)
-        download_layout.addWidget(self.token_note)
-        download_layout.addStretch(1)
-        lower_layout.addWidget(download_box, 2)
-        splitter.addWidget(lower)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 2)
-        outer.addWidget(splitter, 1)
-        self.splitter = splitter
+        layout.addWidget(self.token_note)
+        layout.addStretch(1)
+        return box
 
+    def _build_buttons(self) -> QHBoxLayout:
         buttons = QHBoxLayout()
         self.status = QLabel("Looking for models…")
         self.status.setObjectName("dim")
         buttons.addWidget(self.status, 1)
-        self.load_button = QPushButton("Load")
+        self.load_button = self._button("Load", self.load_choice)
         self.load_button.setObjectName("send_button")
         self.load_button.setToolTip("Load the target on the chosen device (and use the draft with the draft-model "
                                     "method)")
-        self.load_button.clicked.connect(self.load_choice)
-        close = QPushButton("Close")
-        close.clicked.connect(self.close)
         buttons.addWidget(self.load_button)
-        buttons.addWidget(close)
-        outer.addLayout(buttons)
-        self._update_token_note()
-        self._update_buttons()
+        buttons.addWidget(self._button("Close", self.close))
+        return buttons
 
     def sizeHint(self):  # noqa: N802
         from PySide6.QtCore import QSize
@@ -540,7 +553,7 @@ class ModelManager(QDialog):
     def downloading(self) -> bool:
         return self._download_job is not None
 
-    def _update_token_note(self) -> None:
+    def update_token_note(self) -> None:
         store = secrets.default_store()
         # only whether a token is set, never the token
         has = store.has_token()

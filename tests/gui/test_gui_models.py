@@ -19,7 +19,7 @@ from engine.errors import ModelLoadError  # noqa: E402
 from engine.models import resolve_source  # noqa: E402
 from engine_testkit import build_tiny_tokenizer  # noqa: E402
 from gui import theme  # noqa: E402
-from gui.fake_engine import FakeEngine  # noqa: E402
+from fakes import FakeEngine  # noqa: E402
 from gui.views.main_window import MainWindow  # noqa: E402
 from hubserver import FakeHub, FakeRepo  # noqa: E402
 from test_catalog import add_cached_repo, build_other_tokenizer  # noqa: E402

@@ -15,9 +15,10 @@ from PySide6.QtGui import QImage
 from engine.events import TokenStatus
 from gui import app as gui_app
 from gui import theme
-from gui.fake_engine import FakeEngine
+from fakes import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent  # the test doubles (fakes.py) for scripts run in a subprocess
 
 
 def count_pixels(path: Path, colour: str, tolerance: int = 2) -> int:
@@ -40,7 +41,7 @@ def status_pixels(path: Path, status: TokenStatus, palette=theme.LIGHT) -> int:
 
 def subprocess_env():
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(HERE), env.get("PYTHONPATH")]))
     return env
 
 
@@ -52,17 +53,16 @@ def run_gui(*args, timeout=120):
 
 def test_scripted_mode_screenshot_shows_the_colours_and_prints_stats(tmp_path):
     png = tmp_path / "window.png"
-    # --demo: the scripted engine instead of a model, so this runs in a second
-    result = run_gui("gui", "--demo", "--theme", "light", "--method", "draft-model", "--k", "4", "--seed", "7",
-                     "--temperature", "0.7", "--max-new-tokens", "60", "--prompt", "Explain it",
-                     "--screenshot", str(png), "--quit-when-done")
+    # --demo: a recorded stream of the built-in model replayed instead of a model, so this runs in seconds
+    result = run_gui("gui", "--demo", "--theme", "light", "--method", "prompt-lookup", "--k", "4",
+                     "--max-new-tokens", "60", "--prompt", "Explain it", "--screenshot", str(png), "--quit-when-done")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert record["committed_tokens"] == 60 and record["stop_reason"] == "max-new-tokens"
-    assert record["spec"] == "draft-model:k=4,draft=default" and 0 < record["acceptance_rate"] < 1
-    assert record["text"].startswith("Speculative decoding")
+    assert record["spec"] == "prompt-lookup:k=4" and 0 < record["acceptance_rate"] < 1
+    assert record["text"].strip() and "(recorded)" in record["model"]
     image = QImage(str(png))
     assert image.width() >= 1000 and image.height() >= 700  # the whole window, not a widget
     assert status_pixels(png, TokenStatus.ACCEPTED) > 300
@@ -75,12 +75,28 @@ def test_scripted_mode_refuses_bad_settings_before_opening(capsys):
     assert "k must be an integer" in capsys.readouterr().err
 
 
+REFUSED_BY_THE_ENGINE = textwrap.dedent("""
+    import sys
+    from fakes import FakeEngine
+    from gui import app
+
+    sys.exit(app.main(sys.argv[1:], loader=lambda name, progress=None, **options: FakeEngine()))
+""")
+
+
 def test_scripted_mode_exits_2_when_the_engine_refuses(tmp_path):
-    result = run_gui("--demo", "--method", "draft-model", "--draft", "mismatch", "--prompt", "x",
-                     "--quit-when-done", "--screenshot", str(tmp_path / "x.png"))
+    result = subprocess.run([sys.executable, "-c", REFUSED_BY_THE_ENGINE, "--method", "draft-model", "--draft",
+                             "mismatch", "--prompt", "x", "--quit-when-done", "--screenshot", str(tmp_path / "x.png")],
+                            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "tokenizer differs" in result.stderr and result.stdout == ""
     assert (tmp_path / "x.png").is_file()
+
+
+def test_the_demo_refuses_a_method_it_has_no_recording_of(tmp_path):
+    result = run_gui("--demo", "--method", "draft-model", "--prompt", "x", "--quit-when-done")
+    assert result.returncode == 2
+    assert "the demo replays recordings of" in result.stderr and result.stdout == ""
 
 
 def test_arguments_reach_the_settings(qtbot):
@@ -89,7 +105,7 @@ def test_arguments_reach_the_settings(qtbot):
     args = gui_app.parse_args(["gui", "--method", "early-exit", "--layers", "5", "--k", "3", "--temperature",
                                "0.5", "--top-p", "0.9", "--top-k", "40", "--seed", "11", "--max-new-tokens",
                                "77", "--system", "Be brief.", "--model", "other"])
-    window = MainWindow(loader=lambda name, progress=None: FakeEngine(), palette=theme.LIGHT, model=args.model)
+    window = MainWindow(loader=lambda name, progress=None, **options: FakeEngine(), palette=theme.LIGHT, model=args.model)
     qtbot.addWidget(window)
     try:
         gui_app.apply_args(window, args)
@@ -107,12 +123,12 @@ CLOSE_MID_GENERATION = textwrap.dedent("""
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
     from gui import theme
-    from gui.fake_engine import FakeEngine
+    from fakes import FakeEngine
     from gui.views.main_window import MainWindow
 
     app = QApplication(sys.argv)
     engine = FakeEngine(delay=0.01, pause_after=8)  # never finishes on its own
-    window = MainWindow(loader=lambda name, progress=None: engine, palette=theme.LIGHT)
+    window = MainWindow(loader=lambda name, progress=None, **options: engine, palette=theme.LIGHT)
     window.show()
     window.model_ready.connect(lambda info: window.send("go"))
     def close_mid_generation():

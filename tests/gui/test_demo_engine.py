@@ -1,0 +1,70 @@
+"""The --demo engine: the recorded stream of the built-in model, replayed through the engine's generate()."""
+
+import threading
+
+import pytest
+
+from engine.config import SpecConfig, parse_spec
+from engine.errors import ConfigError
+from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from gui.demo_engine import RECORDED_SPECS, DemoEngine, load_recording
+from gui.resources import asset_path
+
+FAST = float("inf")  # no waiting between rounds
+
+
+def replay(engine, spec, **kwargs):
+    return list(engine.generate([{"role": "user", "content": "anything"}], spec=spec, **kwargs))
+
+
+def test_the_recording_holds_every_setting_and_greedy_speculation_kept_plain_text():
+    header, recordings = load_recording(asset_path("demo_stream.jsonl"))
+    assert list(recordings) == list(RECORDED_SPECS) and header["model"] and header["n_layers"]
+    plain = recordings["none"].finished
+    for label, recording in recordings.items():
+        assert recording.started.spec_label == label and recording.started.greedy
+        assert recording.finished.output_ids == plain.output_ids, label  # lossless: plain decoding's tokens
+        committed = sum(len(r.committed_ids) for r in recording.rounds)
+        assert committed == len(recording.finished.output_ids) == recording.finished.stats.committed_tokens
+    statuses = {r.target_status for r in recordings["prompt-lookup:k=4"].rounds}
+    assert statuses == {TokenStatus.PLAIN, TokenStatus.SUBSTITUTED, TokenStatus.BONUS}
+
+
+def test_a_replay_is_the_recorded_generation_cut_at_the_token_budget():
+    engine = DemoEngine(pace=FAST)
+    spec = parse_spec("prompt-lookup:k=4")
+    events = replay(engine, spec, max_new_tokens=50)
+    started, rounds, finished = events[0], events[1:-1], events[-1]
+    assert isinstance(started, GenerationStarted) and started.spec_label == "prompt-lookup:k=4"
+    assert started.model == engine.target.label and "(recorded)" in started.model
+    assert all(isinstance(r, RoundVerified) for r in rounds) and isinstance(finished, GenerationFinished)
+    assert finished.stop_reason == "max-new-tokens" and finished.stats.committed_tokens == 50
+    assert len(finished.output_ids) == 50 and rounds[-1].n_committed_total == 50
+    assert finished.text == "".join(p for r in rounds for p in r.committed_pieces)
+    recorded = engine.recordings["prompt-lookup:k=4"]
+    assert finished.output_ids == recorded.finished.output_ids[:50]
+    assert 0 < finished.stats.acceptance_rate < 1
+
+
+def test_a_replay_honours_cancel_between_rounds():
+    cancel = threading.Event()
+    cancel.set()
+    events = replay(DemoEngine(pace=FAST), SpecConfig(), cancel=cancel)
+    assert events[-1].stop_reason == "cancelled" and len(events) == 2
+
+
+def test_the_demo_refuses_what_it_has_no_recording_of():
+    engine = DemoEngine(pace=FAST)
+    with pytest.raises(ConfigError, match="the demo replays recordings of none, prompt-lookup:k=1"):
+        engine.validate(parse_spec("draft-model:k=4,draft=default"))
+    with pytest.raises(ConfigError, match="prompt-lookup:k=9 needs a real model"):
+        replay(engine, parse_spec("prompt-lookup:k=9"))
+
+
+def test_a_missing_or_broken_recording_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be read"):
+        DemoEngine(tmp_path / "nothing.jsonl")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"type": "recording"}\n{"type": "round"}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        DemoEngine(broken)
