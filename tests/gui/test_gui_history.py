@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from engine.events import GenerationFinished, RoundVerified, TokenStatus
 from engine.stats import StatsAccumulator
 from gui import theme
-from gui.fake_engine import FakeEngine
+from fakes import FakeEngine
 from engine.secrets import TokenStorage, TokenStore
 from gui.store import COMPLETE, STREAMING, HistoryStore
 from gui.views.main_window import MainWindow
@@ -36,7 +36,7 @@ def test_chat_is_saved_listed_renamed_searched_and_deleted(make_window, send_and
     window.controls.apply(max_new_tokens=20)
     send_and_wait(window, "Tell me about speculative decoding")
     send_and_wait(window, "And about zebras?")
-    cid = window.recorder.conversation_id
+    cid = window.session.recorder.conversation_id
     assert panel.conversation_ids() == [cid] and panel.titles() == ["Tell me about speculative decoding"]
     stored = window.store.load_conversation(cid)
     assert [m.role for m in stored.messages] == ["user", "assistant", "user", "assistant"]
@@ -73,7 +73,7 @@ def test_reopened_conversation_rerenders_coloured_tokens(make_window, send_and_w
     live = drawn_tokens(window)
     assert {status for status, *_ in live} == {TokenStatus.PLAIN, TokenStatus.ACCEPTED, TokenStatus.REJECTED,
                                                TokenStatus.SUBSTITUTED, TokenStatus.BONUS}
-    cid = window.recorder.conversation_id
+    cid = window.session.recorder.conversation_id
     window.new_chat()
     assert drawn_tokens(window) == []
 
@@ -103,11 +103,11 @@ def test_rounds_are_stored_as_they_arrive(make_window, qtbot, send_and_wait):
     window.controls.apply(method="draft-model", draft="default", k=4, max_new_tokens=60)
     with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS, raising=False) as finished:
         assert window.send("Write something long")
-        qtbot.waitUntil(lambda: window.recorder.rounds_written == 3, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: window.session.recorder.rounds_written == 3, timeout=WAIT_MS)
         # the engine is paused mid-reply: the store already has every round so far (a SIGKILL now keeps them)
         reader = HistoryStore(window.store.path, recover=False)
         try:
-            reply = reader.load_conversation(window.recorder.conversation_id).messages[-1]
+            reply = reader.load_conversation(window.session.recorder.conversation_id).messages[-1]
         finally:
             reader.close()
         assert window.generating and not finished.signal_triggered
@@ -115,10 +115,10 @@ def test_rounds_are_stored_as_they_arrive(make_window, qtbot, send_and_wait):
         assert reply.content == "".join(t.text for t in window.session.current.tokens if t.committed)
         window.engine.resume.set()
     assert finished.signal_triggered
-    reply = window.store.load_conversation(window.recorder.conversation_id).messages[-1]
+    reply = window.store.load_conversation(window.session.recorder.conversation_id).messages[-1]
     assert reply.state == COMPLETE and reply.content == finished.args[0].text
-    print(f"history writes: {window.recorder.rounds_written} rounds, "
-          f"{1000 * window.recorder.write_seconds / window.recorder.rounds_written:.3f} ms per round")
+    print(f"history writes: {window.session.recorder.rounds_written} rounds, "
+          f"{1000 * window.session.recorder.write_seconds / window.session.recorder.rounds_written:.3f} ms per round")
 
 
 class OutOfMemoryEngine(FakeEngine):
@@ -147,7 +147,7 @@ def test_out_of_memory_ends_the_reply_with_a_message_and_keeps_it(make_window, s
     kept = "".join(piece for status, piece, *_ in drawn_tokens(window) if status is not TokenStatus.REJECTED)
     assert kept == turn.text.replace("\n", "")  # the partial reply stays, coloured
     assert OOM in window.status_label.text()
-    stored = window.store.load_conversation(window.recorder.conversation_id).messages[-1]
+    stored = window.store.load_conversation(window.session.recorder.conversation_id).messages[-1]
     assert stored.error == OOM and stored.content == turn.text and stored.stop_reason == "out-of-memory"
     again = send_and_wait(window, "Shorter, please")  # the app keeps working
     assert again.text and window.send_button.isEnabled()
@@ -197,7 +197,7 @@ def test_settings_and_layout_survive_a_restart(qtbot, private_app_dirs):
     engine = FakeEngine()
 
     def make():
-        window = MainWindow(loader=lambda name, progress=None: engine, palette=theme.LIGHT, persist=True)
+        window = MainWindow(loader=lambda name, progress=None, **options: engine, palette=theme.LIGHT, persist=True)
         qtbot.addWidget(window)
         window.show()
         with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
