@@ -182,7 +182,7 @@ def record(path: str | Path, model: str = "default", specs=RECORDED_SPECS, promp
 
     engine = load_engine(model)
     target = engine.target
-    header = {"type": "recording", "prompt": prompt, "model": getattr(target, "label", model),
+    header = {"type": "recording", "prompt": prompt, "model": target.label,
               "device": str(target.device), "dtype": str(target.dtype).replace("torch.", ""),
               "n_layers": target.n_layers, "context_length": target.context_length,
               "recorded": time.strftime("%Y-%m-%d")}

@@ -30,6 +30,7 @@ def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
 class LivePlots(QWidget):
     def __init__(self, palette: theme.Palette, parent=None) -> None:
         super().__init__(parent)
+        self._ticks_for: int | None = None  # the k the bar graphs' ticks were laid out for
         pg.setConfigOptions(antialias=True)
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -199,7 +200,7 @@ class LivePlots(QWidget):
             plot.setYRange(*wanted[1], padding=0.02)
 
     def _set_bar_ranges(self, k: int) -> None:
-        if k == getattr(self, "_ticks_for", None):
+        if k == self._ticks_for:
             return
         self._ticks_for = k
         step = max(1, (k + 1) // 12 + 1) if k > 12 else 1

@@ -23,6 +23,7 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.store = store or secrets.default_store()
+        self._has_token = False
         outer = QVBoxLayout(self)
 
         token_box = QGroupBox("Hugging Face")
@@ -92,7 +93,7 @@ class SettingsDialog(QDialog):
 
     def _update_buttons(self) -> None:
         self.save_button.setEnabled(bool(self.token.text().strip()))
-        self.remove_button.setEnabled(getattr(self, "_has_token", False))
+        self.remove_button.setEnabled(self._has_token)
 
     def _problem(self, text: str | None) -> None:
         self.token_problem.setText(f"⚠ {text}" if text else "")

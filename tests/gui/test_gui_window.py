@@ -366,3 +366,24 @@ def test_changing_the_model_loads_it_and_a_failed_load_keeps_the_old_one(qtbot):
         assert len(engines["small"].calls) == 2
     finally:
         window.shutdown()
+
+
+class DraftLoadingEngine(FakeEngine):
+    """Reports loading its draft model the way the real engine does (Engine.on_status, set by the worker)."""
+
+    def validate(self, spec):
+        if spec.method == "draft-model" and self.on_status is not None:
+            self.on_status(f"Loading draft model {spec.draft}…")
+        super().validate(spec)
+
+
+def test_loading_the_draft_model_shows_in_the_status_line(make_window, qtbot):
+    engine = DraftLoadingEngine(pause_after=1)  # holds the reply after its first round
+    window = make_window(engine)
+    window.controls.apply(method="draft-model", draft="small-draft", max_new_tokens=30)
+    assert window.send("go")
+    qtbot.waitUntil(lambda: window.session.live.accumulator.rounds == 1, timeout=WAIT_MS)
+    assert window.status_label.text() == "Loading draft model small-draft…"
+    with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
+        engine.resume.set()
+    assert window.status_label.text().startswith("Done · 30 tokens")
