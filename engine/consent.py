@@ -1,5 +1,7 @@
 """The two safety questions asked before a model loads: run the model's own Python code (trust_remote_code)?
-load weights that are pickle checkpoints only (they can run code)? One check, for the app and the CLI.
+load weights that are pickle checkpoints only (they can run code)? The check lives in the engine so that
+every front end that can ask the user shares it: the app's worker thread (gui.worker) does today; the CLI
+never runs a model's own code (trust_remote_code stays off) and does not ask.
 
 `safety_check` reads config and weight file names only (cheap, no model is loaded). It raises ConsentNeeded
 when the user must be asked first and UnsafeCheckpointError when they already said no. Touches the files
@@ -36,7 +38,7 @@ class ConsentNeeded(SpecScopeError):
 def _model_folder(name: str):
     """(folder, label) of a model that is a folder of files, else None (a GGUF file, a name that does not
     resolve: the loader reports those)."""
-    from engine.models import resolve_source
+    from engine.sources import resolve_source
 
     try:
         source = resolve_source(name)
