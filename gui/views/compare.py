@@ -858,15 +858,15 @@ class CompareWindow(QMainWindow):
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             cells = (
-                "plain decoding" if row.spec.method == "none" else row.label,
+                "plain decoding" if not row.spec.speculative else row.label,
                 f"{row.tok_per_s:.1f}",
                 DASH if row.speedup is None else f"{row.speedup:.2f}×",
-                DASH if row.spec.method == "none" else f"{row.acceptance_rate:.0%}",
+                DASH if not row.spec.speculative else f"{row.acceptance_rate:.0%}",
                 f"{row.mean_accepted_length:.2f}",
                 f"{row.theoretical_speedup:.2f}×",
-                DASH if row.efficiency is None or row.spec.method == "none" else f"{row.efficiency:.0%}",
+                DASH if row.efficiency is None or not row.spec.speculative else f"{row.efficiency:.0%}",
                 _times(row),
-                "reference" if row.spec.method == "none" else identical_text(row),
+                "reference" if not row.spec.speculative else identical_text(row),
             )
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -901,7 +901,7 @@ class CompareWindow(QMainWindow):
             self.diff_view.clear()
             return
         row = self.selected_row()
-        if row is None or row.spec.method == "none":
+        if row is None or not row.spec.speculative:
             row = next((r for r in rows if r.identical_to_plain is False), None)
         self.render_diff(rows[0], row, rows)
 

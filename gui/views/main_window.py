@@ -17,7 +17,7 @@ from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
                                QProgressBar, QPushButton, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
-from engine.config import SpecConfig
+from engine.config import SpecConfig, method_info
 from engine.errors import ConfigError
 from gui import theme
 from gui.chat_session import CHAT, ChatSession
@@ -625,7 +625,7 @@ class MainWindow(QMainWindow):
         self.set_device(device, dtype)
         if draft:
             self.controls.apply(method="draft-model", draft=draft)
-        elif self.controls.method_name() == "draft-model":
+        elif method_info(self.controls.method_name()).needs_draft:
             self.controls.apply(method="none")
         self.controls.apply(model=target)
         self.load_model(target, force=changed_device)

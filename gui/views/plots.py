@@ -31,6 +31,7 @@ class LivePlots(QWidget):
     def __init__(self, palette: theme.Palette, parent=None) -> None:
         super().__init__(parent)
         self._ticks_for: int | None = None  # the k the bar graphs' ticks were laid out for
+        self._titles: dict[int, str] = {}  # id(plot) -> its title (set again with each palette)
         pg.setConfigOptions(antialias=True)
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -86,7 +87,7 @@ class LivePlots(QWidget):
             # keep the painted axis as a pixmap: repainting a curve then costs a blit, not a Python paint()
             axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             axis.setStyle(hideOverlappingLabels=False)  # keep the 0 and the top label at the ends
-        plot._title = title  # noqa: SLF001
+        self._titles[id(plot)] = title
         plot.getPlotItem().getAxis("left").setLabel(left)
         plot.getPlotItem().getAxis("bottom").setLabel(bottom)
         return plot
@@ -102,7 +103,7 @@ class LivePlots(QWidget):
         for plot in (self.acceptance, self.speed, self.positions, self.histogram):
             plot.setBackground(QColor(palette.surface))
             item = plot.getPlotItem()
-            item.setTitle(plot._title, color=palette.text, size="9pt")  # noqa: SLF001
+            item.setTitle(self._titles[id(plot)], color=palette.text, size="9pt")
             for name in ("left", "bottom"):
                 axis = item.getAxis(name)
                 axis.setPen(_pen(palette.border, 1))
