@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from engine.compare import ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, sweep_summary, \
     with_plain_first
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import SamplingConfig, SpecConfig, check_k
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.prompts import Prompt, categories_of, load_prompts
 from gui.session_model import SessionModel, Token, Turn
@@ -174,7 +174,9 @@ class CompareState:
         return session, request
 
     def start_sweep(self, base: SpecConfig, max_k: int, **kwargs):
-        """Plain decoding once, then `base`'s method for k = 1…max_k (engine.compare.sweep_specs)."""
+        """Plain decoding once, then `base`'s method for k = 1…max_k (engine.compare.sweep_specs); ConfigError
+        for a max_k out of k's range."""
+        check_k(max_k)
         return self.start(sweep_specs([base], range(1, max_k + 1)), SWEEP, **kwargs)
 
     def ours(self, request_id: int) -> ComparisonSession | None:

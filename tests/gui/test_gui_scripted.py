@@ -73,6 +73,20 @@ def test_scripted_mode_screenshot_shows_the_colours_and_prints_stats(tmp_path):
 def test_scripted_mode_refuses_bad_settings_before_opening(capsys):
     assert gui_app.main(["--k", "0", "--prompt", "x", "--quit-when-done"]) == 2
     assert "k must be an integer" in capsys.readouterr().err
+    assert gui_app.main(["--adaptive", "--prompt", "x", "--quit-when-done"]) == 2  # a CLI option the window lacks
+    assert "--adaptive is not a setting of the window" in capsys.readouterr().err
+    assert gui_app.main(["--method", "early-exit", "--layers", "0", "--prompt", "x", "--quit-when-done"]) == 2
+    assert "early-exit layers must be ≥ 1" in capsys.readouterr().err
+
+
+def test_options_not_given_keep_the_last_setting():
+    """engine.arguments with unset=True: every option the command line leaves out is None, so the window keeps
+    what it restored from the last session."""
+    args = gui_app.parse_args(["gui"])
+    assert all(getattr(args, name) is None for name in ("model", "device", "method", "draft", "k", "layers",
+                                                         "temperature", "top_p", "top_k", "seed",
+                                                         "max_new_tokens", "system"))
+    assert gui_app.parse_args(["--method", "draft-model"]).draft == "default"
 
 
 REFUSED_BY_THE_ENGINE = textwrap.dedent("""
