@@ -301,9 +301,12 @@ class LlamaCppRunner:
         if self._ctx is None:
             self._open()
         start = len(self.ids)
-        # Chunks of n_batch counted from the end, so that the last one holds every row asked for.
-        head = n % self._n_batch
-        bounds = ([(0, head)] if head else []) + [(b, b + self._n_batch) for b in range(head, n, self._n_batch)]
+        # The rows asked for come from a batch of just those positions, the ids before them are fed in
+        # chunks of n_batch without logits: llama.cpp's kernels round differently for large batches, so this
+        # keeps a position's logits independent of how much was fed with it (a prompt fed whole or synced
+        # back to its last id gives the same next token).
+        head = n - n_logits
+        bounds = [(b, min(b + self._n_batch, head)) for b in range(0, head, self._n_batch)] + [(head, n)]
         try:
             for begin, end in bounds:
                 self._decode(ids[begin:end], start + begin, n_logits if end == n else 0)

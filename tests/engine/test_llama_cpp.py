@@ -191,24 +191,37 @@ def test_forward_gives_only_the_rows_asked_for_in_place(tiny_q8):
 
 
 def test_a_long_feed_is_split_into_batches(tiny_q8):
-    """More than n_batch ids at once: fed in chunks of n_batch counted from the end, so the rows asked for
-    all come from the last chunk. Bit-identical to feeding those chunks by hand, and (within the rounding of
-    llama.cpp's large-batch kernels) to feeding the ids in small pieces."""
+    """More than n_batch ids at once: the ids before the rows asked for go in chunks of n_batch, the rows
+    asked for in a batch of their own; the same (within the rounding of llama.cpp's large-batch kernels) as
+    feeding the ids in small pieces."""
     n_batch = backend.N_BATCH
     rng = random.Random(1)
     ids = [rng.randrange(tiny_q8.vocab_size) for _ in range(2 * n_batch + 37)]
     runner = tiny_q8.new_runner()
+    calls = []
+    decode = runner._decode
+    runner._decode = lambda chunk, position, n_outputs: (calls.append((position, len(chunk), n_outputs)),
+                                                         decode(chunk, position, n_outputs))
     at_once = runner.forward(ids, 9).clone()
+    assert calls == [(0, n_batch, 0), (n_batch, n_batch, 0), (2 * n_batch, 28, 0), (2 * n_batch + 28, 9, 9)]
     assert len(runner.ids) == len(ids)
-    runner.reset()
-    runner.forward(ids[:37], 1)
-    runner.forward(ids[37:37 + n_batch], 1)
-    assert torch.equal(runner.forward(ids[37 + n_batch:], 9), at_once)
     runner.reset()
     for start in range(0, len(ids) - 9, 100):
         runner.forward(ids[start:min(start + 100, len(ids) - 9)], 1)
     in_pieces = runner.forward(ids[-9:], 9)
     assert torch.allclose(in_pieces, at_once, atol=1e-2) and torch.equal(in_pieces.argmax(-1), at_once.argmax(-1))
+
+
+@pytest.mark.parametrize("which", ["tiny Q8_0", pytest.param("built-in Q4_1", marks=pytest.mark.model)])
+def test_next_logits_do_not_depend_on_how_the_prompt_was_fed(which, request):
+    """A prompt fed whole, or synced back to its last id (a regenerated reply), gives the same logits."""
+    model = request.getfixturevalue("tiny_q8" if which == "tiny Q8_0" else "builtin_llama")
+    prompt = model.tokenizer.encode(" ".join(TEXTS[:5]))
+    assert len(prompt) > 64  # longer than the batches whose rounding matches one-by-one decoding
+    runner = model.new_runner()
+    whole = runner.forward(prompt, 1).clone()
+    assert runner.sync(prompt) == prompt[-1:]
+    assert torch.equal(runner.forward(prompt[-1:], 1), whole)
 
 
 @pytest.mark.parametrize("which", ["tiny Q8_0", pytest.param("built-in Q4_1", marks=pytest.mark.model)])
@@ -316,6 +329,7 @@ def test_a_context_too_long_for_memory_frees_the_model(tmp_path, tiny_hf_model, 
     path = write_tiny_gguf(tmp_path / "long.gguf", tiny_hf_model, tiny_tokenizer, context_length=n_ctx)
     monkeypatch.delenv("SPECSCOPE_SKIP_MEMORY_CHECK", raising=False)
     lib = backend.library()
+    gc.collect()  # models of earlier tests (a model and its tokenizer refer to each other) go first
     freed = []
     real_free = lib.llama_model_free
     monkeypatch.setattr(lib, "llama_model_free", lambda handle: (freed.append(handle), real_free(handle)))
