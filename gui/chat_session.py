@@ -7,7 +7,11 @@ a cancelled request's stragglers, the plain-decoding baseline per model, the set
 and the history writes (`gui.history.HistoryRecorder`). The window asks it what to do and renders what it
 answers; the views never see it change behind their back.
 
-May touch: engine configs, events and stats (read), gui.session_model, gui.history. Never Qt, never a widget.
+The answers to the loader's safety questions given in this session, and a device chosen for this run only,
+live here too; the remembered ones are the window's (QSettings).
+
+May touch: engine configs, events, stats and consent (read), gui.session_model, gui.history. Never Qt, never
+a widget.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.config import SamplingConfig, SpecConfig
+from engine.consent import PICKLE, REMOTE_CODE, ConsentAnswers
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.stats import efficiency, speedup
 from gui.history import HistoryRecorder
@@ -66,6 +71,8 @@ class ChatSession(SessionModel):
         self.loading: str | None = None  # the model being loaded
         self.active = None  # the request in flight
         self.settings_in_effect: Settings | None = None  # what the last message was sent with
+        self.consents: dict[tuple[str, str], bool] = {}  # (kind, model) -> the answer given this session
+        self.device_override: tuple[str, str] | None = None  # (device, dtype) for this run only (--device)
         self._request_record: dict = {}
         self._next_request_id = 1
         self._baseline_model = ""
@@ -121,6 +128,26 @@ class ChatSession(SessionModel):
     def load_ended(self) -> None:
         """The load failed, or it waits for the user's answer to a safety question."""
         self.loading = None
+
+    # ------------------------------------------------------------------ how models load
+    def answer_consent(self, kind: str, model: str, answer: bool) -> None:
+        """The user's answer to a safety question (kind: remote-code | pickle) about `model`."""
+        self.consents[(kind, model)] = answer
+
+    def consent(self, kind: str, model: str, stored: bool | None) -> bool | None:
+        """This session's answer, else the one remembered from an earlier run (`stored`)."""
+        return self.consents.get((kind, model), stored)
+
+    def consent_answers(self, stored: dict[str, dict]) -> ConsentAnswers:
+        """Every answer the loader must know: the remembered ones (`stored`: kind -> {model: answer}) with this
+        session's on top."""
+        def names(kind: str, answer: bool) -> frozenset[str]:
+            merged = {**{m: a for m, a in stored.get(kind, {}).items() if isinstance(a, bool)},
+                      **{m: a for (k, m), a in self.consents.items() if k == kind}}
+            return frozenset(m for m, a in merged.items() if a is answer)
+
+        return ConsentAnswers(remote_code_allowed=names(REMOTE_CODE, True), remote_code_refused=names(REMOTE_CODE, False),
+                              pickle_allowed=names(PICKLE, True), pickle_refused=names(PICKLE, False))
 
     # ------------------------------------------------------------------ requests
     def send(self, text: str, settings: Settings, fallback_model: str):

@@ -71,8 +71,6 @@ class MainWindow(QMainWindow):
                 self.history_problem = f"Chat history is off: {exc}"
         self.store = store
         self.session = ChatSession(HistoryRecorder(store), make_request=GenerationRequest)
-        self._consents: dict[tuple[str, str], bool] = {}
-        self._device_override: tuple[str, str] | None = None
         # replaceable: the yes/no question of the safety checks (tests answer it without a modal dialog)
         self.confirm = lambda title, text: ask_yes_no(self, title, text)
         self.model_manager = self.settings_dialog = self.compare_window = None  # made on first use
@@ -556,18 +554,12 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ loading options and safety answers
     def load_options(self) -> LoadOptions:
-        answers = dict(self._consents)
-
-        def names(kind: str, answer: bool) -> frozenset[str]:
-            stored = self.settings.json_value(f"consent/{kind}", {})
-            merged = {**{m: a for m, a in stored.items() if isinstance(a, bool)},
-                      **{m: a for (k, m), a in answers.items() if k == kind}}
-            return frozenset(m for m, a in merged.items() if a is answer)
-
-        device, dtype = self._device_override or (self.settings.device(), self.settings.dtype())
-        return LoadOptions(device=device, dtype=dtype,
-                           remote_code_allowed=names(REMOTE_CODE, True), remote_code_refused=names(REMOTE_CODE, False),
-                           pickle_allowed=names(PICKLE, True), pickle_refused=names(PICKLE, False))
+        stored = {kind: self.settings.json_value(f"consent/{kind}", {}) for kind in (REMOTE_CODE, PICKLE)}
+        answers = self.session.consent_answers(stored)
+        device, dtype = self.session.device_override or (self.settings.device(), self.settings.dtype())
+        return LoadOptions(device=device, dtype=dtype, remote_code_allowed=answers.remote_code_allowed,
+                           remote_code_refused=answers.remote_code_refused, pickle_allowed=answers.pickle_allowed,
+                           pickle_refused=answers.pickle_refused)
 
     def _sync_load_options(self) -> None:
         self.worker_thread.worker.load_options = self.load_options()
@@ -576,13 +568,13 @@ class MainWindow(QMainWindow):
         """Device and dtype for the next load (the model manager's pickers; --device, for this run only)."""
         if remember:
             self.settings.set_device(device, dtype)
-            self._device_override = None
+            self.session.device_override = None
         else:
-            self._device_override = (device, dtype)
+            self.session.device_override = (device, dtype)
         self._sync_load_options()
 
     def consent(self, kind: str, model: str) -> bool | None:
-        return self._consents.get((kind, model), self.settings.consent(kind, model))
+        return self.session.consent(kind, model, self.settings.consent(kind, model))
 
     def _on_consent_needed(self, model: str, kind: str, question: str) -> None:
         """Asked once per model: the answer is remembered (QSettings) and the load goes on with it."""
@@ -590,7 +582,7 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(self.session.generating)
         title = "Run this model's own code?" if kind == REMOTE_CODE else "Load pickle checkpoints?"
         answer = bool(self.confirm(title, question))
-        self._consents[(kind, model)] = answer
+        self.session.answer_consent(kind, model, answer)
         self.settings.set_consent(kind, model, answer)
         self._sync_load_options()
         self.consent_answered.emit(model, kind, answer)

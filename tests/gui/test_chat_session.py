@@ -146,3 +146,15 @@ def test_the_session_imports_no_qt():
     code = "import sys, gui.chat_session, gui.session_model; assert 'PySide6' not in sys.modules, sys.modules.keys()"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_this_sessions_safety_answers_override_the_remembered_ones():
+    session = loaded()
+    stored = {"remote-code": {"a": True, "b": False, "junk": "yes"}, "pickle": {"c": True}}
+    assert session.consent("remote-code", "a", stored["remote-code"]["a"]) is True
+    session.answer_consent("remote-code", "a", False)
+    session.answer_consent("pickle", "d", False)
+    answers = session.consent_answers(stored)
+    assert answers.remote_code_allowed == frozenset() and answers.remote_code_refused == {"a", "b"}
+    assert answers.pickle_allowed == {"c"} and answers.pickle_refused == {"d"}
+    assert session.consent("remote-code", "a", True) is False and session.consent("pickle", "z", None) is None
