@@ -14,16 +14,15 @@ from __future__ import annotations
 
 from typing import Callable
 
-import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence, QShortcut, QTextCursor
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFileDialog, QFrame, QHBoxLayout,
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout,
                                QHeaderView, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
                                QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
-                               QTextEdit, QToolButton, QVBoxLayout, QWidget)
+                               QTextEdit, QVBoxLayout, QWidget)
 
 from engine.compare import ComparisonRow, SweepSummary
-from engine.config import MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, method_info
+from engine.config import MAX_K, SamplingConfig, SpecConfig, method_info
 from engine.errors import ConfigError
 from engine.events import GenerationFinished, GenerationStarted, TokenStatus
 from engine.prompts import Prompt
@@ -31,13 +30,12 @@ from gui import theme
 from gui.compare_session import (COMPARE, CannotStart, ComparisonSession, CompareState, categories, load_prompt_choices,
                                  word_diff, write_rows_csv, write_rows_json, write_sweep_csv, write_sweep_json)
 from gui.resources import asset_path
-from gui.views.controls import add_method_items
-from gui.views.stats import DASH, TimeSplitBar, seconds_text
-from gui.views.transcript import LegendBar, TranscriptView
+from gui.views.compare_parts import MAX_SWEEP_K, RunPane, SettingRow, SweepPlot, identical_text, times_text
+from gui.views.stats import DASH
+from gui.views.transcript import LegendBar
 from gui.worker import ComparisonRequest
 
 MAX_SETTINGS = 4
-MAX_SWEEP_K = 16
 REFRESH_MS = 100
 SEQUENTIAL_NOTE = ("Runs go one after another on the same device, never at the same time: concurrent runs "
                    "would distort each other's timing. Plain decoding always runs first, as the reference.")
@@ -49,250 +47,6 @@ COLUMN_TIPS = ("SPEC of the setting", "committed tokens per second after the fir
                "theoretical speed-up from α, k and the cost ratio (Leviathan et al. 2023, eq. 1)",
                "measured speed-up / theoretical speed-up", "seconds drafting / seconds verifying",
                "greedy: whether the output is plain decoding's, token for token")
-
-
-def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
-    return pg.mkPen(QColor(colour), width=width, style=style)
-
-
-def _times(row: ComparisonRow) -> str:
-    total = row.draft_seconds + row.verify_seconds
-    share = f" ({row.draft_seconds / total:.0%} drafting)" if total > 0 else ""
-    return f"{seconds_text(row.draft_seconds)} / {seconds_text(row.verify_seconds)}{share}"
-
-
-def identical_text(row: ComparisonRow) -> str:
-    if row.identical_to_plain is None:
-        return "— (sampling)"
-    if row.identical_to_plain:
-        return "✓ identical"
-    return f"✗ differs at token {row.first_difference}"
-
-
-# ------------------------------------------------------------------ one setting's fields
-
-class SettingRow(QWidget):
-    """Method, draft model, k and early-exit layers of one setting."""
-
-    changed = Signal()
-    remove_requested = Signal(object)
-
-    def __init__(self, spec: SpecConfig | None = None, removable: bool = True, max_k: int = MAX_K,
-                 parent=None) -> None:
-        super().__init__(parent)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(6)
-        self.method = QComboBox()
-        add_method_items(self.method, [m for m in METHOD_TABLE if m.speculative])
-        self.draft = QComboBox()
-        self.draft.setEditable(True)
-        self.draft.addItem("default")
-        self.draft.setToolTip("The draft model (draft-model only): it must share the target's tokenizer")
-        self.draft.setMinimumWidth(90)
-        self.k = QSpinBox()
-        self.k.setRange(1, max_k)
-        self.k.setValue(4)
-        self.k.setPrefix("k = ")
-        self.k.setToolTip("Tokens drafted per round")
-        self.layers = QSpinBox()
-        self.layers.setRange(0, 512)
-        self.layers.setSpecialValueText("layers: auto")
-        self.layers.setPrefix("layers = ")
-        self.layers.setToolTip("Early exit: how many of the target's layers draft (auto: the engine chooses)")
-        self.remove = QToolButton()
-        self.remove.setText("✕")
-        self.remove.setToolTip("Remove this setting")
-        self.remove.setVisible(removable)
-        self.remove.clicked.connect(lambda: self.remove_requested.emit(self))
-        self.method.setMinimumWidth(200)
-        layout.addWidget(self.method)
-        layout.addWidget(self.draft, 1)
-        layout.addWidget(self.k)
-        layout.addWidget(self.layers)
-        layout.addWidget(self.remove)
-        layout.addStretch(0)
-        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.layers.valueChanged,
-                       self.draft.currentTextChanged):
-            signal.connect(self._changed)
-        if spec is not None:
-            self.set_spec(spec)
-        self._refresh_enabled()
-
-    def spec(self) -> SpecConfig:
-        method = method_info(self.method.currentData())
-        return SpecConfig(method=method.name, k=self.k.value(),
-                          draft=(self.draft.currentText().strip() or None) if method.needs_draft else None,
-                          layers=(self.layers.value() or None) if method.uses_layers else None)
-
-    def set_spec(self, spec: SpecConfig) -> None:
-        index = self.method.findData(spec.method)
-        if index < 0:
-            raise ConfigError(f"a compared setting needs a speculation method, got {spec.method!r}")
-        self.method.setCurrentIndex(index)
-        if spec.draft:
-            if self.draft.findText(spec.draft) < 0:
-                self.draft.insertItem(0, spec.draft)
-            self.draft.setCurrentText(spec.draft)
-        self.k.setValue(min(spec.k, self.k.maximum()))
-        self.layers.setValue(spec.layers or 0)
-        self._refresh_enabled()
-
-    def _changed(self, *_args) -> None:
-        self._refresh_enabled()
-        self.changed.emit()
-
-    def _refresh_enabled(self) -> None:
-        method = method_info(self.method.currentData())
-        self.draft.setVisible(method.needs_draft)
-        self.layers.setVisible(method.uses_layers)
-
-
-# ------------------------------------------------------------------ one run's pane
-
-class RunPane(QFrame):
-    """One run's live coloured stream (the chat's transcript view) and its figures."""
-
-    def __init__(self, run, palette: theme.Palette, parent=None) -> None:
-        super().__init__(parent)
-        self.run = run
-        self.setObjectName("compare_pane")
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.setSpacing(3)
-        self.title = QLabel(run.label)
-        self.title.setObjectName("pane_title")
-        self.title.setToolTip(run.spec.label())
-        self.state = QLabel("waiting")
-        self.state.setObjectName("dim")
-        self.transcript = TranscriptView(self._token, palette)
-        self.transcript.setMinimumHeight(140)
-        self.figures = QLabel(DASH)
-        self.figures.setObjectName("dim")
-        self.time_bar = TimeSplitBar(palette)
-        self.time_bar.setToolTip("Draft time (orange) vs verify time (blue)")
-        layout.addWidget(self.title)
-        layout.addWidget(self.state)
-        layout.addWidget(self.transcript, 1)
-        layout.addWidget(self.figures)
-        layout.addWidget(self.time_bar)
-        self._shown_version = -1
-
-    def _token(self, serial: int):
-        tokens = self.run.session.tokens
-        return tokens[serial] if 0 <= serial < len(tokens) else None
-
-    def set_palette(self, palette: theme.Palette) -> None:
-        self.transcript.set_palette(palette)
-        self.time_bar.set_palette(palette)
-        self.rerender()
-
-    def rerender(self) -> None:
-        session = self.run.session
-        self.transcript.render_turns(session.turns, session.current)
-
-    def refresh(self, row: ComparisonRow | None = None) -> None:
-        """The figures line (from the timer while running, and once at the end with the table's row)."""
-        live = self.run.session.live
-        if row is None and live.version == self._shown_version:
-            return
-        self._shown_version = live.version
-        stats = live.snapshot()
-        parts = [f"{stats.committed_tokens} tok"]
-        if stats.committed_tokens > 1:
-            parts.append(f"{stats.tok_per_s:.1f} tok/s")
-        if row is not None and row.speedup is not None and self.run.index:
-            parts.append(f"{row.speedup:.2f}× plain")
-        if stats.drafted_tokens:
-            parts.append(f"α {stats.acceptance_rate:.0%}")
-        self.figures.setText(" · ".join(parts))
-        self.figures.setToolTip(f"{stats.mean_accepted_length:.2f} tokens per target pass · drafting "
-                                f"{seconds_text(stats.draft_seconds)}, verifying {seconds_text(stats.verify_seconds)}")
-        self.time_bar.set_times(stats.draft_seconds, stats.verify_seconds)
-
-    def set_state(self, text: str) -> None:
-        self.state.setText(text)
-
-
-# ------------------------------------------------------------------ the k sweep graph
-
-class SweepPlot(pg.PlotWidget):
-    """Measured speed-up against k, the theoretical curve from the pooled α and cost ratio, the best k."""
-
-    def __init__(self, palette: theme.Palette, parent=None) -> None:
-        super().__init__(parent)
-        self.setMenuEnabled(False)
-        self.setMouseEnabled(x=False, y=False)
-        self.hideButtons()
-        self.showGrid(x=False, y=True, alpha=0.25)
-        self.setMinimumHeight(240)
-        item = self.getPlotItem()
-        for name in ("left", "bottom"):
-            item.getAxis(name).enableAutoSIPrefix(False)
-        item.getAxis("left").setLabel("speed-up over plain decoding (×)")
-        item.getAxis("bottom").setLabel("k (tokens drafted per round)")
-        self.plain_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False)
-        self.addItem(self.plain_line)
-        self.theory_curve = self.plot(name="theory (pooled α, c)")
-        self.measured_curve = self.plot(name="measured", symbol="o", symbolSize=7)
-        self.best_marker = pg.ScatterPlotItem(symbol="star", size=20)
-        self.addItem(self.best_marker)
-        self.best_label = pg.TextItem(anchor=(0.5, 1.3))
-        self.addItem(self.best_label, ignoreBounds=True)
-        self.legend = item.addLegend(offset=(-6, -40), labelTextSize="8pt")  # bottom right, below the curves
-        self.legend.addItem(self.measured_curve, "measured")
-        self.legend.addItem(self.theory_curve, "theory (pooled α, c)")
-        self.legend.addItem(self.best_marker, "best k")
-        self.set_palette(palette)
-        self.show_summary(None)
-
-    def set_palette(self, palette: theme.Palette) -> None:
-        self._palette = palette
-        self.setBackground(QColor(palette.surface))
-        item = self.getPlotItem()
-        for name in ("left", "bottom"):
-            axis = item.getAxis(name)
-            axis.setPen(_pen(palette.border, 1))
-            axis.setTextPen(QColor(palette.text_dim))
-            axis.label.setDefaultTextColor(QColor(palette.text_dim))
-        item.setTitle("k sweep", color=palette.text, size="10pt")
-        self.plain_line.setPen(_pen(palette.series_baseline, 1.2, Qt.PenStyle.DashLine))
-        self.theory_curve.setPen(_pen(palette.series_rolling, 2, Qt.PenStyle.DashLine))
-        self.measured_curve.setPen(_pen(palette.series_speed, 2.5))
-        self.measured_curve.setSymbolBrush(QColor(palette.series_speed))
-        self.measured_curve.setSymbolPen(_pen(palette.series_speed, 1))
-        self.best_marker.setBrush(QColor(palette.series_draft_time))
-        self.best_marker.setPen(_pen(palette.text, 1))
-        self.best_label.setColor(QColor(palette.text))
-        self.legend.setLabelTextColor(QColor(palette.text_dim))
-        self.legend.setBrush(pg.mkBrush(QColor(palette.surface)))
-
-    def show_summary(self, summary: SweepSummary | None) -> None:
-        points = list(summary.points) if summary else []
-        ks = [p.k for p in points]
-        self.measured_curve.setData(ks, [p.speedup for p in points])
-        self.theory_curve.setData(ks, list(summary.theory) if summary else [])
-        best = summary.best if summary else None
-        if best is not None:
-            self.best_marker.setData([best.k], [best.speedup])
-            self.best_label.setText(f"best k = {best.k} ({best.speedup:.2f}×)")
-            last = max(ks)
-            self.best_label.setAnchor((1.0 if best.k == last and len(ks) > 1 else 0.0 if best.k == min(ks) else 0.5,
-                                       1.3))
-            self.best_label.setPos(best.k, best.speedup)
-            self.best_label.show()
-        else:
-            self.best_marker.setData([], [])
-            self.best_label.hide()
-        top = max([1.2, *(p.speedup for p in points), *(summary.theory if summary else ())]) * 1.15
-        self.setYRange(0, top, padding=0.02)
-        self.setXRange(0.5, max(ks or [8]) + 0.5, padding=0.02)
-        self.getPlotItem().getAxis("bottom").setTicks([[(k, str(k)) for k in (ks or range(1, 9))]])
-
-    def marked_k(self) -> int | None:
-        """The k the best-k marker sits on (tests)."""
-        x, _ = self.best_marker.getData()
-        return int(round(float(x[0]))) if x is not None and len(x) else None
 
 
 # ------------------------------------------------------------------ the window
@@ -865,7 +619,7 @@ class CompareWindow(QMainWindow):
                 f"{row.mean_accepted_length:.2f}",
                 f"{row.theoretical_speedup:.2f}×",
                 DASH if row.efficiency is None or not row.spec.speculative else f"{row.efficiency:.0%}",
-                _times(row),
+                times_text(row),
                 "reference" if not row.spec.speculative else identical_text(row),
             )
             for c, text in enumerate(cells):
