@@ -33,6 +33,12 @@ def app_settings() -> QSettings:
     return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
 
 
+# the chat's settings panel as remembered between runs: name, type (keys chat/NAME)
+CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("layers", int),
+               ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),
+               ("max_new_tokens", int), ("system_prompt", str))
+
+
 class AppSettings:
     """Typed access to the QSettings keys the app uses."""
 
@@ -76,6 +82,17 @@ class AppSettings:
     def set_json_value(self, key: str, value) -> None:
         self.qsettings.setValue(key, json.dumps(value, ensure_ascii=False))
 
+    # -- the chat's settings panel and the window's layout
+    def chat_values(self) -> dict:
+        """The remembered CHAT_FIELDS that are set, typed."""
+        values = {name: self.value(f"chat/{name}", None, kind) for name, kind in CHAT_FIELDS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def set_chat_values(self, values: dict) -> None:
+        for name, _kind in CHAT_FIELDS:
+            if name in values:
+                self.set_value(f"chat/{name}", values[name])
+
     # -- models the user added (folders and .gguf files)
     def added_models(self) -> list[str]:
         return [str(p) for p in self.json_value("models/added", []) if isinstance(p, str)]
@@ -99,6 +116,10 @@ class AppSettings:
         answers = self.json_value(f"consent/{kind}", {})
         answer = answers.get(model)
         return answer if isinstance(answer, bool) else None
+
+    def consent_answers(self) -> dict[str, dict]:
+        """Every remembered answer: kind -> {model: answer}."""
+        return {kind: self.json_value(f"consent/{kind}", {}) for kind in CONSENT_KINDS}
 
     def set_consent(self, kind: str, model: str, answer: bool) -> None:
         if kind not in CONSENT_KINDS:

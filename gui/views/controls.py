@@ -19,12 +19,6 @@ from engine.config import MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check
 from engine.errors import ConfigError
 from gui.chat_session import Settings
 
-# the panel's fields as the window saves and restores them (QSettings): name, type
-SAVED_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("layers", int),
-                ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),
-                ("max_new_tokens", int), ("system_prompt", str))
-
-
 def add_method_items(combo: QComboBox, methods=METHOD_TABLE) -> None:
     """The methods of engine.config's table, by label, with their help line as tooltip (the chat's panel and
     the compare window's rows)."""
@@ -192,7 +186,7 @@ class ControlsPanel(QWidget):
         return self.draft.currentText().strip() or None
 
     def values(self) -> dict:
-        """Every field as the window saves it (SAVED_FIELDS)."""
+        """Every field by name, as the window remembers them (gui.settings.CHAT_FIELDS) and `apply` takes them."""
         return {"model": self.model_name(), "method": self.method_name(), "draft": self.draft.currentText().strip(),
                 "k": self.k.value(), "layers": self.layers.value(), "temperature": self.temperature.value(),
                 "top_p": self.top_p.value(), "top_k": self.top_k.value(), "seed": self.seed.value(),

@@ -24,14 +24,14 @@ from gui.chat_session import CHAT, ChatSession
 from gui.history import HistoryRecorder, turns_from_conversation
 from gui.settings import AppSettings
 from gui.store import HistoryError, HistoryStore
-from gui.views.controls import SAVED_FIELDS, ControlsPanel
+from gui.views.controls import ControlsPanel
 from gui.views.dialogs import ask_yes_no
 from gui.views.history_panel import HistoryPanel
 from gui.views.message_box import MessageBox
 from gui.views.plots import PANELS, LivePlots
 from gui.views.stats import StatsStrip
 from gui.views.transcript import LegendBar, TranscriptView
-from gui.worker import PICKLE, REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
+from gui.worker import REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
 REFRESH_MS = 50  # graphs and stats strip: at most 20 redraws a second
 ABOUT = ("<b>SpecScope</b><br>Speculative decoding, running locally, that you can watch.<br><br>"
@@ -521,11 +521,7 @@ class MainWindow(QMainWindow):
     def restore_settings(self, model_given: bool = False) -> None:
         """The last session's settings panel and window layout (the command line's model wins)."""
         settings = self.settings
-        values = {}
-        for key, kind in SAVED_FIELDS:
-            value = settings.value(f"chat/{key}", None, kind)
-            if value is not None:
-                values[key] = value
+        values = settings.chat_values()
         if model_given:
             values.pop("model", None)
         try:
@@ -545,8 +541,7 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         values = self.controls.values()
         values["model"] = self.session.model_name(values["model"])
-        for key, value in values.items():
-            self.settings.set_value(f"chat/{key}", value)
+        self.settings.set_chat_values(values)
         self.settings.set_value("window/geometry", self.saveGeometry())
         self.settings.set_value("window/state", self.saveState())
         self.settings.set_value("view/show_rejected", self.transcript.show_rejected)
@@ -554,8 +549,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ loading options and safety answers
     def load_options(self) -> LoadOptions:
-        stored = {kind: self.settings.json_value(f"consent/{kind}", {}) for kind in (REMOTE_CODE, PICKLE)}
-        answers = self.session.consent_answers(stored)
+        answers = self.session.consent_answers(self.settings.consent_answers())
         device, dtype = self.session.device_override or (self.settings.device(), self.settings.dtype())
         return LoadOptions(device=device, dtype=dtype, remote_code_allowed=answers.remote_code_allowed,
                            remote_code_refused=answers.remote_code_refused, pickle_allowed=answers.pickle_allowed,
