@@ -6,8 +6,8 @@ error's detail); `explain_mismatch(difference)` is the plain-words version for p
 message back: every wording comes from the fields. Touches nothing but the tokenizers it is given.
 
 A tokenizer here is the subset of the HF API the contract in engine/backends names: `len()`, `get_vocab()`,
-`bos_token_id`/`eos_token_id` (and `bos_token`/`eos_token`), `backend_tokenizer` when it has one. A backend
-with another kind of tokenizer gives its own `TokenizerFacts` instead.
+`bos_token_id`/`eos_token_id` (and `bos_token`/`eos_token`), `backend_tokenizer` when it has one. A backend's
+tokenizer adapter may instead give its own facts: a method `tokenizer_facts() -> TokenizerFacts`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ class TokenizerDifference:
 
 
 def tokenizer_facts(tokenizer) -> TokenizerFacts:
-    """The facts of an HF tokenizer (the vocabulary is read once, lazily, on the first `piece` call)."""
+    """The facts of a tokenizer: its own `tokenizer_facts()` where its class has one (a backend's adapter,
+    e.g. llama.cpp's, naming its vocabulary kind as HF does), else read through the HF API (the vocabulary
+    is read once, lazily, on the first `piece` call)."""
+    if callable(getattr(type(tokenizer), "tokenizer_facts", None)):
+        return tokenizer.tokenizer_facts()
     backend = getattr(tokenizer, "backend_tokenizer", None)
     kind = type(backend.model).__name__ if backend is not None else type(tokenizer).__name__
     by_id: dict[int, str] = {}

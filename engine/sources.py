@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.config import BACKENDS
 from engine.errors import DefaultModelMissingError, DeviceError, ModelLoadError
 
 DEFAULT_MODEL = "default"
@@ -148,7 +149,6 @@ def _hub_snapshot(repo_id: str) -> Path:
 def backend_for(source: ModelSource, requested: str = "auto") -> str:
     """Which backend serves `source`. "auto" is transformers for every source until a second backend
     lands (then .gguf files and the built-in model go to llama.cpp where it is installed)."""
-    from engine.config import BACKENDS
     if requested == "auto":
         return "transformers"
     if requested not in BACKENDS:

@@ -186,6 +186,12 @@ def _from_pretrained(name: str, source: ModelSource, folder: Path, device: torch
     return model.eval(), tokenizer
 
 
+def _vocab_size(model) -> int:
+    """Rows of the logits: the output head's, else the config's vocabulary size."""
+    head = model.get_output_embeddings()
+    return int(head.weight.shape[0]) if head is not None else int(model.config.get_text_config().vocab_size)
+
+
 def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.dtype,
          progress: Progress, trust_remote_code: bool = False) -> LoadedModel:
     """Load a model and its tokenizer on `device` in `dtype` (a GGUF is converted first, once).
@@ -204,7 +210,6 @@ def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.d
         load_seconds=time.perf_counter() - started, converted_now=converted_now,
         n_layers=int(text_config.num_hidden_layers),
         context_length=int(getattr(text_config, "max_position_embeddings", None) or 2048),
-        vocab_size=int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None
-        else int(text_config.vocab_size),
+        vocab_size=_vocab_size(model),
         n_parameters=sum(p.numel() for p in model.parameters()), eos_ids=eos_ids(tokenizer, model),
         runner_factory=lambda: TransformersRunner(model), model=model)
