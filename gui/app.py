@@ -108,6 +108,13 @@ def apply_args(window, args: argparse.Namespace) -> None:
         window.set_show_rejected(False)
 
 
+def recorded_prompt() -> str:
+    """The prompt the --demo recording answers (its replies are the same whatever is typed)."""
+    from gui.demo_engine import DemoEngine
+
+    return DemoEngine().prompt
+
+
 def demo_loader(name, progress=None, **_options):
     """--demo: whatever model is asked for, the recorded replay (gui.demo_engine) answers."""
     from gui.demo_engine import DemoEngine
@@ -262,6 +269,8 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     if args.device is not None or not persist:  # for this run only
         window.set_device(args.device or "auto", window.settings.dtype() if persist else "auto", remember=False)
     apply_args(window, args)
+    if args.demo and args.prompt is None and loader is demo_loader:
+        window.message_box.setPlainText(recorded_prompt())  # the question the recorded replies answer
     if not window.geometry_restored:
         window.resize(window.sizeHint())
     window.show()

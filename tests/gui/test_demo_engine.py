@@ -1,5 +1,7 @@
 """The --demo engine: the recorded stream of the built-in model, replayed through the engine's generate()."""
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -68,3 +70,31 @@ def test_a_missing_or_broken_recording_is_one_clear_error(tmp_path):
     broken.write_text('{"type": "recording"}\n{"type": "round"}\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="cannot be read"):
         DemoEngine(broken)
+
+
+DEMO_WINDOW = """
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication(sys.argv)
+from gui import app as gui_app
+from gui.views.main_window import MainWindow
+
+def peek():
+    window = next(w for w in app.topLevelWidgets() if isinstance(w, MainWindow))
+    print("BOX:" + window.message_box.toPlainText().replace(chr(10), " "), flush=True)
+    window.close()
+
+QTimer.singleShot(300, peek)
+sys.exit(gui_app.main(["--demo"]))
+"""
+
+
+def test_the_demo_window_starts_with_the_recorded_question():
+    from test_gui_scripted import ROOT, subprocess_env
+
+    result = subprocess.run([sys.executable, "-c", DEMO_WINDOW], cwd=ROOT, env=subprocess_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    header, _ = load_recording(asset_path("demo_stream.jsonl"))
+    assert f"BOX:{header['prompt'].replace(chr(10), ' ')}" in result.stdout
