@@ -2,7 +2,7 @@
 
 The round loop (engine/speculative.py) and the drafters see only this Protocol, so a method written once
 runs on every backend that supports it (engine/config.py's method table says which). A backend module
-provides `load(source, device, dtype, progress, trust_remote_code) -> engine.models.LoadedModel` and is
+provides `load(name, source, *, device, dtype, progress, trust_remote_code) -> LoadedModel` and is
 imported lazily by engine/models.py, so the engine works where a backend's library isn't installed.
 
     transformers.py   torch + transformers: HF folders, hub ids, GGUF dequantized; early exit
