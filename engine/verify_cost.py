@@ -1,0 +1,123 @@
+"""What verifying n tokens in one target pass costs against one, on this machine: the curve cost(n), n = 1…N,
+measured once per model file, backend, device and thread count (a few interleaved repeats, the median of
+each), cached beside the model's other derived facts, and the theoretical speed-up that uses it instead of
+assuming verification is free (on a CPU verifying 4 tokens can cost 3× one; on a GPU nearly 1×):
+
+    theoretical speed-up = E[tokens per pass] × cost(1) / (cost(k+1) + k · draft cost per token)
+
+Touches one runner (passes after a short context of its own, rolled back, then released) and the cache
+folder (engine.sources.cache_root()/verify-cost). No Qt.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.sources import cache_root, file_stamp
+
+CACHE_VERSION = 1
+CONTEXT_TOKENS = 64  # the passes are timed after this much context, as a verification would be
+REPEATS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyCost:
+    """seconds[n − 1]: the median time of one target pass over n new tokens."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def n_max(self) -> int:
+        return len(self.seconds)
+
+    def cost(self, n: int) -> float:
+        """Seconds for a pass over n tokens; past the measured range, extended along its last step."""
+        if n < 1:
+            raise ValueError(f"a pass verifies at least 1 token, got {n}")
+        if n <= self.n_max:
+            return self.seconds[n - 1]
+        step = self.seconds[-1] - self.seconds[-2] if self.n_max > 1 else self.seconds[-1]
+        return self.seconds[-1] + max(0.0, step) * (n - self.n_max)
+
+    def relative(self, n: int) -> float:
+        """cost(n) / cost(1): "verifying 4 tokens costs 3.2× one on this machine"."""
+        return self.cost(n) / self.seconds[0]
+
+    def as_dict(self) -> dict:
+        return {"seconds": list(self.seconds), "relative": [self.relative(n) for n in range(1, self.n_max + 1)]}
+
+
+def expected_tokens_per_pass(alpha: float, k: int) -> float:
+    """E[tokens per pass] for k drafted tokens each kept with probability α, plus the target's own
+    (Leviathan et al., arXiv 2211.17192, eq. 1): (1 − α^(k+1)) / (1 − α)."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def theoretical_speedup(tokens_per_pass: float, k: int, cost: VerifyCost, draft_seconds_per_token: float) -> float:
+    """Speed-up over plain decoding predicted from the measured cost curve: tokens_per_pass × cost(1) /
+    (cost(k+1) + k × draft seconds per drafted token). k = 0 is plain decoding (1.0 for one token a pass)."""
+    return tokens_per_pass * cost.cost(1) / (cost.cost(k + 1) + k * draft_seconds_per_token)
+
+
+def measure(runner, vocab_size: int, n_max: int, repeats: int = REPEATS) -> VerifyCost:
+    """Time passes over 1…n_max tokens after CONTEXT_TOKENS of context, each rolled back, the sizes
+    interleaved across repeats so that the machine's load drifts over all of them alike."""
+    import torch  # the passes build no autograd graph (transformers runners would)
+    with torch.inference_mode():
+        return _measure(runner, vocab_size, n_max, repeats)
+
+
+def _measure(runner, vocab_size: int, n_max: int, repeats: int) -> VerifyCost:
+    rng = random.Random(0)
+    ids = [rng.randrange(vocab_size) for _ in range(CONTEXT_TOKENS + n_max)]
+    runner.reset()
+    runner.forward(ids[:CONTEXT_TOKENS], 1)
+    runner.forward(ids[CONTEXT_TOKENS:], n_max)  # warm-up: buffers sized for the largest pass
+    runner.rollback(CONTEXT_TOKENS)
+    times: list[list[float]] = [[] for _ in range(n_max)]
+    for _ in range(repeats):
+        for n in range(1, n_max + 1):
+            started = time.perf_counter()
+            runner.forward(ids[CONTEXT_TOKENS:CONTEXT_TOKENS + n], n)
+            times[n - 1].append(time.perf_counter() - started)
+            runner.rollback(CONTEXT_TOKENS)
+    runner.reset()
+    return VerifyCost(tuple(statistics.median(t) for t in times))
+
+
+def cache_file(model, threads: int) -> Path:
+    """Where the curve of `model` (a LoadedModel) on this backend, device and thread count is kept."""
+    stamp = file_stamp(model.source.file)
+    name = f"{model.source.file.stem}-{stamp}-{model.backend}-{model.device.type}-{threads}t.json"
+    return cache_root() / "verify-cost" / name
+
+
+def verify_cost(model, n_max: int, *, threads: int, refresh: bool = False) -> VerifyCost:
+    """The cost curve of `model` up to n_max tokens: from the cache when it covers n_max, else measured
+    on a runner of its own (released afterwards) and cached."""
+    path = cache_file(model, threads)
+    if not refresh:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") == CACHE_VERSION and len(data["seconds"]) >= n_max:
+                return VerifyCost(tuple(float(s) for s in data["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # no cache yet, or an unreadable one: measure
+    runner = model.new_runner()
+    try:
+        cost = measure(runner, model.vocab_size, n_max)
+    finally:
+        runner.release()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps({"version": CACHE_VERSION, "model": model.label, "threads": threads,
+                                   "seconds": list(cost.seconds)}))
+    staging.replace(path)
+    return cost

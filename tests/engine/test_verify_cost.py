@@ -1,0 +1,63 @@
+"""The measured verify-cost curve (engine/verify_cost.py): measured on a real runner, cached per model file,
+backend, device and threads, and the theoretical speed-up that uses it."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import verify_cost
+from engine.verify_cost import VerifyCost, expected_tokens_per_pass, theoretical_speedup
+
+
+def test_expected_tokens_per_pass():
+    assert expected_tokens_per_pass(0.0, 4) == 1.0
+    assert expected_tokens_per_pass(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens_per_pass(1.0, 4) == 5.0
+
+
+def test_theoretical_speedup_uses_the_measured_curve():
+    free = VerifyCost((0.010,) * 8)  # a GPU: verifying 8 costs what 1 does
+    assert theoretical_speedup(3.0, 4, free, 0.0) == pytest.approx(3.0)
+    cpu = VerifyCost((0.005, 0.010, 0.013, 0.016, 0.019))  # the issue's CPU: 4 tokens cost 3.2× one
+    assert cpu.relative(4) == pytest.approx(3.2)
+    assert theoretical_speedup(2.0, 3, cpu, 0.0) == pytest.approx(2.0 * 0.005 / 0.016)
+    assert theoretical_speedup(2.0, 3, cpu, 0.001) == pytest.approx(2.0 * 0.005 / (0.016 + 0.003))
+    assert theoretical_speedup(1.0, 0, cpu, 0.0) == 1.0  # plain decoding
+    assert cpu.cost(7) == pytest.approx(0.019 + 2 * 0.003)  # past the measured range: its last step
+    with pytest.raises(ValueError):
+        cpu.cost(0)
+
+
+@pytest.fixture
+def tiny_gguf_model(tmp_path, tiny_dir, tiny_tokenizer):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from transformers import LlamaForCausalLM
+
+    from engine.models import load_model
+    from gguf_testkit import write_tiny_gguf
+    hf = LlamaForCausalLM.from_pretrained(tiny_dir)
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", hf, tiny_tokenizer)
+    return load_model(str(path), device="cpu", backend="llama.cpp")
+
+
+@pytest.mark.parametrize("which", ["llama.cpp", "transformers"])
+def test_the_curve_is_measured_once_and_cached(which, request, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    model = request.getfixturevalue("tiny_gguf_model" if which == "llama.cpp" else "tiny_model")
+    cost = verify_cost.verify_cost(model, 5, threads=1)
+    assert cost.n_max == 5 and all(s > 0 for s in cost.seconds) and cost.relative(1) == 1.0
+    path = verify_cost.cache_file(model, 1)
+    assert path.is_file() and which in path.name and "-1t" in path.name
+    measured = []
+    monkeypatch.setattr(verify_cost, "measure", lambda *a, **k: measured.append(a) or cost)
+    assert verify_cost.verify_cost(model, 4, threads=1) == VerifyCost(cost.seconds)  # covered: from the cache
+    assert not measured
+    verify_cost.verify_cost(model, 8, threads=1)  # longer than what was cached: measured again
+    verify_cost.verify_cost(model, 4, threads=2)  # another thread count is another curve
+    assert len(measured) == 2
+
+
+def test_measuring_leaves_the_runner_empty(tiny_model):
+    runner = tiny_model.new_runner()
+    cost = verify_cost.measure(runner, tiny_model.vocab_size, 3, repeats=2)
+    assert cost.n_max == 3 and runner.ids == []
