@@ -82,6 +82,17 @@ class LlamaCppTokenizer:
                  "pad_token": self.pad_token}
         return {key: value for key, value in named.items() if value is not None}
 
+    def tokenizer_facts(self):
+        """What engine.compat decides compatibility on: the GGUF vocabulary's kind (llama.cpp's names; its
+        byte-level BPE is HF's "BPE"), size, BOS/EOS and the stored text of every id."""
+        from engine.compat import TokenizerFacts
+        return TokenizerFacts(vocab_kind=self.vocab_kind, size=self.vocab_size, bos_id=self.bos_token_id,
+                              bos_token=self.bos_token, eos_id=self.eos_token_id, eos_token=self.eos_token,
+                              piece=self._piece)
+
+    def _piece(self, token_id: int) -> str | None:
+        return self.token_text(token_id) if 0 <= token_id < self.vocab_size else None
+
     @cached_property
     def eog_ids(self) -> frozenset[int]:
         """Every id that ends a generation for llama.cpp (end of sequence, end of turn, ...)."""

@@ -381,3 +381,20 @@ def test_llama_cpp_refuses_a_hugging_face_folder(tiny_dir):
     from engine.models import load_model
     with pytest.raises(ModelLoadError, match="not a .gguf file; the llama.cpp backend runs GGUF models only"):
         load_model(str(tiny_dir), device="cpu", backend="llama.cpp")
+
+
+def test_compat_reads_the_gguf_vocabulary(tiny_q8, tiny_llama, tiny_tokenizer):
+    """GGUF against GGUF compares llama.cpp's own vocabularies (the same tiny vocabulary in two files)."""
+    from engine.compat import tokenizer_difference, tokenizer_facts
+    facts = tokenizer_facts(tiny_q8.tokenizer)
+    assert (facts.vocab_kind, facts.size, facts.eos_id) == ("BPE", 400, tiny_tokenizer.eos_token_id)
+    assert facts.piece(facts.eos_id) == "<|im_end|>" and facts.piece(400) is None
+    assert tokenizer_difference(tiny_q8.tokenizer, tiny_llama.tokenizer) is None
+    assert tokenizer_difference(tiny_q8.tokenizer, tiny_tokenizer) is None  # written from that very tokenizer
+
+
+@pytest.mark.model
+def test_compat_tells_two_gguf_vocabularies_apart(tiny_q8, builtin_llama):
+    from engine.compat import tokenizer_difference
+    difference = tokenizer_difference(builtin_llama.tokenizer, tiny_q8.tokenizer)
+    assert difference is not None and difference.kind == "vocab-size"
