@@ -1,6 +1,7 @@
 """Tiny GGUF files built in the tests (no download): a tiny Hugging Face Llama written as a GGUF with the
 `gguf` package, as llama.cpp's converter would write it (q/k rows permuted for its rope layout, byte-level
-BPE vocabulary with merges, the chat template), then optionally re-quantized by llama.cpp itself."""
+BPE vocabulary with merges, the chat template), then optionally re-quantized by llama.cpp itself; and a tiny
+random Mamba, whose recurrent state can't be rolled back."""
 
 from __future__ import annotations
 
@@ -80,6 +81,49 @@ def write_tiny_gguf(path: Path, model, tokenizer, *, architecture: str = "llama"
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     _add_vocabulary(writer, tokenizer)
     for name, tensor in _tensors(model).items():
+        writer.add_tensor(name, tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def write_tiny_mamba_gguf(path: Path, tokenizer, seed: int = 0) -> Path:
+    """A random 2-layer Mamba (a recurrent state instead of a KV cache, so it can't be rolled back) with
+    `tokenizer`'s vocabulary, as an F32 GGUF."""
+    import gguf
+    n_embd, d_inner, d_state, d_conv, dt_rank, n_layer, vocab = 32, 64, 8, 4, 4, 2, len(tokenizer)
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    writer.add_context_length(1024)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_vocabulary(writer, tokenizer)
+    tensors = {"token_embd.weight": weight(vocab, n_embd), "output_norm.weight": np.ones(n_embd, np.float32),
+               "output.weight": weight(vocab, n_embd)}
+    for i in range(n_layer):  # numpy shapes: ggml's dimensions reversed
+        tensors.update({
+            f"blk.{i}.attn_norm.weight": np.ones(n_embd, np.float32),
+            f"blk.{i}.ssm_in.weight": weight(2 * d_inner, n_embd),
+            f"blk.{i}.ssm_conv1d.weight": weight(d_inner, d_conv), f"blk.{i}.ssm_conv1d.bias": weight(d_inner),
+            f"blk.{i}.ssm_x.weight": weight(dt_rank + 2 * d_state, d_inner),
+            f"blk.{i}.ssm_dt.weight": weight(d_inner, dt_rank), f"blk.{i}.ssm_dt.bias": weight(d_inner),
+            f"blk.{i}.ssm_a": -np.exp(weight(d_inner, d_state)), f"blk.{i}.ssm_d": np.ones(d_inner, np.float32),
+            f"blk.{i}.ssm_out.weight": weight(n_embd, d_inner)})
+    for name, tensor in tensors.items():
         writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

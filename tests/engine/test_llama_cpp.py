@@ -398,3 +398,26 @@ def test_compat_tells_two_gguf_vocabularies_apart(tiny_q8, builtin_llama):
     from engine.compat import tokenizer_difference
     difference = tokenizer_difference(builtin_llama.tokenizer, tiny_q8.tokenizer)
     assert difference is not None and difference.kind == "vocab-size"
+
+
+# ------------------------------------------------------------------ a memory that can't be rolled back
+
+@pytest.fixture(scope="session")
+def tiny_mamba(tmp_path_factory, tiny_tokenizer):
+    from gguf_testkit import write_tiny_mamba_gguf
+    return backend.load_gguf(write_tiny_mamba_gguf(tmp_path_factory.mktemp("mamba") / "mamba.gguf", tiny_tokenizer),
+                             label="tiny mamba")
+
+
+def test_a_recurrent_state_is_refused_a_rollback_and_resynced_whole(tiny_mamba):
+    assert not tiny_mamba.supports_rollback
+    runner = tiny_mamba.new_runner()
+    first = runner.forward([1, 2, 3, 4], 1).clone()
+    with pytest.raises(ConfigError, match="cannot roll back the memory of tiny mamba.*use method none") as info:
+        runner.rollback(2)
+    assert "\n" not in str(info.value) and runner.ids == [1, 2, 3, 4]
+    assert runner.sync([1, 2, 3, 9]) == [1, 2, 3, 9] and runner.ids == []  # emptied, fed again whole
+    runner.forward([1, 2, 3, 4], 1)
+    assert runner.sync([1, 2, 3, 4, 5]) == [5]  # growing needs no rollback
+    runner.reset()
+    assert torch.equal(runner.forward([1, 2, 3, 4], 1), first)
