@@ -35,12 +35,15 @@ class VerifyCost:
     def n_max(self) -> int:
         return len(self.seconds)
 
-    def cost(self, n: int) -> float:
-        """Seconds for a pass over n tokens; past the measured range, extended along its last step."""
+    def cost(self, n: float) -> float:
+        """Seconds for a pass over n tokens: a fractional n (a mean pass size) between its neighbours;
+        past the measured range, extended along its last step."""
         if n < 1:
             raise ValueError(f"a pass verifies at least 1 token, got {n}")
         if n <= self.n_max:
-            return self.seconds[n - 1]
+            low = int(n)
+            high = min(low + 1, self.n_max)
+            return self.seconds[low - 1] + (self.seconds[high - 1] - self.seconds[low - 1]) * (n - low)
         step = self.seconds[-1] - self.seconds[-2] if self.n_max > 1 else self.seconds[-1]
         return self.seconds[-1] + max(0.0, step) * (n - self.n_max)
 
@@ -64,6 +67,17 @@ def theoretical_speedup(tokens_per_pass: float, k: int, cost: VerifyCost, draft_
     """Speed-up over plain decoding predicted from the measured cost curve: tokens_per_pass × cost(1) /
     (cost(k+1) + k × draft seconds per drafted token). k = 0 is plain decoding (1.0 for one token a pass)."""
     return tokens_per_pass * cost.cost(1) / (cost.cost(k + 1) + k * draft_seconds_per_token)
+
+
+def theoretical_from_stats(stats, cost: VerifyCost) -> float | None:
+    """The theoretical speed-up of a generation's (or pooled) engine.stats figures on this cost curve: decode
+    passes only (the prefill pass drafts nothing), k the mean drafted tokens per pass. None without a pass."""
+    if not stats.decode_rounds:
+        return None
+    drafted_per_pass = stats.drafted_tokens / stats.decode_rounds
+    draft_per_token = stats.draft_seconds / stats.drafted_tokens if stats.drafted_tokens else 0.0
+    tokens_per_pass = stats.decode_tokens / stats.decode_rounds
+    return tokens_per_pass * cost.cost(1) / (cost.cost(1 + drafted_per_pass) + drafted_per_pass * draft_per_token)
 
 
 def measure(runner, vocab_size: int, n_max: int, repeats: int = REPEATS) -> VerifyCost:

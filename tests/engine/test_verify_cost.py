@@ -61,3 +61,21 @@ def test_measuring_leaves_the_runner_empty(tiny_model):
     runner = tiny_model.new_runner()
     cost = verify_cost.measure(runner, tiny_model.vocab_size, 3, repeats=2)
     assert cost.n_max == 3 and runner.ids == []
+
+
+def test_a_mean_pass_size_reads_between_the_measured_points():
+    cpu = VerifyCost((0.005, 0.010, 0.013))
+    assert cpu.cost(2.5) == pytest.approx(0.0115) and cpu.cost(3) == 0.013 and cpu.cost(1) == 0.005
+
+
+def test_theoretical_from_pooled_stats():
+    from engine.stats import AggregateStats
+    from engine.verify_cost import theoretical_from_stats
+    cost = VerifyCost((0.005, 0.010, 0.013, 0.016))
+    stats = AggregateStats(generations=1, committed_tokens=41, decode_tokens=40, decode_seconds=1.0,
+                           elapsed_seconds=1.1, target_passes=21, drafted_tokens=60, accepted_tokens=20,
+                           drafting_rounds=20, decode_rounds=20, draft_seconds=0.06, verify_seconds=0.3)
+    # 2 tokens a pass, 3 drafted a pass at 1 ms each: 2 × 5 ms / (16 ms + 3 ms)
+    assert theoretical_from_stats(stats, cost) == pytest.approx(2 * 0.005 / (0.016 + 0.003))
+    plain = AggregateStats(1, 11, 10, 1.0, 1.0, 11, 0, 0, 0, 10, 0.0, 0.5)
+    assert theoretical_from_stats(plain, cost) == pytest.approx(1.0)
