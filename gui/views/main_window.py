@@ -199,11 +199,22 @@ class MainWindow(QMainWindow):
         live_layout.addWidget(self.stats_strip)
         self.plots = LivePlots(self.palette_)
         live_layout.addWidget(self.plots, 1)
-        self.live_dock = self._dock("Speculation", "speculation_dock", live, Qt.DockWidgetArea.RightDockWidgetArea)
+        # a short screen scrolls the panel instead of raising the window's minimum height; a narrow dock
+        # reflows the tiles (StatsStrip) instead of raising its minimum width
+        self.live_scroll = scroll = QScrollArea()
+        scroll.setWidget(live)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(self.stats_strip.minimumWidth() + 12 + scroll.verticalScrollBar().sizeHint().width())
+        self.live_dock = self._dock("Speculation", "speculation_dock", scroll, Qt.DockWidgetArea.RightDockWidgetArea)
         self.resizeDocks([self.controls_dock, self.live_dock], [290, 470], Qt.Orientation.Horizontal)
 
     def _build_status_bar(self) -> None:
         self.status_label = QLabel("Starting…")
+        # a long status line is clipped, never widens the window (a QLabel's minimum width is its text's)
+        self.status_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status_label.setMinimumWidth(120)
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
         self.progress.setMaximumWidth(160)

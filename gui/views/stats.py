@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from gui import theme
 from gui.session_model import Figures
@@ -31,11 +31,15 @@ class StatTile(QFrame):
         font = self.value.font()
         font.setPointSizeF(font.pointSizeF() * 1.35)
         self.value.setFont(font)
-        # fixed sizes: a changing figure must not relayout the dock (and repaint the graphs below it)
-        self.value.setMinimumWidth(self.value.fontMetrics().horizontalAdvance("000.00 ms × "))
+        # fixed sizes: a changing figure must not relayout the dock (and repaint the graphs below it), nor
+        # raise the window's minimum size (a label's minimum width is its text's: Ignored keeps it ours)
+        self.value.setMinimumWidth(self.value.fontMetrics().horizontalAdvance("000.00× "))
         self.value.setFixedHeight(self.value.fontMetrics().height() + 2)
         self.detail = QLabel("")
         self.detail.setObjectName("stat_caption")
+        for label in (self.caption, self.value, self.detail):
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.detail.setFixedHeight(self.detail.fontMetrics().height())
         layout.addWidget(self.caption)
         layout.addWidget(self.value)
         layout.addWidget(self.detail)
@@ -46,6 +50,11 @@ class StatTile(QFrame):
             self.value.setText(value)
         if self.detail.text() != detail:
             self.detail.setText(detail)
+            self.detail.setToolTip(detail)  # a narrow tile may clip it
+
+    def minimum_width(self) -> int:
+        margins = self.layout().contentsMargins()
+        return self.value.minimumWidth() + margins.left() + margins.right()
 
 
 class TimeSplitBar(QWidget):
@@ -90,11 +99,13 @@ class TimeSplitBar(QWidget):
 
 
 class StatsStrip(QWidget):
+    """The figures as tiles that reflow: three columns when the dock is wide, two when it is narrow."""
+
     baseline_requested = Signal()
 
     def __init__(self, palette: theme.Palette, parent=None) -> None:
         super().__init__(parent)
-        grid = QGridLayout(self)
+        self.grid = grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setSpacing(6)
         self.tok_per_s = StatTile("tok/s", "Committed tokens per second after the first token")
@@ -109,16 +120,39 @@ class StatsStrip(QWidget):
         self.times = StatTile("draft vs verify time", "Seconds spent drafting (orange) and verifying (blue)")
         self.time_bar = TimeSplitBar(palette)
         self.times.layout().addWidget(self.time_bar)
-        tiles = (self.tok_per_s, self.acceptance, self.mean_length, self.speedup, self.theoretical,
-                 self.efficiency)
-        for i, tile in enumerate(tiles):
-            grid.addWidget(tile, i // 3, i % 3)
-        grid.addWidget(self.times, 2, 0, 1, 2)
+        self.tiles = (self.tok_per_s, self.acceptance, self.mean_length, self.speedup, self.theoretical,
+                      self.efficiency)
         self.measure = QPushButton("Measure plain speed")
         self.measure.setToolTip("Run the last message again with plain decoding (hidden) to measure the "
                                 "reference tok/s for the speed-up")
         self.measure.clicked.connect(self.baseline_requested)
-        grid.addWidget(self.measure, 2, 2)
+        self.columns = 0
+        self._tile_width = max(tile.minimum_width() for tile in (*self.tiles, self.times))
+        self.setMinimumWidth(2 * self._tile_width + grid.spacing())
+        self._reflow(3)
+
+    def _reflow(self, columns: int) -> None:
+        """Lay the tiles out in `columns` columns (2 or 3); the time split and the button fill the last row."""
+        if columns == self.columns:
+            return
+        self.columns = columns
+        for widget in (*self.tiles, self.times, self.measure):
+            self.grid.removeWidget(widget)
+        for i, tile in enumerate(self.tiles):
+            self.grid.addWidget(tile, i // columns, i % columns)
+        last = (len(self.tiles) + columns - 1) // columns
+        self.grid.addWidget(self.times, last, 0, 1, 2)
+        if columns == 3:
+            self.grid.addWidget(self.measure, last, 2)
+        else:
+            self.grid.addWidget(self.measure, last + 1, 0, 1, 2)
+        for column in range(3):
+            self.grid.setColumnStretch(column, 1 if column < columns else 0)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        spacing = self.grid.spacing()
+        self._reflow(3 if event.size().width() >= 3 * self._tile_width + 2 * spacing + 24 else 2)
+        super().resizeEvent(event)
 
     def set_palette(self, palette: theme.Palette) -> None:
         self.time_bar.set_palette(palette)
