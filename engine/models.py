@@ -12,9 +12,8 @@ import os
 from typing import Callable
 
 from engine.backends import LoadedModel
-from engine.compat import tokenizer_difference  # noqa: F401 (re-exported: engine/cli.py reads it here)
-from engine.sources import (DEFAULT_MODEL, DEFAULT_PACKAGE, ModelSource, backend_for,  # noqa: F401
-                            converted_folder, resolve_device, resolve_dtype, resolve_source)
+from engine.sources import (DEFAULT_MODEL, DEFAULT_PACKAGE, ModelSource, backend_for,  # noqa: F401 (the
+                            converted_folder, resolve_device, resolve_dtype, resolve_source)  # package: tests)
 
 __all__ = ["LoadedModel", "ModelSource", "load_model", "load_tokenizer_only", "check_memory", "resolve_source"]
 
