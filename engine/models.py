@@ -12,8 +12,9 @@ import os
 from typing import Callable
 
 from engine.backends import LoadedModel
-from engine.sources import (DEFAULT_MODEL, DEFAULT_PACKAGE, ModelSource, backend_for,  # noqa: F401 (the
-                            converted_folder, resolve_device, resolve_dtype, resolve_source)  # package: tests)
+from engine.sources import DEFAULT_PACKAGE  # noqa: F401 (tests/gui/test_gui_scripted.py reads it here)
+from engine.sources import (DEFAULT_MODEL, ModelSource, backend_for, converted_folder, resolve_device,
+                            resolve_dtype, resolve_source)
 
 __all__ = ["LoadedModel", "ModelSource", "load_model", "load_tokenizer_only", "check_memory", "resolve_source"]
 
