@@ -3,11 +3,13 @@
 Scripted mode (also headless, with QT_QPA_PLATFORM=offscreen):
 
     specscope gui --prompt TEXT [--method M] [--k K] [--layers L] [--temperature T] [--seed S]
-                  [--max-new-tokens N] [--model M] [--draft D] --screenshot PNG --quit-when-done
+                  [--max-new-tokens N] [--model M] [--draft D] [--window-size WxH] --screenshot PNG
+                  --quit-when-done
 
-opens the window, sends TEXT, waits for the reply, saves a screenshot of the whole window, prints the finish
-stats as one JSON line on stdout and exits 0 (2 when the settings are refused, the model does not load or
-the generation fails).
+opens the window (at exactly WxH with --window-size), sends TEXT, waits for the reply, saves a screenshot of the
+whole window, prints the finish stats as one JSON line on stdout (with `window_min_size: [w, h]`, the smallest
+the window can be) and exits 0 (2 when the settings are refused, the model does not load or the generation
+fails).
 
     specscope gui --compare SPEC [SPEC…] --prompt TEXT [--max-new-tokens N] --screenshot PNG --quit-when-done
 
@@ -52,12 +54,33 @@ def build_parser() -> argparse.ArgumentParser:
                              "the visualiser")
     parser.add_argument("--prompt", default=None, help="send this message once the model is loaded")
     parser.add_argument("--screenshot", default=None, metavar="PNG", help="save the window to PNG after the reply")
+    parser.add_argument("--window-size", default=None, metavar="WxH", type=window_size,
+                        help="open the window at exactly this size, e.g. 1366x768 (the screenshot's size)")
     parser.add_argument("--quit-when-done", action="store_true",
                         help="exit after the reply (with --prompt), printing its stats as one JSON line")
     parser.add_argument("--compare", nargs="+", default=None, metavar="SPEC",
                         help="compare these settings (1-4 SPECs such as prompt-lookup:k=5) with plain decoding on "
                              "--prompt, in the compare window")
     return parser
+
+
+def window_size(text: str) -> tuple[int, int]:
+    """--window-size WxH: two positive whole numbers (argparse's type)."""
+    width, sep, height = text.lower().replace("×", "x").partition("x")
+    if not (sep and width.strip().isdigit() and height.strip().isdigit()) or min(int(width), int(height)) < 1:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT in pixels such as 1366x768, got {text!r}")
+    return int(width), int(height)
+
+
+def size_problem(window, size: tuple[int, int] | None) -> str | None:
+    """Why the window cannot open at `size` (below its minimum size), or None."""
+    if size is None:
+        return None
+    minimum = window.minimumSizeHint().expandedTo(window.minimumSize())
+    if size[0] < minimum.width() or size[1] < minimum.height():
+        return (f"--window-size {size[0]}x{size[1]} is smaller than the window's minimum size "
+                f"{minimum.width()}x{minimum.height()}")
+    return None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -146,7 +169,10 @@ class ScriptedRun:
             return
         self.window.refresh_live_views()
         self._save_screenshot()
-        print(json.dumps(self.window.session.finish_record(turn), ensure_ascii=False), flush=True)
+        minimum = self.window.minimumSizeHint().expandedTo(self.window.minimumSize())
+        record = {**self.window.session.finish_record(turn), "window_min_size": [minimum.width(), minimum.height()],
+                  "window_size": [self.window.width(), self.window.height()]}
+        print(json.dumps(record, ensure_ascii=False), flush=True)
         self._quit(EXIT_OK)
 
     def _failed(self, message: str) -> None:
@@ -271,7 +297,14 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     apply_args(window, args)
     if args.demo and args.prompt is None and loader is demo_loader:
         window.message_box.setPlainText(recorded_prompt())  # the question the recorded replies answer
-    if not window.geometry_restored:
+    problem = size_problem(window, args.window_size)
+    if problem is not None:
+        print(f"specscope gui: error: {problem}", file=sys.stderr)
+        window.shutdown()
+        return EXIT_USAGE
+    if args.window_size is not None:
+        window.resize(*args.window_size)
+    elif not window.geometry_restored:
         window.resize(window.sizeHint())
     window.show()
 
