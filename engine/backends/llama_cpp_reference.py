@@ -47,7 +47,10 @@ class LlamaCppPython:
         self.version = lib.__version__
         self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
                          n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
-                         flash_attn=True, draft_model=draft, verbose=False)
+                         flash_attn=True, draft_model=draft, verbose=False,
+                         # with a draft it keeps every position's logits, but sizes that buffer by this flag:
+                         # without it a prompt longer than n_batch overflows it (llama-cpp-python 0.3.36)
+                         logits_all=bool(k))
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_ids: frozenset[int]) -> ReferenceRun:
         """Greedy (temperature 0, no penalties) from a fresh cache, stopping at an end id or the budget."""
