@@ -137,6 +137,7 @@ class GgufModel:
         self.accelerators = accelerators(lib)
         self.n_gpu_layers = _check_gpu_layers(n_gpu_layers, self.accelerators)
         self.n_threads = _check_threads(n_threads)
+        self._check_weights_fit()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = self.n_gpu_layers
         _errors.clear()
@@ -151,6 +152,17 @@ class GgufModel:
         except BaseException:
             self._free()
             raise
+
+    def _check_weights_fit(self) -> None:
+        """Before loading: on the CPU the weights (the file, memory-mapped) must fit in the free memory."""
+        if self.n_gpu_layers or not _memory_check_on():
+            return
+        from engine.catalog import free_memory
+        size, free = self.header.file_size, free_memory("cpu")
+        if free is not None and size > free:
+            raise OutOfMemoryError(f"{self.path.name} needs {size / 2**30:.1f} GB of memory for its weights, but "
+                                   f"only {free / 2**30:.1f} GB is free; close other programs or pick a smaller "
+                                   "quantization")
 
     def _load_failure(self) -> str:
         reason = _llama_error("llama.cpp could not load it")
@@ -196,7 +208,7 @@ class GgufModel:
         if not MIN_CONTEXT <= n_ctx <= limit:
             raise ConfigError(f"the context must be from {MIN_CONTEXT} to {limit} tokens for {self.label} (its "
                               f"trained length), got {n_ctx}")
-        if os.environ.get("SPECSCOPE_SKIP_MEMORY_CHECK", "") in ("", "0") and not self.n_gpu_layers:
+        if _memory_check_on() and not self.n_gpu_layers:
             from engine.catalog import free_memory
             needed, free = self.kv_cache_bytes(n_ctx), free_memory("cpu")
             if free is not None and needed > free:
@@ -222,6 +234,11 @@ class GgufModel:
             self._free()
         except Exception:  # interpreter shutdown: the library may be gone already
             pass
+
+
+def _memory_check_on() -> bool:
+    """SPECSCOPE_SKIP_MEMORY_CHECK=1 turns the memory checks off, as for the transformers backend."""
+    return os.environ.get("SPECSCOPE_SKIP_MEMORY_CHECK", "") in ("", "0")
 
 
 def _check_threads(n_threads: int | None) -> int:

@@ -421,3 +421,15 @@ def test_a_recurrent_state_is_refused_a_rollback_and_resynced_whole(tiny_mamba):
     assert runner.sync([1, 2, 3, 4, 5]) == [5]  # growing needs no rollback
     runner.reset()
     assert torch.equal(runner.forward([1, 2, 3, 4], 1), first)
+
+
+def test_weights_that_do_not_fit_are_refused_before_loading(tiny_q8_gguf, monkeypatch):
+    import engine.catalog
+    monkeypatch.delenv("SPECSCOPE_SKIP_MEMORY_CHECK", raising=False)
+    monkeypatch.setattr(engine.catalog, "free_memory", lambda device="cpu": 1000)
+    lib = backend.library()
+    loads = []
+    monkeypatch.setattr(lib, "llama_model_load_from_file", lambda *args: loads.append(args))
+    with pytest.raises(OutOfMemoryError, match="GB of memory for its weights, but only 0.0 GB is free"):
+        backend.load_gguf(tiny_q8_gguf)
+    assert loads == []  # llama.cpp never saw the file
