@@ -38,7 +38,6 @@ _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "
                        "I64": "int64", "I16": "int16", "BOOL": "bool"}
 WEIGHT_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # a folder with none of them is no model
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,8 +334,6 @@ def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tok
         problems.append("it has no weights (no .safetensors file)")
     elif weights_format == "safetensors" and n_parameters is None:
         problems.append("its weights cannot be read (not safetensors, or cut short)")
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        problems.append("it has no tokenizer (tokenizer.json, tokenizer.model or vocab.json)")
     family, vocab = tokenizer_facts(folder, text) if with_tokenizer else (None, text.get("vocab_size"))
     n_heads = text.get("num_attention_heads")
     head_dim = text.get("head_dim") or (text["hidden_size"] // n_heads if n_heads and text.get("hidden_size")

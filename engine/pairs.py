@@ -14,6 +14,10 @@ import re
 from dataclasses import dataclass
 
 
+DRAFT_IS_TARGET = ("The draft is the target itself: it would only add work. Pick a smaller model with the same "
+                   "tokenizer.")  # the Models window and the settings panel say the same
+
+
 @dataclass(frozen=True, slots=True)
 class KnownPair:
     """A model family's targets and the draft that is known to help them."""
@@ -79,4 +83,4 @@ def known_pairs_table() -> list[dict]:
     return [{"family": p.family, "targets": list(p.targets), "draft": p.draft, "note": p.note} for p in KNOWN_PAIRS]
 
 
-__all__ = ["KnownPair", "KNOWN_PAIRS", "pairs_for", "pairs_drafted_by", "suggestion", "known_pairs_table"]
+__all__ = ["DRAFT_IS_TARGET", "KnownPair", "KNOWN_PAIRS", "pairs_for", "pairs_drafted_by", "suggestion", "known_pairs_table"]

@@ -271,6 +271,10 @@ class ChatSession(SessionModel):
         self.restore(turns, tokens)
         self.recorder.open(conversation_id)
 
+    def last_prompt(self) -> str | None:
+        """The last message the user sent in this chat (what "which setting is fastest here?" runs on)."""
+        return next((t.text for t in reversed(self.turns) if t.role == "user" and t.text.strip()), None)
+
     @property
     def conversation_id(self) -> int | None:
         return self.recorder.conversation_id

@@ -15,9 +15,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
                                QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
-from engine.config import MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check_layers, layer_range, method_info
+from engine.config import MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check_layers, method_info
 from engine.errors import ConfigError
+from engine.pairs import DRAFT_IS_TARGET
 from gui.chat_session import Settings
+
+SPIN_CEILING = 9999  # what a spin box lets one type, so an out-of-range value is refused with its range
 
 def add_method_items(combo: QComboBox, methods=METHOD_TABLE) -> None:
     """The methods of engine.config's table, by label, with their help line as tooltip (the chat's panel and
@@ -31,12 +34,16 @@ class ControlsPanel(QWidget):
     settings_changed = Signal()
     model_change_requested = Signal(str)
     models_requested = Signal()  # the model manager
+    download_requested = Signal(str)  # a known-good draft's hub id (the model manager downloads it)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._n_layers: int | None = None
         self._loaded_model: str | None = None
         self._runtime_problem: str | None = None
+        self._target_aliases: set[str] = set()  # names of the loaded target's files ("default", its path)
+        self._suggested_download: str | None = None
+        self._draft_note_text = ""
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(8)
@@ -103,17 +110,25 @@ class ControlsPanel(QWidget):
         add_method_items(self.method)
         form.addRow("Method", self.method)
         self.draft = QComboBox()
+        self.draft.setObjectName("draft_choice")
         self.draft.setEditable(True)
-        self.draft.addItem("default")
-        self.draft.setToolTip("The draft model (draft-model method only): it must share the target's tokenizer")
+        self.draft.setToolTip("The draft model (draft-model method only): a smaller model with the target's "
+                              "tokenizer; the list offers the compatible, smaller ones installed")
         form.addRow("Draft model", self.draft)
+        self.draft_note = self._note("draft_note")
+        form.addRow(self.draft_note)
+        self.draft_download = QToolButton()
+        self.draft_download.setObjectName("draft_download")
+        self.draft_download.clicked.connect(lambda: self.download_requested.emit(self._suggested_download or ""))
+        self.draft_download.hide()
+        form.addRow("", self.draft_download)
         self.k = QSpinBox()
-        self.k.setRange(1, MAX_K)
+        self.k.setRange(1, SPIN_CEILING)  # the range is engine.config's check_k: out of it, refused with it
         self.k.setValue(4)
-        self.k.setToolTip("How many tokens the drafter proposes per round")
+        self.k.setToolTip(f"How many tokens the drafter proposes per round (1 to {MAX_K})")
         form.addRow("k (draft length)", self.k)
         self.layers = QSpinBox()
-        self.layers.setRange(0, 512)
+        self.layers.setRange(0, SPIN_CEILING)  # the range is check_layers' for the loaded model
         self.layers.setSpecialValueText("auto")
         self.layers.setToolTip("Early exit: how many of the target's layers draft (auto: the engine chooses)")
         form.addRow("Early-exit layers", self.layers)
@@ -218,7 +233,6 @@ class ControlsPanel(QWidget):
         if k is not None:
             self.k.setValue(k)
         if layers is not None:
-            self.layers.setMaximum(max(self.layers.maximum(), layers))
             self.layers.setValue(layers)
         if temperature is not None:
             self.temperature.setValue(temperature)
@@ -240,8 +254,33 @@ class ControlsPanel(QWidget):
             self._loaded_model = loaded_name
             self._n_layers = n_layers
             if n_layers:
-                self.layers.setMaximum(layer_range(n_layers)[1])
+                self.layers.setToolTip(f"Early exit: how many of the target's layers draft, 1 to {n_layers - 1} "
+                                       "for this model (auto: the engine chooses)")
             self.revalidate()
+
+    def set_draft_choices(self, names: list[str], *, target_aliases: set[str], note: str = "",
+                          download: str | None = None) -> None:
+        """The drafts to offer (compatible, smaller, installed), the loaded target's own names (a draft
+        that is one of them is the target itself), and when none is installed, why and what to download."""
+        self._target_aliases = {a for a in target_aliases if a}
+        current = self.draft.currentText().strip()
+        self.draft.blockSignals(True)
+        self.draft.clear()
+        self.draft.addItems(names)
+        self.draft.setEditText(current if current else (names[0] if names else ""))
+        self.draft.blockSignals(False)
+        self._suggested_download = download
+        self.draft_download.setText(f"Download {download}" if download else "")
+        self.draft_download.setToolTip(f"Download {download} from the Hugging Face Hub in the Models window"
+                                       if download else "")
+        self._draft_note_text = note
+        self._refresh_enabled()
+        self.revalidate()
+
+    def usable_draft(self) -> str | None:
+        """The draft model typed or chosen, unless it is empty or the target itself."""
+        name = self.draft.currentText().strip()
+        return name if name and name not in self._target_aliases else None
 
     def revert_model(self) -> None:
         """Back to the model that is loaded (after another failed to load)."""
@@ -289,6 +328,17 @@ class ControlsPanel(QWidget):
             widget.setEnabled(not greedy)
             widget.setToolTip("Greedy decoding (temperature 0) ignores this" if greedy else "")
         self.method_help.setText(method.help)
+        self._show_draft_note(method.needs_draft)
+
+    def _show_draft_note(self, needs_draft: bool) -> None:
+        """Under the draft list: the draft is the target itself (what the Models window says), or no
+        compatible smaller draft is installed (with the known-good one to download)."""
+        name = self.draft.currentText().strip()
+        is_target = needs_draft and bool(name) and name in self._target_aliases
+        note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if needs_draft else "")
+        self.draft_note.setText(f"⚠ {note}" if note else "")
+        self.draft_note.setVisible(bool(note))
+        self.draft_download.setVisible(needs_draft and bool(self._suggested_download))
 
     def _show_problem(self, message: str | None) -> None:
         self.problem.setText(f"⚠ {message}" if message else "")

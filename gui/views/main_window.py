@@ -46,6 +46,7 @@ class MainWindow(QMainWindow):
     request_failed = Signal(str)
     model_ready = Signal(object)  # ModelInfo
     baseline_measured = Signal(float)
+    draft_choices_shown = Signal(object)  # gui.views.model_manager.DraftChoices
     conversation_opened = Signal(int)
     consent_answered = Signal(str, str, bool)  # model, kind (remote-code | pickle), answer
     # asks, queued to the worker thread
@@ -74,6 +75,11 @@ class MainWindow(QMainWindow):
         # replaceable: the yes/no question of the safety checks (tests answer it without a modal dialog)
         self.confirm = lambda title, text: ask_yes_no(self, title, text)
         self.model_manager = self.settings_dialog = self.compare_window = None  # made on first use
+        self.fastest_dialog = None
+        self.draft_jobs = None  # the draft list's catalog look-ups (gui.jobs), made on first use
+        self._draft_job = None
+        self._draft_target: str | None = None  # the target the draft list was made for
+        self._pending_pair: tuple[str, str | None] | None = None  # the Models window's choice, until it loads
         self.geometry_restored = False
         self._drawn_version = -1
         self._drawn = dict.fromkeys(PANELS, -1)
@@ -168,6 +174,7 @@ class MainWindow(QMainWindow):
         self.controls.settings_changed.connect(self._on_settings_changed)
         self.controls.model_change_requested.connect(self.load_model)
         self.controls.models_requested.connect(self.open_models)
+        self.controls.download_requested.connect(self._download_suggested)
         scroll = QScrollArea()
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
@@ -250,6 +257,8 @@ class MainWindow(QMainWindow):
                                 triggered=self.open_settings))
         tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+C"),
                                 triggered=self.open_compare))
+        tools.addAction(QAction("Which setting is &fastest here?…", self, shortcut=QKeySequence("Ctrl+Shift+F"),
+                                triggered=self.open_fastest))
         help_ = self.menuBar().addMenu("&Help")
         help_.addAction(QAction("&About SpecScope", self,
                                 triggered=lambda: QMessageBox.about(self, "About SpecScope", ABOUT)))
@@ -346,7 +355,7 @@ class MainWindow(QMainWindow):
         if app is not None:
             theme.apply(app, palette)
         for view in (self.transcript, self.legend, self.plots, self.stats_strip, self.history_panel,
-                     self.model_manager, self.compare_window):
+                     self.model_manager, self.compare_window, self.fastest_dialog):
             if view is not None:
                 view.set_palette(palette)
         self.transcript.render_turns(self.session.turns, self.session.current)
@@ -394,7 +403,38 @@ class MainWindow(QMainWindow):
     def _on_settings_changed(self) -> None:
         if self.session.active is not None and self.session.active.purpose == CHAT:
             self.controls.set_pending_note("Changes apply from the next message.")
+        self._refresh_draft_choices()
         self._update_actions()
+
+    def _refresh_draft_choices(self) -> None:
+        """The draft list offers the compatible, smaller models installed for the loaded target (looked up on
+        a background thread, once per target, when a method needs a draft)."""
+        info = self.session.model_info
+        if info is None or info.requested == self._draft_target or not method_info(
+                self.controls.method_name()).needs_draft:
+            return
+        from functools import partial
+
+        from gui.jobs import BackgroundJobs
+        from gui.views.model_manager import draft_choices
+
+        if self.draft_jobs is None:
+            self.draft_jobs = BackgroundJobs("drafts", self)
+            self.draft_jobs.finished.connect(self._on_draft_choices)
+        self._draft_target = info.requested
+        self._draft_job = self.draft_jobs.submit(partial(draft_choices, info.requested, self.settings.added_models()))
+
+    def _on_draft_choices(self, job_id: int, choices) -> None:
+        if job_id == self._draft_job:
+            self.controls.set_draft_choices(list(choices.names), target_aliases=set(choices.target_aliases),
+                                            note=choices.note, download=choices.download)
+            self.draft_choices_shown.emit(choices)
+
+    def _download_suggested(self, repo_id: str) -> None:
+        """The settings panel's "Download …" button: the Models window downloads it."""
+        manager = self.open_models()
+        manager.repo.setText(repo_id)
+        manager.start_download()
 
     def _update_actions(self) -> None:
         ready, idle = self.session.ready, not self.session.generating
@@ -420,6 +460,9 @@ class MainWindow(QMainWindow):
         self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested)
         self.transcript.setPlaceholderText(f"{info.name} is ready. Type a message below and press Enter.")
         self.message_box.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
+        self.message_box.viewport().update()
+        self._apply_pending_pair(info.requested)
+        self._refresh_draft_choices()
         self._set_status(f"Ready · {info.describe()}")
         self._update_actions()
         self.message_box.setFocus()
@@ -427,6 +470,7 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, name: str, message: str) -> None:
         self.session.load_ended()
+        self._pending_pair = None  # a model that fails to load never changes the chat's settings
         self.progress.setVisible(self.session.generating)
         text = f"Could not load {name}: {message}"
         self._set_status(text)
@@ -620,12 +664,24 @@ class MainWindow(QMainWindow):
         options = self.load_options()
         changed_device = (options.device, options.dtype) != (device, dtype)
         self.set_device(device, dtype)
+        self._pending_pair = (target, draft)  # applied once the target has loaded (_apply_pending_pair)
+        if self.session.model_info is not None and self.session.model_info.requested == target \
+                and not changed_device:
+            self._apply_pending_pair(target)  # already loaded: nothing to wait for
+            return
+        self.load_model(target, force=changed_device)
+
+    def _apply_pending_pair(self, loaded: str) -> None:
+        """The Models window's target and draft become the chat's settings only once that target loaded."""
+        pending, self._pending_pair = self._pending_pair, None
+        if pending is None or pending[0] != loaded:
+            return
+        target, draft = pending
         if draft:
             self.controls.apply(method="draft-model", draft=draft)
         elif method_info(self.controls.method_name()).needs_draft:
             self.controls.apply(method="none")
         self.controls.apply(model=target)
-        self.load_model(target, force=changed_device)
 
     def open_settings(self):
         from gui.settings import app_settings
@@ -654,18 +710,44 @@ class MainWindow(QMainWindow):
             self.compare_window = CompareWindow(
                 self.worker_thread, self.palette_,
                 model_name=lambda: self.session.model_name(self.controls.model_name()),
-                chat_busy=self.session.busy_reason, apply_to_chat=self._apply_compared_spec, parent=self)
+                chat_busy=lambda: self.session.busy_reason() or self._fastest_busy(),
+                apply_to_chat=self._apply_compared_spec, parent=self)
             self.compare_window.running_changed.connect(lambda _running: self._update_actions())
             self.compare_window.resize(self.compare_window.sizeHint())
         self._show_window(self.compare_window)
         return self.compare_window
 
     def _comparing(self) -> bool:
-        return self.compare_window is not None and self.compare_window.running
+        """A comparison or the fastest-setting sweep holds the device."""
+        return ((self.compare_window is not None and self.compare_window.running)
+                or (self.fastest_dialog is not None and self.fastest_dialog.running))
+
+    def _fastest_busy(self) -> str | None:
+        running = self.fastest_dialog is not None and self.fastest_dialog.running
+        return "The fastest-setting sweep is running: wait for it or stop it first." if running else None
+
+    def open_fastest(self):
+        """"Which setting is fastest here?": a short sweep with repeats on the chat's last prompt."""
+        if self.fastest_dialog is None:
+            from gui.views.fastest import FastestDialog
+
+            compare_busy = lambda: ("A comparison is running: stop it first."  # noqa: E731
+                                    if self.compare_window is not None and self.compare_window.running else None)
+            self.fastest_dialog = FastestDialog(
+                self.worker_thread, self.palette_, prompt=self.session.last_prompt,
+                model_name=lambda: self.session.model_name(self.controls.model_name()),
+                sampling=lambda: self.controls.read().sampling, draft=self.controls.usable_draft,
+                busy=lambda: self.session.busy_reason() or compare_busy(),
+                apply_to_chat=self._apply_compared_spec, parent=self)
+            self.fastest_dialog.setWindowFlag(Qt.WindowType.Window, True)
+            self.fastest_dialog.running_changed.connect(lambda _running: self._update_actions())
+            self.fastest_dialog.resize(self.fastest_dialog.sizeHint())
+        self._show_window(self.fastest_dialog)
+        return self.fastest_dialog
 
     def _apply_compared_spec(self, spec: SpecConfig) -> None:
         self.controls.apply(method=spec.method, k=spec.k, draft=spec.draft, layers=spec.layers)
-        self._set_status(f"Settings from the k sweep: {spec.label()}")
+        self._set_status(f"Settings applied: {spec.label()}")
 
     def _token(self, serial: int):
         tokens = self.session.tokens
@@ -683,8 +765,12 @@ class MainWindow(QMainWindow):
             self.save_settings()
         if self.compare_window is not None:
             self.compare_window.close()
+        if self.fastest_dialog is not None:
+            self.fastest_dialog.close()
         if self.model_manager is not None:
             self.model_manager.shutdown()
+        if self.draft_jobs is not None:
+            self.draft_jobs.shutdown()
         self.worker_thread.shutdown()
         self.session.abandon("stopped: SpecScope was closed")
         if self.store is not None:

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialo
                                QProgressBar, QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
-from engine import catalog, secrets
+from engine import catalog, pairs, secrets
+from engine.pairs import DRAFT_IS_TARGET
 from engine.errors import DownloadCancelledError, SpecScopeError, UnsafeCheckpointError
 from gui import theme
 from gui.jobs import BackgroundJobs
@@ -85,9 +86,7 @@ def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
         if draft is None:
             return PairVerdict(target.name, None, None, "", drafts)
         if catalog.same_model(target, draft):
-            return PairVerdict(target.name, draft.name, False,
-                               "The draft is the target itself: it would only add work. Pick a smaller model with "
-                               "the same tokenizer.", drafts)
+            return PairVerdict(target.name, draft.name, False, DRAFT_IS_TARGET, drafts)
         try:
             difference = catalog.draft_difference(target, draft)
         except SpecScopeError as exc:
@@ -101,6 +100,34 @@ def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
                            f"These two share one tokenizer: {draft.label} can draft for {target.label}.{note}",
                            drafts)
     return run
+
+
+@dataclass(frozen=True, slots=True)
+class DraftChoices:
+    """What the settings panel's draft list offers for a target (gui.views.controls.set_draft_choices)."""
+
+    target: str
+    names: tuple[str, ...]  # compatible, smaller, installed
+    target_aliases: frozenset[str]  # the target's own names: a draft that is one of them is the target itself
+    note: str  # when none is installed: why, and the known-good draft
+    download: str | None  # the known-good draft's hub id, to download
+
+
+def draft_choices(target_name: str, added: list[str]) -> DraftChoices:
+    """The compatible, smaller drafts installed for `target_name` (loads tokenizers, never weights); when
+    there is none, engine.pairs' known-good draft for its family."""
+    target = catalog.describe_name(target_name)
+    entries = catalog.list_models(added)
+    drafts = catalog.compatible_drafts(target, entries)
+    aliases = {target_name, target.name, str(target.path)} | {e.name for e in entries if catalog.same_model(e, target)}
+    if drafts:
+        return DraftChoices(target_name, tuple(e.name for e in drafts), frozenset(aliases), "", None)
+    names = (target_name, target.name, target.label, target.repo_id)
+    known, bigger = pairs.pairs_for(*names), pairs.pairs_drafted_by(*names)
+    download = known[0].draft if known else bigger[0].targets[0] if bigger else None  # the draft, or its target
+    advice = pairs.suggestion(*names) or "Prompt lookup and early exit need no draft model."
+    return DraftChoices(target_name, (), frozenset(aliases),
+                        f"No compatible, smaller draft is installed for {target.label}. {advice}", download)
 
 
 class ModelManager(QDialog):
