@@ -353,7 +353,11 @@ def test_changing_the_model_loads_it_and_a_failed_load_keeps_the_old_one(qtbot):
         with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
             qtbot.keyClick(line, Qt.Key.Key_Return)
         assert blocker.args[0].requested == "small" and "model small" in window.controls.model_status.text()
-        assert window.controls.layers.maximum() == 7  # early-exit layers follow the loaded model
+        # early-exit layers follow the loaded model: out of its range, refused with the range (never clamped)
+        window.controls.apply(method="early-exit", layers=40)
+        assert window.controls.layers.value() == 40
+        assert "from 1 to 7 for this model (8 layers), got 40" in window.controls.problem.text()
+        window.controls.apply(method="none", layers=0)
         with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
             window.send("hi")
         assert len(engines["small"].calls) == 1 and engines["default"].calls == []
