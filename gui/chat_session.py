@@ -16,6 +16,8 @@ a widget.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,6 +47,22 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
+class Baseline:
+    """The plain-decoding speed of one model on one device in one dtype: measured once, used everywhere."""
+
+    tok_per_s: float
+    measured_at: float  # seconds since the epoch
+
+    def describe(self) -> str:
+        return f"{self.tok_per_s:.1f} tok/s, measured {time.strftime('%d %b %Y %H:%M', time.localtime(self.measured_at))}"
+
+
+def baseline_key(info) -> str:
+    """What a baseline is the speed of: the model as loaded (its name, device and dtype)."""
+    return f"{info.requested} · {info.device} · {info.dtype}"
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What the end of a request means for the window."""
 
@@ -66,16 +84,16 @@ class ChatSession(SessionModel):
         super().__init__(system_prompt)
         self.recorder = recorder
         self.make_request = make_request
-        self.baselines: dict[str, float] = {}  # model name -> plain-decoding tok/s measured this session
+        self.baselines: dict[str, Baseline] = {}  # baseline_key -> the plain-decoding speed (this run or remembered)
         self.model_info = None  # gui.worker.ModelInfo of the loaded model
         self.loading: str | None = None  # the model being loaded
         self.active = None  # the request in flight
         self.settings_in_effect: Settings | None = None  # what the last message was sent with
+        self.saved_settings: dict | None = None  # what a reopened chat's last reply ran with (its settings record)
         self.consents: dict[tuple[str, str], bool] = {}  # (kind, model) -> the answer given this session
         self.device_override: tuple[str, str] | None = None  # (device, dtype) for this run only (--device)
         self._request_record: dict = {}
         self._next_request_id = 1
-        self._baseline_model = ""
 
     # ------------------------------------------------------------------ state
     @property
@@ -199,7 +217,6 @@ class ChatSession(SessionModel):
         if request is None:
             return None
         if request.purpose != CHAT:
-            self._baseline_model = event.model
             return None
         turn = self.start(event)
         self.recorder.reply_started({**self._request_record, "spec": event.spec_label, "model_label": event.model,
@@ -224,13 +241,13 @@ class ChatSession(SessionModel):
         if request.purpose == BASELINE:
             if event.stop_reason == "cancelled" or stats.committed_tokens < MIN_BASELINE_TOKENS:
                 return Outcome(BASELINE, "Plain-speed measurement stopped before it had enough tokens")
-            self.record_baseline(self._baseline_model, stats.tok_per_s)
-            return Outcome(BASELINE, f"Plain decoding: {stats.tok_per_s:.1f} tok/s on this machine",
-                           baseline=stats.tok_per_s)
+            self.record_baseline(stats.tok_per_s, replace=True)
+            return Outcome(BASELINE, f"Plain decoding: {stats.tok_per_s:.1f} tok/s on this machine · used for "
+                           "every speed-up of this model from now on", baseline=stats.tok_per_s)
         turn = self.finish(event)
         self.recorder.reply_finished(event)
         if self.live.method == "none" and stats.committed_tokens >= MIN_BASELINE_TOKENS and turn is not None:
-            self.record_baseline(turn.model, stats.tok_per_s)
+            self.record_baseline(stats.tok_per_s, replace=False)  # the first plain reply, when none was measured
         if event.error:
             status = f"Reply ended: {event.error}"
         else:
@@ -264,12 +281,21 @@ class ChatSession(SessionModel):
     # ------------------------------------------------------------------ conversations
     def new_chat(self) -> None:
         super().new_chat()
+        self.saved_settings = None
         self.recorder.new_chat()
 
-    def open_saved(self, conversation_id: int, turns: list[Turn], tokens: list[Token]) -> None:
-        """Show a saved conversation; the next message continues it."""
+    def open_saved(self, conversation_id: int, turns: list[Turn], tokens: list[Token], run=None) -> None:
+        """Show a saved conversation; the next message continues it. `run` (gui.replay.SavedRun): its last
+        reply's rounds, folded again so its stats and graphs are as they were, and the settings it ran with."""
         self.restore(turns, tokens)
         self.recorder.open(conversation_id)
+        self.saved_settings = run.settings if run is not None else None
+        if run is not None:
+            self.live.reset(k=run.k, method=run.method, model=run.model)
+            for event in run.rounds:
+                self.live.add_round(event)
+            if run.stats is not None:
+                self.live.finish(run.stats)
 
     def last_prompt(self) -> str | None:
         """The last message the user sent in this chat (what "which setting is fastest here?" runs on)."""
@@ -280,16 +306,37 @@ class ChatSession(SessionModel):
         return self.recorder.conversation_id
 
     # ------------------------------------------------------------------ figures
-    def record_baseline(self, model: str, tok_per_s: float) -> None:
-        if tok_per_s > 0:
-            self.baselines[model] = tok_per_s
+    def record_baseline(self, tok_per_s: float, *, replace: bool, at: float | None = None) -> None:
+        """The loaded model's plain speed; `replace` off keeps one measured before (measured once)."""
+        if tok_per_s <= 0 or self.model_info is None:
+            return
+        key = baseline_key(self.model_info)
+        if replace or key not in self.baselines:
+            self.baselines[key] = Baseline(tok_per_s, time.time() if at is None else at)
 
-    def baseline(self) -> float | None:
-        """The plain-decoding tok/s of the model of the reply shown."""
-        return self.baselines.get(self.live.model)
+    def remember_baselines(self, stored: dict) -> None:
+        """Baselines measured in earlier runs (key -> {"tok_per_s", "measured_at"}); this run's stay."""
+        for key, value in stored.items():
+            try:
+                baseline = Baseline(float(value["tok_per_s"]), float(value["measured_at"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if baseline.tok_per_s > 0:
+                self.baselines.setdefault(key, baseline)
+
+    def baseline(self) -> Baseline | None:
+        """The plain speed of the loaded model (on its device, in its dtype), however long ago it was measured."""
+        return self.baselines.get(baseline_key(self.model_info)) if self.model_info is not None else None
+
+    def baseline_tok_per_s(self) -> float | None:
+        baseline = self.baseline()
+        return baseline.tok_per_s if baseline is not None else None
 
     def figures(self) -> Figures:
-        return self.figures_against(self.baseline())
+        figures = self.figures_against(self.baseline_tok_per_s())
+        if not figures.speculative:  # plain decoding is the reference: its speed-up is 1 by definition, no figure
+            figures = dataclasses.replace(figures, speedup=None, efficiency=None)
+        return figures
 
     def finish_record(self, turn: Turn) -> dict:
         """The finish stats as one flat dict (the scripted mode prints it as a JSON line)."""
@@ -298,8 +345,8 @@ class ChatSession(SessionModel):
                   "text": turn.text}
         if stats is not None:
             record.update(stats.as_dict())
-            baseline = self.baselines.get(turn.model)
-            measured = speedup(stats.tok_per_s, baseline) if baseline else None
+            baseline = self.baseline_tok_per_s()
+            measured = speedup(stats.tok_per_s, baseline) if baseline and turn.spec_label != "none" else None
             record["baseline_tok_per_s"] = baseline
             record["speedup"] = measured
             record["efficiency"] = efficiency(measured, stats.theoretical_speedup)

@@ -1,5 +1,6 @@
 """What the app remembers between runs, in Qt's QSettings: the last model, draft, method, k, sampling, the
-device and dtype, the model folders and files the user added, the window layout, and the user's answers to
+device and dtype, the plain-decoding speed per model, device and dtype (measured once, with its date), the model
+folders and files the user added, the window layout, and the user's answers to
 "run this model's own code?" / "load these pickle weights?" (per model).
 
 Never the Hugging Face token: that lives in the OS keyring only (engine/secrets.py).
@@ -110,6 +111,16 @@ class AppSettings:
     def set_device(self, device: str, dtype: str) -> None:
         self.set_value("models/device", device)
         self.set_value("models/dtype", dtype)
+
+    # -- the plain-decoding speed per model, device and dtype (gui.chat_session.baseline_key)
+    def baselines(self) -> dict[str, dict]:
+        """key -> {"tok_per_s": float, "measured_at": seconds since the epoch}."""
+        return {k: v for k, v in self.json_value("baselines/plain", {}).items() if isinstance(v, dict)}
+
+    def set_baseline(self, key: str, tok_per_s: float, measured_at: float) -> None:
+        values = self.json_value("baselines/plain", {})
+        values[key] = {"tok_per_s": float(tok_per_s), "measured_at": float(measured_at)}
+        self.set_json_value("baselines/plain", values)
 
     # -- per-model consent: None (never asked), True, False
     def consent(self, kind: str, model: str) -> bool | None:

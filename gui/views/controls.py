@@ -35,6 +35,7 @@ class ControlsPanel(QWidget):
     model_change_requested = Signal(str)
     models_requested = Signal()  # the model manager
     download_requested = Signal(str)  # a known-good draft's hub id (the model manager downloads it)
+    saved_settings_requested = Signal()  # apply the settings a reopened chat ran with
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -47,6 +48,7 @@ class ControlsPanel(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(8)
+        outer.addWidget(self._build_saved_box())
         outer.addWidget(self._build_model_box())
         outer.addWidget(self._build_spec_box())
         outer.addWidget(self._build_sampling_box())
@@ -73,6 +75,28 @@ class ControlsPanel(QWidget):
         label.setWordWrap(True)
         label.hide()
         return label
+
+    def _build_saved_box(self) -> QWidget:
+        """Shown for a reopened chat: the settings its last reply ran with, and a button to use them."""
+        self.saved_box = QWidget()
+        row = QHBoxLayout(self.saved_box)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.saved_note = QLabel("")
+        self.saved_note.setObjectName("notice")
+        self.saved_note.setWordWrap(True)
+        row.addWidget(self.saved_note, 1)
+        self.saved_apply = QToolButton()
+        self.saved_apply.setText("Use these")
+        self.saved_apply.setToolTip("Set the panel to what this chat ran with")
+        self.saved_apply.clicked.connect(self.saved_settings_requested)
+        row.addWidget(self.saved_apply)
+        self.saved_box.hide()
+        return self.saved_box
+
+    def show_saved_settings(self, words: str | None) -> None:
+        """What a reopened chat ran with (None: hide the note)."""
+        self.saved_note.setText(f"This chat ran with {words}." if words else "")
+        self.saved_box.setVisible(bool(words))
 
     def _build_model_box(self) -> QGroupBox:
         box = QGroupBox("Model")

@@ -114,6 +114,8 @@ class HistoryPanel(QWidget):
         self.list.itemClicked.connect(self._item_opened)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._context_menu)
+        # tall enough to browse: at least five chats in view (the delegate draws two lines each)
+        self.list.setMinimumHeight(5 * (2 * self.list.fontMetrics().height() + 14) + 4)
         layout.addWidget(self.list, 1)
         self.empty = QLabel()
         self.empty.setObjectName("dim")

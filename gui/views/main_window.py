@@ -20,8 +20,9 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, Q
 from engine.config import SpecConfig, method_info
 from engine.errors import ConfigError
 from gui import theme
-from gui.chat_session import CHAT, ChatSession
+from gui.chat_session import CHAT, ChatSession, baseline_key
 from gui.history import HistoryRecorder, turns_from_conversation
+from gui.replay import apply_values, saved_run, settings_words
 from gui.settings import AppSettings
 from gui.store import HistoryError, HistoryStore
 from gui.views.controls import ControlsPanel
@@ -175,6 +176,7 @@ class MainWindow(QMainWindow):
         self.controls.model_change_requested.connect(self.load_model)
         self.controls.models_requested.connect(self.open_models)
         self.controls.download_requested.connect(self._download_suggested)
+        self.controls.saved_settings_requested.connect(self.apply_saved_settings)
         scroll = QScrollArea()
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
@@ -193,7 +195,7 @@ class MainWindow(QMainWindow):
         self.history_dock = self._dock("Chats", "chats_dock", self.history_panel,
                                        Qt.DockWidgetArea.LeftDockWidgetArea)
         self.splitDockWidget(self.history_dock, self.controls_dock, Qt.Orientation.Vertical)
-        self.resizeDocks([self.history_dock, self.controls_dock], [230, 640], Qt.Orientation.Vertical)
+        self.resizeDocks([self.history_dock, self.controls_dock], [340, 520], Qt.Orientation.Vertical)
 
     def _build_live_dock(self) -> None:
         """The stats strip and the graphs, on the right."""
@@ -302,6 +304,7 @@ class MainWindow(QMainWindow):
             return False
         self.controls.show_runtime_problem(None)
         request = self.session.send(text, settings, self.controls.model_name())
+        self.history_panel.refresh()  # a new chat is in the sidebar from its first message
         self.history_panel.set_current(self.session.conversation_id)
         self.transcript.append_user(self.session.turns[-1])
         self.message_box.clear()
@@ -320,14 +323,31 @@ class MainWindow(QMainWindow):
             self.session.abandon("stopped: a new chat was started")  # what it wrote is kept, marked as stopped
             self._end_active()
         self.session.new_chat()
+        self.controls.show_saved_settings(None)
         self.history_panel.set_current(None)
         self.history_panel.refresh()
         self.transcript.render_turns([])
         self.plots.clear()
         self.refresh_live_views()
         info = self.session.model_info
-        self._set_status("New chat" + (f" · {info.describe()}" if info else ""))
+        self._set_status("New chat" + (f" · {info.describe()} · {self._baseline_words()}" if info else ""))
         self.message_box.setFocus()
+
+    def _baseline_words(self) -> str:
+        baseline = self.session.baseline()
+        return f"plain speed {baseline.describe()}" if baseline is not None else "plain speed not measured yet"
+
+    def _baseline_changed(self) -> None:
+        """The plain speed is remembered (per model, device and dtype) and the Measure button says when it was
+        measured."""
+        baseline = self.session.baseline()
+        if baseline is not None and self.persist and self.session.model_info is not None:
+            self.settings.set_baseline(baseline_key(self.session.model_info), baseline.tok_per_s, baseline.measured_at)
+        measure = self.stats_strip.measure
+        measure.setText("Measure plain speed again" if baseline is not None else "Measure plain speed")
+        measure.setToolTip((f"Plain speed of this model: {baseline.describe()}; every speed-up uses it. "
+                            if baseline is not None else "")
+                           + "Run the last message again with plain decoding (hidden) to measure it.")
 
     def measure_baseline(self) -> None:
         """Re-run the last message with plain decoding, hidden, to measure this model's reference tok/s."""
@@ -364,7 +384,7 @@ class MainWindow(QMainWindow):
     def refresh_live_views(self) -> None:
         """Redraw every graph and the stats strip now (at the end of a reply, on a theme change)."""
         live = self.session.live
-        self.plots.update_from(live, self.session.baseline())
+        self.plots.update_from(live, self.session.baseline_tok_per_s())
         self.stats_strip.show_figures(self.session.figures())
         self._drawn = dict.fromkeys(self._drawn, live.version)
         self._drawn_version = live.version
@@ -382,7 +402,7 @@ class MainWindow(QMainWindow):
             if self._drawn[panel] != live.version:
                 self._drawn[panel] = live.version
                 if self.live_dock.isVisible():
-                    self.plots.update_from(live, self.session.baseline(), panels=(panel,))
+                    self.plots.update_from(live, self.session.baseline_tok_per_s(), panels=(panel,))
                 return
         if not self.session.generating:
             self.refresh_timer.stop()
@@ -463,6 +483,9 @@ class MainWindow(QMainWindow):
         self.message_box.viewport().update()
         self._apply_pending_pair(info.requested)
         self._refresh_draft_choices()
+        if self.persist:
+            self.session.remember_baselines(self.settings.baselines())
+        self._baseline_changed()
         self._set_status(f"Ready · {info.describe()}")
         self._update_actions()
         self.message_box.setFocus()
@@ -507,6 +530,7 @@ class MainWindow(QMainWindow):
             return
         self._end_active()
         self._set_status(outcome.status)
+        self._baseline_changed()
         if outcome.purpose != CHAT:
             if outcome.baseline is not None:
                 self.refresh_live_views()
@@ -552,14 +576,35 @@ class MainWindow(QMainWindow):
         except HistoryError as exc:
             self._set_status(f"Could not open the chat: {exc}")
             return False
-        self.session.open_saved(conversation_id, *turns_from_conversation(conversation))
+        run = saved_run(conversation)
+        self.session.open_saved(conversation_id, *turns_from_conversation(conversation), run=run)
         self.transcript.render_turns(self.session.turns)
-        self.plots.clear()
-        self.refresh_live_views()
+        self.plots.clear(run.k if run is not None else 0)
+        self.refresh_live_views()  # its last reply's stats cards and graphs, folded again from its rounds
         self.history_panel.set_current(conversation_id)
+        self.controls.show_saved_settings(settings_words(run.settings) if run is not None else None)
         self._set_status(f"Opened “{conversation.title}”")
         self.conversation_opened.emit(conversation_id)
         return True
+
+    def apply_saved_settings(self) -> None:
+        """The settings panel takes what the reopened chat's last reply ran with (loading its model if
+        another one is loaded)."""
+        saved = self.session.saved_settings
+        if not saved:
+            return
+        values = apply_values(saved)
+        model = values.pop("model", None)
+        try:
+            self.controls.apply(**values)
+        except ConfigError as exc:
+            self._set_status(f"Could not use this chat's settings: {exc}")
+            return
+        self.controls.show_saved_settings(None)
+        self._set_status(f"Settings of this chat: {settings_words(saved)}")
+        if model and model != self.session.model_name(model):
+            self.controls.apply(model=model)
+            self.load_model(model)
 
     def _on_conversation_deleted(self, conversation_id: int) -> None:
         if self.session.conversation_id == conversation_id:

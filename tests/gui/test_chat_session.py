@@ -12,12 +12,12 @@ from engine.config import SamplingConfig, SpecConfig
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
 from fakes import FakeEngine
 from gui.chat_session import (BASELINE, CHAT, GENERATING, IDLE, LOADING, MEASURING, MIN_BASELINE_TOKENS, NOT_LOADED,
-                              ChatSession, Settings)
+                              Baseline, ChatSession, Settings, baseline_key)
 from gui.history import HistoryRecorder
 from gui.store import HistoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
-INFO = SimpleNamespace(requested="default", name="fake", describe=lambda: "fake · cpu")
+INFO = SimpleNamespace(requested="default", name="fake", device="cpu", dtype="float32", describe=lambda: "fake · cpu")
 
 
 def settings(method="draft-model", k=4, **spec):
@@ -90,20 +90,47 @@ def test_a_plain_reply_and_a_hidden_measurement_both_give_the_baseline():
     session = loaded()
     assert session.baseline() is None
     outcome = run(session, session.send("hi", settings("none"), "default"))
-    assert session.baselines["fake"] == pytest.approx(outcome.turn.stats.tok_per_s)
+    first = session.baseline()
+    assert first.tok_per_s == pytest.approx(outcome.turn.stats.tok_per_s)
+    assert session.figures().speedup is None  # a plain reply is the reference, not "0.80×" of itself
+    assert session.finish_record(outcome.turn)["speedup"] is None
     reply = run(session, session.send("more", settings(), "default"))
     figures = session.figures()
-    assert figures.speedup == pytest.approx(reply.turn.stats.tok_per_s / session.baselines["fake"])
+    assert figures.speedup == pytest.approx(reply.turn.stats.tok_per_s / first.tok_per_s)
     record = session.finish_record(reply.turn)
     assert record["speedup"] == pytest.approx(figures.speedup) and record["committed_tokens"] == 24
-    # the hidden run: plain decoding of the last user message, not part of the chat
+    # another plain reply does not move the baseline: it is measured once
+    run(session, session.send("plain again", settings("none"), "default"))
+    assert session.baseline() == first
+    # the hidden run: plain decoding of the last user message, not part of the chat; it measures again
     turns_before = len(session.turns)
     request = session.baseline_request(SamplingConfig(), "default")
     assert request.purpose == BASELINE and session.state == MEASURING and request.spec.method == "none"
-    assert request.conversation[-1] == {"role": "user", "content": "more"} and request.max_new_tokens >= 32
+    assert request.conversation[-1] == {"role": "user", "content": "plain again"} and request.max_new_tokens >= 32
     outcome = run(session, request)
-    assert outcome.purpose == BASELINE and outcome.baseline == pytest.approx(session.baselines["fake"])
+    assert outcome.purpose == BASELINE and outcome.baseline == pytest.approx(session.baseline().tok_per_s)
+    assert session.baseline().measured_at >= first.measured_at
     assert len(session.turns) == turns_before and outcome.status.startswith("Plain decoding:")
+
+
+def test_one_baseline_per_model_device_and_dtype_kept_over_new_chats_and_runs():
+    session = loaded()
+    request = session.baseline_request(SamplingConfig(), "default")
+    run(session, request)
+    measured = session.baseline()
+    session.new_chat()
+    assert session.baseline() == measured  # New chat and the next reply use the same figure
+    reply = run(session, session.send("hi", settings(), "default"))
+    assert session.figures().speedup == pytest.approx(reply.turn.stats.tok_per_s / measured.tok_per_s)
+    assert measured.describe().startswith(f"{measured.tok_per_s:.1f} tok/s, measured ")
+    # another dtype of the same model is another baseline
+    session.model_loaded(SimpleNamespace(requested="default", name="fake", device="cpu", dtype="bfloat16"))
+    assert session.baseline() is None
+    # a later run remembers them (gui.settings stores them by key), its own measurement wins
+    later = loaded()
+    later.remember_baselines({baseline_key(INFO): {"tok_per_s": measured.tok_per_s, "measured_at": 5.0},
+                              "broken": {"tok_per_s": "x"}})
+    assert later.baseline() == Baseline(measured.tok_per_s, 5.0)
 
 
 def test_a_measurement_too_short_to_count_is_no_baseline():
@@ -114,7 +141,7 @@ def test_a_measurement_too_short_to_count_is_no_baseline():
                                         max_new_tokens=MIN_BASELINE_TOKENS - 1))
     session.on_started(request.request_id, events[0])
     outcome = session.on_finished(request.request_id, events[-1])
-    assert outcome.baseline is None and "stopped before" in outcome.status and session.baselines == {}
+    assert outcome.baseline is None and "stopped before" in outcome.status and session.baseline() is None
 
 
 def test_a_failure_before_any_token_gives_the_message_back():
