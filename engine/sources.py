@@ -147,9 +147,11 @@ def _hub_snapshot(repo_id: str) -> Path:
 
 
 def backend_for(source: ModelSource, requested: str = "auto") -> str:
-    """Which backend serves `source`. "auto" is transformers for every source until a second backend
-    lands (then .gguf files and the built-in model go to llama.cpp where it is installed)."""
+    """Which backend serves `source`. "auto": .gguf files and the built-in model run on llama.cpp where
+    llama-cpp-python is installed (natively quantized, no conversion), everything else on transformers."""
     if requested == "auto":
+        if source.gguf_file and importlib.util.find_spec("llama_cpp") is not None:
+            return "llama.cpp"
         return "transformers"
     if requested not in BACKENDS:
         raise ModelLoadError(f"unknown backend {requested!r}; use auto or {', '.join(BACKENDS)}")
@@ -184,13 +186,18 @@ def resolve_device(device: str | None):
 
 def default_dtype(device_type: str):
     """The dtype a model loads in on a device of this type when none is asked for: bf16 on a CUDA device
-    that supports it (fp16 on one that doesn't, and for a CUDA device this machine lacks), fp16 on MPS,
-    float32 on the CPU."""
+    that supports it (fp16 on one that doesn't, and for a CUDA device this machine lacks), fp16 on MPS; on
+    the CPU bf16 where it computes bf16 natively (AVX512-BF16 or AMX: engine.cpu reads the flags), float32
+    elsewhere. Outputs that differ from plain decoding by bf16 rounding are told apart from errors by
+    engine.divergence; exact equality is checked in float32 (`--dtype float32`, --strict)."""
     import torch
     if device_type == "cuda":
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float16
-    return torch.float16 if device_type == "mps" else torch.float32
+    if device_type == "mps":
+        return torch.float16
+    from engine.cpu import native_bf16
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def resolve_dtype(dtype, device):

@@ -3,6 +3,8 @@ engine.compat's facts (a backend's own, and the HF reading)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -44,14 +46,21 @@ def test_names_become_sources(tmp_path):
         resolve_source(str(tmp_path / "folder"))
     with pytest.raises(ModelLoadError, match="model not found"):
         resolve_source("./nowhere")
-    assert backend_for(source) == "transformers"
+    # auto: a .gguf runs on llama.cpp where llama-cpp-python is installed, else on transformers
+    assert backend_for(source) == ("llama.cpp" if importlib.util.find_spec("llama_cpp") else "transformers")
+    assert backend_for(source, "transformers") == "transformers"
+    (tmp_path / "folder" / "config.json").write_text("{}")
+    assert backend_for(resolve_source(str(tmp_path / "folder"))) == "transformers"
     with pytest.raises(ModelLoadError, match="unknown backend"):
         backend_for(source, "onnx")
 
 
 def test_one_dtype_resolver_for_loading_and_estimates(monkeypatch):
     assert resolve_dtype("bf16", "cpu") is torch.bfloat16 and resolve_dtype("torch.float16", "cpu") is torch.float16
+    monkeypatch.setattr("engine.cpu.native_bf16", lambda: False)  # a CPU without bf16 in hardware
     assert resolve_dtype(None, torch.device("cpu")) is torch.float32 and resolve_dtype("auto", "mps") is torch.float16
+    monkeypatch.setattr("engine.cpu.native_bf16", lambda: True)  # AVX512-BF16 or AMX (engine.cpu)
+    assert resolve_dtype(None, "cpu") is torch.bfloat16 and resolve_dtype("float32", "cpu") is torch.float32
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_dtype("cuda") is torch.float16  # no CUDA here to say it supports bf16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
