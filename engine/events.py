@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from engine.stats import GenerationStats
+from engine.stats import GenerationStats, ServerStats
 
 
 class TokenStatus(enum.Enum):
@@ -107,6 +107,7 @@ class GenerationFinished:
     output_ids: tuple[int, ...]
     stats: GenerationStats
     error: str | None = None  # a message for the user when the reply ended on a problem (out of memory)
+    server: ServerStats | None = None  # a remote server's own figures (engine.remote); None when local
 
 
 Event = GenerationStarted | RoundVerified | GenerationFinished
@@ -120,7 +121,7 @@ def event_to_dict(event: Event) -> dict:
         value = getattr(event, name)
         if isinstance(value, TokenStatus):
             value = value.value
-        elif isinstance(value, GenerationStats):
+        elif isinstance(value, (GenerationStats, ServerStats)):
             value = value.as_dict()
         elif isinstance(value, tuple):
             value = list(value)

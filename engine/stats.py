@@ -220,3 +220,47 @@ def aggregate(runs: list[GenerationStats]) -> AggregateStats:
         decode_rounds=sum(s.decode_rounds for s in runs),
         draft_seconds=sum(s.draft_seconds for s in runs),
         verify_seconds=sum(s.verify_seconds for s in runs))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStats:
+    """What a remote server reported about one request's speculation (engine.remote), kept apart from the
+    figures measured on our side (tok/s, time to first token) so that every figure says where it came from.
+
+    `source` names where the counts were read: "metrics" (the server's /metrics counters, before and after
+    the request), "timings" (the response's own per-request figures), or "" (the server said nothing about
+    speculation: `note` says what it exposes). The server's definitions, which llama.cpp and vLLM share:
+    acceptance rate = accepted / drafted tokens; mean accepted length = 1 + accepted / drafts (tokens per
+    verification step); acceptance at position i = accepted at i / drafts."""
+
+    server: str  # llama-server | vllm | sglang | openai-compatible
+    url: str
+    source: str  # metrics | timings | ""
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    completion_tokens: int | None  # the server's own count (usage), None when it gave none
+    settings: tuple[tuple[str, str], ...] = ()  # the server's speculation settings, where it reports them
+    note: str = ""
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    @property
+    def per_position_acceptance(self) -> tuple[float, ...]:
+        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts else ()
+
+    def as_dict(self) -> dict:
+        out = {name: getattr(self, name) for name in self.__slots__}
+        out["accepted_per_position"] = list(self.accepted_per_position)
+        out["settings"] = dict(self.settings)
+        for name in ("acceptance_rate", "mean_accepted_length"):
+            out[name] = getattr(self, name)
+        out["per_position_acceptance"] = list(self.per_position_acceptance)
+        return out
