@@ -1,8 +1,10 @@
 """The transcript: turns as rich text, every token drawn by its status, a tooltip per token, and the legend.
 
-Appending is incremental: one QTextCursor kept at the end of the document inserts each round's tokens, so
-a long conversation costs the same per round at its end as at its start. Only a change of what is drawn
-(the rejected-drafts toggle, the theme) re-renders the whole document, from the session model.
+A reply is laid out as Markdown while it streams (gui.views.markdown.ReplyLayout: headings, lists, emphasis,
+tables, code blocks in a monospace font), every token keeping its format inside it. Appending is incremental:
+each round re-lays only the block being streamed, so a long conversation costs the same per round at its end
+as at its start. Only a change of what is drawn (the rejected-drafts toggle, the theme) re-renders the whole
+document, from the session model.
 
 May touch: QtWidgets/QtGui, gui.theme, engine.tokens (the tooltip's wording); reads the session's turns and
 tokens, never changes them.
@@ -21,6 +23,7 @@ from engine.events import TokenStatus
 from engine.tokens import draft_position_words
 from gui import theme
 from gui.session_model import Token, Turn
+from gui.views.markdown import ReplyLayout, ghost_text
 
 
 def describe_token(token: Token) -> str:
@@ -51,11 +54,6 @@ def describe_token(token: Token) -> str:
     return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
 
 
-def _ghost_text(text: str) -> str:
-    """Rejected drafts never break a line: a drafted newline shows as ↵."""
-    return text.replace("\r\n", "↵").replace("\n", "↵")
-
-
 class TranscriptView(QTextEdit):
     """Read-only rich text of the conversation; renders from `Turn`s and `Token`s, keeps no state of its own
     beyond the write cursor."""
@@ -73,7 +71,7 @@ class TranscriptView(QTextEdit):
         self._palette = palette
         self.show_rejected = True
         self._cursor = QTextCursor(self.document())
-        self._body_started = False
+        self._reply: ReplyLayout | None = None  # the reply being written
 
     # ------------------------------------------------------------------ whole-document rendering
     def set_palette(self, palette: theme.Palette) -> None:
@@ -120,7 +118,7 @@ class TranscriptView(QTextEdit):
         cursor.insertBlock(QTextBlockFormat(), theme.text_format(p))
         cursor.insertText(turn.text, theme.text_format(p))
         self._cursor = self._end_cursor()
-        self._body_started = False
+        self._reply = None
         if follow:
             self._scroll_to_end()
 
@@ -141,31 +139,21 @@ class TranscriptView(QTextEdit):
         for warning in turn.warnings:
             cursor.insertBlock(QTextBlockFormat())
             cursor.insertText("⚠ " + warning, theme.text_format(p, small=True, color=p.warning))
-        body = QTextBlockFormat()
-        body.setTopMargin(4)
-        body.setLineHeight(125, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
-        cursor.insertBlock(body, theme.text_format(p))
         self._cursor = cursor
-        self._body_started = True
+        self._reply = ReplyLayout(self.document(), cursor.position() + 1, p, self.show_rejected)
 
     def append_tokens(self, tokens: list[Token], scroll: bool = True) -> None:
         """Insert one round's tokens at the end (the per-round hot path)."""
         if not tokens:
             return
+        if self._reply is None:
+            raise RuntimeError("tokens arrived before begin_assistant")
         follow = scroll and self._at_bottom()
-        p = self._palette
         cursor = self._cursor
         cursor.beginEditBlock()  # one layout pass per round, not one per token
         try:
-            for token in tokens:
-                if token.status is TokenStatus.REJECTED:
-                    if not self.show_rejected:
-                        continue
-                    text = _ghost_text(token.text)
-                else:
-                    text = token.text
-                if text:
-                    cursor.insertText(text, theme.token_format(p, token.status, token.serial % 2 == 1, token.serial))
+            self._reply.add(tokens)
+            self._reply.render()
         finally:
             cursor.endEditBlock()
         if follow:
@@ -173,7 +161,8 @@ class TranscriptView(QTextEdit):
 
     def end_assistant(self, turn: Turn) -> None:
         p = self._palette
-        cursor = self._cursor
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._reply.end if self._reply is not None else self._cursor.position())
         footer = QTextBlockFormat()
         footer.setTopMargin(6)
         footer.setBottomMargin(4)
@@ -184,7 +173,7 @@ class TranscriptView(QTextEdit):
             cursor.insertBlock(footer)
             cursor.insertText(footer_text(turn), theme.text_format(p, small=True, dim=True))
         self._cursor = self._end_cursor()
-        self._body_started = False
+        self._reply = None
         if self._at_bottom(slack=200):
             self._scroll_to_end()
 

@@ -34,9 +34,10 @@ def test_transcript_draws_each_status_with_its_format(make_window, send_and_wait
     assert underline[TokenStatus.ACCEPTED] == {QTextCharFormat.UnderlineStyle.NoUnderline}
     rejected_colour = {fmt.foreground().color().name() for fmt, _ in seen[TokenStatus.REJECTED]}
     assert rejected_colour == {palette.status(TokenStatus.REJECTED).foreground}
-    # the committed tokens, in order, are exactly the reply (newlines become paragraph breaks)
+    # the committed tokens, in order, are exactly the reply laid out as Markdown: a blank line becomes a paragraph
+    # break, a single newline a line break (U+2028)
     committed = "".join(text for token, _, text, _ in fragments(window) if token.committed)
-    assert committed == turn.text.replace("\n", "")
+    assert committed.replace("\u2028", "\n") == turn.text.replace("\n\n", "").strip("\n")
     # a footer with the stats closes the turn
     assert "60 tokens" in window.transcript.toPlainText()
 
