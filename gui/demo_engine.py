@@ -47,6 +47,10 @@ class DemoTarget:
     n_layers: int | None
     context_length: int | None
 
+    @property
+    def dtype_label(self) -> str:
+        return self.dtype
+
 
 @dataclass(frozen=True, slots=True)
 class Recording:

@@ -106,9 +106,8 @@ class LoadOptions:
 def model_info(engine, requested: str) -> ModelInfo:
     """What the window shows of the engine's loaded target (engine.models.LoadedModel)."""
     target = engine.target
-    return ModelInfo(name=target.label, requested=requested, device=str(target.device),
-                     dtype=str(target.dtype).removeprefix("torch."), n_layers=target.n_layers,
-                     context_length=target.context_length)
+    return ModelInfo(name=target.label, requested=requested, device=str(target.device), dtype=target.dtype_label,
+                     n_layers=target.n_layers, context_length=target.context_length)
 
 
 def error_message(exc: BaseException) -> str:

@@ -44,6 +44,10 @@ class FakeModel:
     def label(self) -> str:
         return self.name
 
+    @property
+    def dtype_label(self) -> str:
+        return self.dtype
+
 
 @dataclass
 class FakeCall:
