@@ -49,3 +49,7 @@ class DownloadCancelledError(DownloadError):
 
 class UnsafeCheckpointError(DownloadError):
     """A repository has its weights only as pickle checkpoints, which need the user's explicit consent."""
+
+
+class ServerError(SpecScopeError):
+    """A remote inference server (engine.remote) could not be reached, refused, or is not what it should be."""

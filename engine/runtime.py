@@ -40,6 +40,10 @@ def load_engine(name: str, progress: Progress | None = None, *, device: str = "a
     """Load the target `name` (engine.models.load_model) and wrap it in the speculative Engine, with the
     thread limit set and the libraries quiet. `progress` hears the loader's lines (the engine's own slow
     steps later on go to `engine.on_status`). `trust_remote_code` only ever after the user agreed."""
+    from engine.sources import is_server_url
+    if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote)
+        from engine.remote import load_remote
+        return load_remote(name, progress)
     limit_torch_threads()
     quiet_libraries()
     from engine.models import load_model

@@ -1,4 +1,5 @@
 """The Hugging Face token, kept in the operating system's keyring (service "specscope", user "huggingface"),
+and each inference server's API key (user "server <origin>", sent only to that server by engine.remote),
 for the CLI (`specscope models download --token-from-keyring`) and the app (settings, model manager) alike.
 
 When no keyring backend works (a headless Linux without Secret Service, keyring's fail or null backend, a
@@ -38,8 +39,8 @@ def mask(token: str | None) -> str:
 class TokenStore:
     """Get, set and delete the Hugging Face token. Thread-safe; one instance per app is enough."""
 
-    def __init__(self, service: str = SERVICE, username: str = USERNAME) -> None:
-        self.service, self.username = service, username
+    def __init__(self, service: str = SERVICE, username: str = USERNAME, what: str = "a Hugging Face token") -> None:
+        self.service, self.username, self.what = service, username, what
         self._session_token: str | None = None
         self._session_only = False  # the keyring failed once: stay in memory for the rest of the session
         self._lock = threading.Lock()
@@ -96,7 +97,7 @@ class TokenStore:
         if not token:
             raise ValueError("the token is empty")
         if any(c.isspace() for c in token):
-            raise ValueError("a Hugging Face token has no spaces or line breaks")
+            raise ValueError(f"{self.what} has no spaces or line breaks")
         with self._lock:
             if not self._session_only and self.keyring_available():
                 try:
@@ -163,3 +164,30 @@ def delete_token() -> None:
 
 def token_storage() -> TokenStorage:
     return default_store().storage
+
+
+# ---- API keys of inference servers (engine.remote): one keyring entry per server address, sent only there
+
+SERVER_USER_PREFIX = "server "
+_servers: dict[str, TokenStore] = {}
+
+
+def server_store(origin: str) -> TokenStore:
+    """The key store of one server, by its origin (`https://host:port`, engine.remote_client's
+    ServerAddress.origin): keyring user "server https://host:port" under the same service."""
+    with _default_lock:
+        if origin not in _servers:
+            _servers[origin] = TokenStore(username=SERVER_USER_PREFIX + origin, what="an API key")
+        return _servers[origin]
+
+
+def server_key(origin: str) -> str | None:
+    return server_store(origin).get()
+
+
+def set_server_key(origin: str, key: str) -> TokenStorage:
+    return server_store(origin).set(key)
+
+
+def delete_server_key(origin: str) -> None:
+    server_store(origin).delete()

