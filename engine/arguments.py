@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.config import MAX_K, METHODS, SamplingConfig, SpecConfig
+from engine.config import BACKENDS, MAX_K, METHODS, SamplingConfig, SpecConfig
 
 DEFAULT_MAX_NEW_TOKENS = 256
 
@@ -31,14 +31,19 @@ def _help(text: str, unset: bool, kept: str = "the last one used") -> str:
 
 
 def add_model_args(parser: argparse.ArgumentParser, *, unset: bool = False, dtype: bool = True) -> None:
-    """--model, --device and (with dtype=True) --dtype."""
+    """--model, --device, --backend and (with dtype=True) --dtype."""
     parser.add_argument("--model", default=_default("default", unset),
                         help=_help("target: a model folder, a .gguf file, a hub id in the local cache, or "
                                    "'default'", unset, "the last one used, else the built-in model"))
     parser.add_argument("--device", default=_default("auto", unset),
                         help=_help("auto (cuda, then mps, then cpu), cpu, cuda, mps", unset, "the last one chosen"))
+    parser.add_argument("--backend", default=_default("auto", unset), choices=("auto",) + BACKENDS,
+                        help=_help("auto (llama.cpp for .gguf files and the built-in model where "
+                                   "llama-cpp-python is installed, else transformers), transformers, llama.cpp",
+                                   unset, "the last one chosen"))
     if dtype:
-        parser.add_argument("--dtype", default=None, help="float32 (CPU default), bf16 (CUDA default), fp16")
+        parser.add_argument("--dtype", default=None, help="float32 (CPU default), bf16 (CUDA default), fp16; "
+                            "transformers backend only (GGUF weights on llama.cpp stay as quantized)")
 
 
 def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> None:

@@ -45,7 +45,7 @@ def cmd_generate(args) -> int:
         warn(note)
     from engine.runtime import load_engine, terminal_progress
     progress = (lambda message: None) if args.json else terminal_progress()
-    engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype)
+    engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype, backend=args.backend)
     events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
                              system=args.system, stop_strings=tuple(args.stop or ()))
     if args.json:

@@ -50,8 +50,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
     chosen = backend_for(source, backend)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    check_memory(source, torch_device, torch_dtype)
     if chosen == "transformers":
+        check_memory(source, torch_device, torch_dtype)  # the llama.cpp backend checks its file and KV cache
         from engine.backends import transformers as implementation
     else:
         from engine.backends import llama_cpp as implementation

@@ -65,6 +65,9 @@ def _json_lines(path: str, content: str) -> list[Prompt]:
         except (json.JSONDecodeError, KeyError, IndexError, TypeError):
             raise ConfigError(f"{path}:{number} is neither Spec-Bench JSON ({{\"turns\": […]}}) nor "
                               "{\"prompt\": …}") from None
+        if not isinstance(text, str):
+            raise ConfigError(f"{path}:{number}: the prompt must be text (a JSON string), got "
+                              f"{type(text).__name__}")
         prompts.append(_prompt(row.get("question_id", number), row.get("category"), text))
     return prompts
 
@@ -93,8 +96,10 @@ def load_prompts(path: str | Path, categories: Iterable[str] | None = None, limi
         raise ConfigError(f"prompt file not found: {path}")
     try:
         content = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"prompt file {path} could not be read ({type(exc).__name__})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"prompt file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"prompt file {path} could not be read ({exc.strerror or type(exc).__name__})") from None
     found = _presets(content)
     prompts = select(found if found is not None else _json_lines(path, content), categories, limit)
     if not prompts:

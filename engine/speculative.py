@@ -26,6 +26,7 @@ from engine.draft_length import DraftLengthPolicy
 from engine.drafters import Drafter, Proposal, make_drafter
 from engine.errors import ConfigError, PromptTooLongError
 from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, target_status
+from engine.consent import ConsentAnswers, safety_check
 from engine.models import LoadedModel, load_model
 from engine.sources import resolve_source
 from engine.sampling import make_generator, probabilities, sample
@@ -104,6 +105,17 @@ def _align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return p_draft[:, :vocab_size] if extra < 0 else p_draft
 
 
+def check_draft_backend(target: LoadedModel, draft_source, draft_name: str) -> None:
+    """A draft runs on its target's backend: a GGUF target on llama.cpp needs a GGUF draft, and a GGUF draft
+    does not draft for a Hugging Face target. ConfigError with the way out otherwise."""
+    if target.backend == "llama.cpp" and not draft_source.gguf_file:
+        raise ConfigError(f"{draft_name} is a Hugging Face model, but {target.label} runs on llama.cpp, where a "
+                          "draft must be a .gguf file too (or run both with --backend transformers)")
+    if draft_source.gguf_file and target.source.kind in ("folder", "hub"):
+        raise ConfigError(f"{draft_name} is a GGUF file, but {target.label} is a Hugging Face model: pick a "
+                          "Hugging Face draft (a GGUF draft drafts for a GGUF target)")
+
+
 # ------------------------------------------------------------------ the engine
 
 @dataclass(slots=True)
@@ -149,6 +161,7 @@ class Engine:
         self.runner = target.new_runner()
         self.eos_ids = target.eos_ids
         self.on_status = on_status
+        self.consent = ConsentAnswers()  # the user's safety answers, for draft models (engine.consent)
         self._draft_loader = draft_loader
         self._drafter_factory = drafter_factory
         self._draft: LoadedModel | None = None
@@ -162,6 +175,9 @@ class Engine:
     def validate(self, spec: SpecConfig) -> None:
         """Raise ConfigError/ModelLoadError/TokenizerMismatchError for a spec this target can't run."""
         check_backend(spec.method, self.target.backend)
+        if spec.speculative and not self.target.supports_rollback:
+            raise ConfigError(f"{self.target.label} keeps a recurrent state that cannot be rolled back past a "
+                              "rejected draft; only method none runs on it")
         if spec.info.uses_layers:
             check_layers(spec.layers, self.target.n_layers)
         if spec.info.needs_draft:
@@ -178,9 +194,13 @@ class Engine:
         if name == self.target.name or resolve_source(name) == resolve_source(self.target.name):
             draft = self.target  # same weights: share them, the drafter still keeps its own cache
         else:
+            check_draft_backend(self.target, resolve_source(name), name)
+            safety_check(name, self.consent)  # a draft gets the target's two questions (ConsentNeeded)
             self._status(f"Loading draft model {name}…")
             draft = self._draft_loader(name, device=str(self.target.device), dtype=self.target.dtype,
-                                       progress=self._status)
+                                       progress=self._status, backend=self.target.backend,
+                                       trust_remote_code=name in self.consent.remote_code_allowed,
+                                       allow_pickle=name in self.consent.pickle_allowed)
         check_tokenizers(self.target.tokenizer, draft.tokenizer, self.target.label, draft.label)
         self._forget_drafter()
         self._draft = draft
@@ -250,9 +270,9 @@ class Engine:
         state = self._begin(prompt, spec, sampling, drafter)
         yield GenerationStarted(
             spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
-            device=str(self.target.device), dtype=self.target.dtype_label, greedy=sampling.greedy,
-            prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids), max_new_tokens=max_new_tokens,
-            warnings=spec.warnings)
+            device=self.target.device_label or str(self.target.device), dtype=self.target.dtype_label,
+            greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
+            max_new_tokens=max_new_tokens, warnings=spec.warnings)
         try:
             while state.stop_reason is None:
                 room = self._room(state, cancel, max_new_tokens)

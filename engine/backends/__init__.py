@@ -33,7 +33,8 @@ class Runner(Protocol):
 
     def forward(self, new_ids: list[int], n_logits: int) -> "torch.Tensor":
         """Feed `new_ids` after the cached ones; float32 logits (n_logits, vocab) of the LAST n_logits
-        positions."""
+        positions. They may be a view of the backend's own buffer (llama.cpp), valid until the runner's next
+        call: clone what must be kept."""
 
     def rollback(self, length: int) -> None:
         """Keep the first `length` cached positions."""
@@ -72,6 +73,8 @@ class LoadedModel:
     eos_ids: frozenset[int]
     runner_factory: Callable[[], Runner] = field(repr=False)
     model: object = field(default=None, repr=False)
+    supports_rollback: bool = True  # False for a recurrent state (llama.cpp's Mamba/RWKV): plain decoding only
+    device_label: str = ""  # what runs the layers when `device` (where the logits are) does not say it
 
     def new_runner(self) -> Runner:
         """A fresh runner (an empty KV cache) on this model's weights."""

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from engine.errors import ModelLoadError
 
-GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 MAX_DIMS = 4
 # GGUF value types → struct format (8: string, 9: array, read apart)
@@ -96,13 +95,13 @@ def _tensor_bytes(ggml_type: int, dims: list[int]) -> int:
 
 
 def _parse(cursor: _Cursor) -> GgufHeader:
-    if bytes(cursor.buffer[:4]) != GGUF_MAGIC:
-        raise ValueError("it does not start with the GGUF magic bytes")
-    cursor.at = 4
+    cursor.at = 4  # past the magic bytes, checked by read_header
     version = cursor.scalar("<I")
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(f"GGUF version {version} is not supported (only {SUPPORTED_VERSIONS})")
     n_tensors, n_kv = cursor.scalar("<Q"), cursor.scalar("<Q")
+    if n_kv * 12 + n_tensors * 24 > cursor.size:  # the least a key/value pair and a tensor info can take
+        raise ValueError(f"its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
     metadata = {}
     for _ in range(n_kv):
         key = cursor.string()
@@ -122,17 +121,22 @@ def _parse(cursor: _Cursor) -> GgufHeader:
     data_end = data_start + last[1]
     if data_end > cursor.size:
         raise _Truncated(f"tensor {last[0]!r} ends at byte {data_end:,} of a {cursor.size:,}-byte file")
-    return GgufHeader(version, metadata, n_tensors, data_end, cursor.size)
+    header = GgufHeader(version, metadata, n_tensors, data_end, cursor.size)
+    if header.architecture is None:
+        raise ValueError("it names no architecture: general.architecture is missing")
+    return header
 
 
 def read_header(path: Path) -> GgufHeader:
     """The header of the GGUF file at `path`; ModelLoadError with the reason for a file that is not a whole
     GGUF (missing, unreadable, not GGUF, truncated, corrupt)."""
+    from engine.sources import gguf_problem
+    problem = gguf_problem(path)  # unreadable, or no magic bytes: worded as for every backend
+    if problem:
+        raise ModelLoadError(problem)
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)
-            if size < 24:
-                raise ModelLoadError(f"{path} is not a GGUF model: it is only {size} bytes long")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
                 return _parse(_Cursor(buffer, size))
     except OSError as exc:
@@ -142,4 +146,4 @@ def read_header(path: Path) -> GgufHeader:
         raise ModelLoadError(f"{path} is truncated{detail}: the download is incomplete; download it "
                              "again") from None
     except (ValueError, UnicodeError, OverflowError, MemoryError) as exc:
-        raise ModelLoadError(f"{path} is not a valid GGUF model ({exc})") from None
+        raise ModelLoadError(f"{path} could not be read as a GGUF model ({exc})") from None

@@ -428,4 +428,5 @@ def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, 
         device=torch.device("cpu"), dtype=None, dtype_label=gguf.dtype_label,
         load_seconds=time.perf_counter() - started, converted_now=False, n_layers=gguf.n_layers,
         context_length=gguf.context_length, vocab_size=gguf.vocab_size, n_parameters=gguf.n_parameters,
-        eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None)
+        eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None,
+        supports_rollback=gguf.supports_rollback, device_label=f"llama.cpp · {gguf.device_label}")

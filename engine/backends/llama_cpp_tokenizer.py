@@ -12,8 +12,10 @@ from __future__ import annotations
 import ctypes
 from functools import cached_property
 
-# llama_vocab_type → the name compat compares (vocabularies of different kinds never match)
+# llama_vocab_type → llama.cpp's name for it, and the name a Hugging Face tokenizer gives the same kind of
+# vocabulary (its tokenizer model's class: SentencePiece-BPE and byte-level BPE are both "BPE" there)
 VOCAB_KINDS = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLAMO2"}
+HF_VOCAB_KINDS = {"SPM": "BPE", "BPE": "BPE", "WPM": "WordPiece", "UGM": "Unigram"}
 PIECE_BUFFER = 256
 
 
@@ -83,10 +85,10 @@ class LlamaCppTokenizer:
         return {key: value for key, value in named.items() if value is not None}
 
     def tokenizer_facts(self):
-        """What engine.compat decides compatibility on: the GGUF vocabulary's kind (llama.cpp's names; its
-        byte-level BPE is HF's "BPE"), size, BOS/EOS and the stored text of every id."""
+        """What engine.compat decides compatibility on: the GGUF vocabulary's kind (named as HF names it, so a
+        GGUF and an HF tokenizer compare too), size, BOS/EOS and the stored text of every id."""
         from engine.compat import TokenizerFacts
-        return TokenizerFacts(vocab_kind=self.vocab_kind, size=self.vocab_size, bos_id=self.bos_token_id,
+        return TokenizerFacts(vocab_kind=HF_VOCAB_KINDS.get(self.vocab_kind, self.vocab_kind), size=self.vocab_size, bos_id=self.bos_token_id,
                               bos_token=self.bos_token, eos_id=self.eos_token_id, eos_token=self.eos_token,
                               piece=self._piece)
 

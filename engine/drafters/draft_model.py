@@ -41,7 +41,7 @@ class RunnerDrafter:
             logits = runner.forward(feed, 1)[-1]
             if self._sampling.greedy:
                 token = int(torch.argmax(logits))
-                rows.append(logits)  # turned into probabilities once, below
+                rows.append(logits.clone())  # kept past the next pass (a runner may reuse its buffer)
             else:
                 probs = probabilities(logits, self._sampling)
                 token = int(sample(probs, self._generator))

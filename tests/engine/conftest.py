@@ -60,8 +60,10 @@ def tiny_engine(tiny_model):
 
 @pytest.fixture(scope="session")
 def default_model(specscope_cache_dir):
+    """The built-in model on the transformers backend (float32); tests/engine/test_llama_cpp*.py run it on
+    llama.cpp."""
     try:
-        return load_model("default", device="cpu", dtype="float32")
+        return load_model("default", device="cpu", dtype="float32", backend="transformers")
     except DefaultModelMissingError as exc:  # only when the package is absent; any other failure fails
         pytest.skip(str(exc))
 

@@ -301,7 +301,7 @@ def test_a_truncated_gguf_is_refused_before_llama_cpp_sees_it(tiny_q8_gguf, tmp_
     data = tiny_q8_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[:keep] if keep > 0 else data[:-1])
-    with pytest.raises(ModelLoadError, match="truncated|only 10 bytes") as info:
+    with pytest.raises(ModelLoadError, match="truncated") as info:
         backend.load_gguf(cut)
     assert "\n" not in str(info.value)
 

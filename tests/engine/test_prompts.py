@@ -53,6 +53,7 @@ def test_categories_and_limit(tmp_path):
     ("# a README\n", r"q.txt:1 is neither Spec-Bench JSON"),
     ('{"prompt": "ok"}\n{"turns": []}\n', r"q.txt:2 is neither Spec-Bench JSON"),
     ("\n\n", "no prompts in"),
+    ('{"prompt": 42}\n', r"q.txt:1: the prompt must be text \(a JSON string\), got int"),
 ])
 def test_bad_files_get_one_clear_message(tmp_path, content, message):
     path = tmp_path / "q.txt"
@@ -66,7 +67,7 @@ def test_missing_and_unreadable_files(tmp_path):
         load_prompts(tmp_path / "none.jsonl")
     binary = tmp_path / "b.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(ConfigError, match="could not be read"):
+    with pytest.raises(ConfigError, match=r"is not UTF-8 text \(byte 0\); save it as UTF-8"):
         load_prompts(binary)
 
 
