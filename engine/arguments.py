@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from engine.config import BACKENDS, MAX_K, METHODS, SamplingConfig, SpecConfig
+from engine.validation import check_max_new_tokens, parse_float, parse_int
 
 DEFAULT_MAX_NEW_TOKENS = 256
 
@@ -53,13 +54,13 @@ def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> No
                         help=_help("none, or a drafter", unset) if unset else
                         "none, or a drafter (default: draft-model with --draft, else none)")
     parser.add_argument("--draft", default=None, help="draft model for --method draft-model ('default' works)")
-    parser.add_argument("--k", type=int, default=_default(d.k, unset),
+    parser.add_argument("--k", type=parse_int, default=_default(d.k, unset),
                         help=_help(f"tokens drafted per round, 1…{MAX_K}", unset))
-    parser.add_argument("--layers", type=int, default=None,
+    parser.add_argument("--layers", type=parse_int, default=None,
                         help="early-exit: target layers that draft (default: the method's own choice)")
-    parser.add_argument("--ngram-max", type=int, default=_default(d.ngram_max, unset),
+    parser.add_argument("--ngram-max", type=parse_int, default=_default(d.ngram_max, unset),
                         help=_help("prompt-lookup: longest n-gram matched", unset))
-    parser.add_argument("--ngram-min", type=int, default=_default(d.ngram_min, unset),
+    parser.add_argument("--ngram-min", type=parse_int, default=_default(d.ngram_min, unset),
                         help=_help("prompt-lookup: shortest n-gram matched", unset))
     parser.add_argument("--adaptive", action="store_true", default=_default(False, unset),
                         help="draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
@@ -68,19 +69,36 @@ def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> No
 def add_sampling_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> None:
     """--temperature, --top-p, --top-k, --seed."""
     d = _SAMPLING_DEFAULTS
-    parser.add_argument("--temperature", type=float, default=_default(d.temperature, unset),
+    parser.add_argument("--temperature", type=parse_float, default=_default(d.temperature, unset),
                         help=_help("0 = greedy", unset) if unset else "0 = greedy (default)")
-    parser.add_argument("--top-p", type=float, default=_default(d.top_p, unset), help=_help("1 = off", unset))
-    parser.add_argument("--top-k", type=int, default=_default(d.top_k, unset), help=_help("0 = off", unset))
-    parser.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    parser.add_argument("--top-p", type=parse_float, default=_default(d.top_p, unset), help=_help("1 = off", unset))
+    parser.add_argument("--top-k", type=parse_int, default=_default(d.top_k, unset), help=_help("0 = off", unset))
+    parser.add_argument("--seed", type=parse_int, default=None, help="random seed for sampling")
 
 
 def add_generation_args(parser: argparse.ArgumentParser, *, unset: bool = False,
                         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> None:
     """--max-new-tokens and --system."""
-    parser.add_argument("--max-new-tokens", type=int, default=_default(max_new_tokens, unset),
+    parser.add_argument("--max-new-tokens", type=parse_int, default=_default(max_new_tokens, unset),
                         help=_help("most tokens to generate", unset))
     parser.add_argument("--system", default=None, help="system prompt")
+
+
+def add_consent_args(parser: argparse.ArgumentParser) -> None:
+    """--trust-remote-code and --allow-pickle: the answers to engine.consent's two questions, given up front
+    (a command-line or scripted run never stops to ask)."""
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run the Python code a model (or its draft) ships with (auto_map): only for models "
+                             "you trust")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="load weights stored only as pickle checkpoints (.bin/.pt), which can run code: "
+                             "only for models you trust")
+
+
+def check_generation_args(args: argparse.Namespace) -> None:
+    """The numbers of --max-new-tokens (when given) at the edge of their type; raises ConfigError."""
+    if getattr(args, "max_new_tokens", None) is not None:
+        check_max_new_tokens(args.max_new_tokens)
 
 
 def _given(args: argparse.Namespace, name: str, base):
@@ -103,5 +121,5 @@ def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLIN
                           top_p=_given(args, "top_p", base), seed=_given(args, "seed", base))
 
 
-__all__ = ["add_model_args", "add_spec_args", "add_sampling_args", "add_generation_args", "spec_from_args",
+__all__ = ["add_consent_args", "check_generation_args", "add_model_args", "add_spec_args", "add_sampling_args", "add_generation_args", "spec_from_args",
            "sampling_from_args", "DEFAULT_MAX_NEW_TOKENS"]

@@ -22,14 +22,16 @@ from engine.compare import SweepPoint, SweepSummary, sweep_specs, sweep_summary,
 from engine.config import SamplingConfig, SpecConfig, parse_spec
 from engine.errors import ConfigError
 from engine.prompts import Prompt, load_prompts
+from engine.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
+                               write_text_atomic)
 from engine.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
 
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", required=True, help="JSON lines: Spec-Bench format or {\"prompt\": …}")
     parser.add_argument("--category", action="append", help="only this category (repeatable)")
-    parser.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=parse_int, default=None, help="at most N prompts per category")
+    parser.add_argument("--max-new-tokens", type=parse_int, default=128)
     parser.add_argument("--config", action="append", default=[],
                         help="SPEC such as prompt-lookup:k=5, early-exit:k=4,layers=10, "
                              "draft-model:k=4,draft=default (repeatable; none always runs)")
@@ -37,8 +39,11 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         help="run every config's method for k = A…B (e.g. 1-8) and print the sweep")
     parser.add_argument("--compare-hf", action="store_true",
                         help="also time transformers' own generate() with the equivalent setting")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compare-llama", action="store_true",
+                        help="also time llama-cpp-python's own Llama (plain, and prompt lookup through its "
+                             "LlamaPromptLookupDecoding) on the same GGUF: ours ÷ theirs")
+    parser.add_argument("--temperature", type=parse_float, default=0.0)
+    parser.add_argument("--seed", type=parse_int, default=0)
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
 
 
@@ -121,16 +126,19 @@ def _record_hf(result: ConfigResult, prompt: Prompt, finished, new_ids: list[int
 
 
 def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_new_tokens: int,
-                  sampling: SamplingConfig, compare_hf: bool = False, progress=None) -> list[ConfigResult]:
+                  sampling: SamplingConfig, compare_hf: bool = False, progress=None,
+                  comparisons: dict | None = None) -> list[ConfigResult]:
     """Run plain decoding plus every spec on every prompt (engine.compare.with_plain_first: plain first,
-    once). Every spec is validated before the first run."""
+    once). Every spec is validated before the first run. `comparisons` (engine.bench_llama, by config label)
+    run llama-cpp-python's own loop after ours on the same prompt ids."""
+    comparisons = comparisons or {}
     specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
     results = [ConfigResult(spec) for spec in specs]
     progress = progress or (lambda done, total, label: None)
     _run_one(engine, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
-    total, done = len(prompts) * len(specs) * (2 if compare_hf else 1), 0
+    total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons)), 0
     for prompt in prompts:
         ids = engine.prompt_ids(prompt.text)
         for result in results:
@@ -143,11 +151,18 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
                 done += 1
                 progress(done, total, f"transformers {result.spec.label()}")
                 _record_hf(result, prompt, finished, new_ids, seconds)
+            comparison = comparisons.get(result.spec.label())
+            if comparison is not None:
+                comparison.run(prompt, ids, finished.output_ids, max_new_tokens, engine.eos_ids)
+                done += 1
+                progress(done, total, f"llama-cpp-python {result.spec.label()}")
     return results
 
 
-def summarise(results: list[ConfigResult], compare_hf: bool) -> dict:
-    """Every config's figures, overall ('all') and per category, as plain data."""
+def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict | None = None,
+              cost=None) -> dict:
+    """Every config's figures, overall ('all') and per category, as plain data; with the measured verify
+    cost curve `cost` (engine.verify_cost), the theoretical speed-up on it too."""
     baseline = results[0]
     out = {}
     for result in results:
@@ -172,6 +187,11 @@ def summarise(results: list[ConfigResult], compare_hf: bool) -> dict:
                 "drafted_tokens": pooled.drafted_tokens,
                 "cost_ratio": pooled.cost_ratio,
             }
+            if cost is not None:
+                on_cost = theoretical_from_stats(pooled, cost)
+                row["theoretical_speedup_measured_cost"] = on_cost
+                row["efficiency_measured_cost"] = efficiency(measured, on_cost) if on_cost else None
+            row.update(comparison_row((comparisons or {}).get(result.spec.label()), key, pooled.tok_per_s))
             if compare_hf and result.hf_seconds[key] > 0:
                 hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
                 row["hf_e2e_tok_per_s"] = hf_tok_s
@@ -195,26 +215,39 @@ def _fmt(value, pattern: str) -> str:
     return "–" if value is None else format(value, pattern)
 
 
+# Columns a table shows when some row has the figure: (heading, row key, format, unit)
+OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", "×"),
+                    ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
+                    ("llama-cpp-py tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),
+                    ("ours/llama-cpp-py", "ours_over_llama_cpp_python", ".2f", ""))
+
+
 def print_table(summary: dict, compare_hf: bool, console=None) -> None:
+    from rich.markup import escape
     from rich.table import Table
     console = console or _table_console()
     categories = sorted({key for rows in summary.values() for key in rows if key != "all"})
     for key in ["all"] + categories:
-        table = Table(title=f"{'overall' if key == 'all' else key}", title_justify="left")
+        table = Table(title=escape(f"{'overall' if key == 'all' else key}"), title_justify="left")
         for column in ("config", "tok/s", "speed-up", "accept", "mean len", "theory", "effic.", "identical"):
             table.add_column(column, justify="left" if column == "config" else "right")
         if compare_hf:
             table.add_column("ours/HF", justify="right")
+        optional = [c for c in OPTIONAL_COLUMNS if any(c[1] in row for rows in summary.values() for row in rows.values())]
+        for heading, *_ in optional:
+            table.add_column(heading, justify="right")
         for label, rows in summary.items():
             row = rows.get(key)
             if row is None:
                 continue
-            cells = [label, f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
+            cells = [escape(label), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
                      f"{row['acceptance_rate']:.0%}", f"{row['mean_accepted_length']:.2f}",
                      f"{row['theoretical_speedup']:.2f}×", _fmt(row["efficiency"], ".2f"),
                      f"{row['identical_to_none']}/{row['prompts']}"]
             if compare_hf:
                 cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
+            cells += [_fmt(row.get(key), pattern) + (unit if row.get(key) is not None else "")
+                      for _, key, pattern, unit in optional]
             table.add_row(*cells)
         console.print(table)
 
@@ -239,30 +272,39 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
         "temperature": args.temperature, "seconds": seconds,
         "platform": platform.platform(), "configs": summary,
     }
-    Path(path).write_text(json.dumps(document, indent=2))
+    write_text_atomic(path, json.dumps(document, indent=2))
 
 
 def run(args) -> int:
     """The `specscope bench` command."""
     from rich.console import Console
+    from rich.markup import escape
+    from engine.consent import ConsentAnswers, require
     from engine.runtime import load_engine, terminal_progress
-    if args.max_new_tokens < 1:
-        raise ConfigError("--max-new-tokens must be ≥ 1")
+    check_max_new_tokens(args.max_new_tokens)
+    if args.limit is not None:
+        check_int("--limit", args.limit, 1, MAX_COUNT)
+    if args.json_out:
+        check_output_path(args.json_out, "--json")
     specs, sweep = _specs(args)
     prompts = load_prompts(args.prompts, args.category, args.limit)
     if args.compare_hf and args.temperature:
         raise ConfigError("--compare-hf compares greedy decoding; drop --temperature")
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)
+    flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+    names = (args.model, *(spec.draft for spec in specs))
+    require(names, **flags)
     err = Console(stderr=True, highlight=False)
-    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype)
-    err.print(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
-              f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
-              f"({engine.target.dtype_label})")
+    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, **flags)
+    engine.consent = ConsentAnswers.from_flags(names, **flags)
+    err.print(escape(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
+                     f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
+                     f"({engine.target.dtype_label})"))
     started = time.perf_counter()
 
     def progress(done, total, label):
         if err.is_terminal:
-            err.print(f"  [{done}/{total}] {label}".ljust(60), end="\r")
+            err.print(escape(f"  [{done}/{total}] {label}".ljust(60)), end="\r")
 
     results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress)
     if err.is_terminal:
@@ -273,7 +315,7 @@ def run(args) -> int:
         print_sweep(summary)
     if args.json_out:
         _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started)
-        err.print(f"figures written to {args.json_out}")
+        err.print(escape(f"figures written to {args.json_out}"))
     return 0
 
 

@@ -17,9 +17,10 @@ import threading
 from typing import Mapping, Sequence
 
 from engine import __version__
-from engine.arguments import (add_generation_args, add_model_args, add_sampling_args, add_spec_args,
-                              sampling_from_args, spec_from_args)
+from engine.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
+                              add_spec_args, check_generation_args, sampling_from_args, spec_from_args)
 from engine.errors import SpecScopeError
+from engine.validation import MAX_COUNT, check_int, decode_argument
 
 EXIT_BAD_INPUT = 2
 ENGINE_COMMANDS = ("generate", "bench", "models")
@@ -36,16 +37,33 @@ def warn(message: str) -> None:
 
 # ------------------------------------------------------------------ generate
 
+def user_text(text: str | None, what: str) -> str | None:
+    """Text typed on the command line as valid Unicode: bytes that aren't UTF-8 become U+FFFD, with a warning."""
+    if text is None:
+        return None
+    decoded, replaced = decode_argument(text)
+    if replaced:
+        warn(f"{what} had bytes that are not UTF-8 text; they were replaced by \ufffd")
+    return decoded
+
+
 def cmd_generate(args) -> int:
+    from engine.consent import require
     from engine.events import event_to_dict
+    args.prompt, args.system = user_text(args.prompt, "the prompt"), user_text(args.system, "--system")
+    args.stop = [user_text(stop, "--stop") for stop in args.stop or ()]
     if not args.prompt.strip():
         raise SpecScopeError("the prompt is empty: give the text to answer")
     spec, sampling = spec_from_args(args), sampling_from_args(args)
+    check_generation_args(args)
     for note in spec.warnings:
         warn(note)
+    require((args.model, spec.draft), trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
     from engine.runtime import load_engine, terminal_progress
     progress = (lambda message: None) if args.json else terminal_progress()
-    engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype, backend=args.backend)
+    engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype, backend=args.backend,
+                         trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+    engine.consent = consent_answers(args, (args.model, spec.draft))
     events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
                              system=args.system, stop_strings=tuple(args.stop or ()))
     if args.json:
@@ -71,13 +89,23 @@ def _print_coloured(events, show_rejected: bool) -> None:
     stream.finish(finished)
 
 
+def consent_answers(args, names):
+    """The safety answers the command line gave (engine.consent.ConsentAnswers.from_flags), for the drafts."""
+    from engine.consent import ConsentAnswers
+    return ConsentAnswers.from_flags(names, trust_remote_code=args.trust_remote_code,
+                                     allow_pickle=args.allow_pickle)
+
+
 # ------------------------------------------------------------------ models
 
 def cmd_models(args) -> int:
     if args.models_command == "prepare":
+        from engine.consent import require
         from engine.models import load_model
-        first = load_model(args.model, device="cpu", progress=lambda m: print(m, file=sys.stderr))
-        again = load_model(args.model, device="cpu")
+        flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+        require((args.model,), **flags)
+        first = load_model(args.model, device="cpu", progress=lambda m: print(m, file=sys.stderr), **flags)
+        again = load_model(args.model, device="cpu", **flags)
         what = "converted and loaded" if first.converted_now else "loaded (already converted)"
         print(f"{first.label}: {what} in {first.load_seconds:.1f} s; next load {again.load_seconds:.2f} s "
               f"({first.source.path})")
@@ -90,7 +118,11 @@ def cmd_models(args) -> int:
 
 
 def _models_list(args) -> int:
+    from rich.markup import escape
+
     from engine import catalog
+    if args.context is not None:
+        check_int("--context", args.context, 1, MAX_COUNT * 10)
     entries = catalog.list_models(args.path or ())
     estimates = []
     for entry in entries:
@@ -112,15 +144,16 @@ def _models_list(args) -> int:
         table.add_column(column, overflow="fold")
     for entry, estimate in zip(entries, estimates):
         if estimate is None:
-            memory = f"[red]{entry.problem}[/]" if entry.problem else "?"
+            memory = f"[red]{escape(entry.problem)}[/]" if entry.problem else "?"
         else:
             memory = catalog.format_bytes(estimate.total_bytes)
             if estimate.fits is False:
                 memory += f" [red](only {catalog.format_bytes(estimate.free_bytes)} free)[/]"
-        table.add_row(entry.label if entry.name in ("default", entry.repo_id) else entry.name, entry.kind,
-                      entry.architecture or "?", catalog.format_parameters(entry.n_parameters),
+        name = entry.label if entry.name in ("default", entry.repo_id) else entry.name
+        table.add_row(escape(name), entry.kind, escape(entry.architecture or "?"),
+                      catalog.format_parameters(entry.n_parameters),
                       catalog.format_bytes(entry.size_bytes), f"{entry.vocab_size:,}" if entry.vocab_size else "?",
-                      entry.dtype or "?", memory)
+                      escape(entry.dtype or "?"), memory)
     console.print(table)
     return 0
 
@@ -129,8 +162,11 @@ def _models_check(args) -> int:
     from engine import catalog
     from engine.compat import explain_mismatch, tokenizer_difference
     from engine.errors import TokenizerMismatchError
+    from engine.consent import require
     from engine.models import load_tokenizer_only
-    target, draft = load_tokenizer_only(args.target), load_tokenizer_only(args.draft)
+    require((args.target, args.draft), trust_remote_code=args.trust_remote_code, allow_pickle=True)
+    target = load_tokenizer_only(args.target, trust_remote_code=args.trust_remote_code)
+    draft = load_tokenizer_only(args.draft, trust_remote_code=args.trust_remote_code)
     difference = tokenizer_difference(target, draft)
     if difference:
         raise TokenizerMismatchError(f"{args.draft} cannot draft for {args.target}. "
@@ -227,6 +263,7 @@ def _add_generate(sub) -> None:
     add_spec_args(gen)
     add_sampling_args(gen)
     add_generation_args(gen)
+    add_consent_args(gen)
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--hide-rejected", action="store_true", help="do not show rejected draft tokens")
     gen.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
@@ -246,6 +283,8 @@ def _add_models(sub) -> None:
     mcheck = msub.add_parser("check", help="exit 0 if DRAFT can draft for TARGET, 2 with the reason if not")
     mcheck.add_argument("target")
     mcheck.add_argument("draft")
+    mcheck.add_argument("--trust-remote-code", action="store_true",
+                        help="run the tokenizers' own Python code (auto_map): only for models you trust")
     mdown = msub.add_parser("download", help="download a model from the Hugging Face Hub into its cache "
                                              "(Ctrl-C cancels; running it again continues)")
     mdown.add_argument("repo_id", help="e.g. Qwen/Qwen3-0.6B")
@@ -257,6 +296,7 @@ def _add_models(sub) -> None:
                        help="accept pickle checkpoints (.bin/.pt) when a repo has no safetensors: they can run code")
     mprep = msub.add_parser("prepare", help="convert a GGUF model once so that later starts are fast")
     mprep.add_argument("model", nargs="?", default="default")
+    add_consent_args(mprep)
 
 
 def build_parser(other_commands: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
@@ -270,6 +310,7 @@ def build_parser(other_commands: Mapping[str, str] | None = None) -> argparse.Ar
     bench = sub.add_parser("bench", help="measure methods against plain decoding on a prompt set")
     add_model_args(bench)
     add_bench_args(bench)
+    add_consent_args(bench)
     for name, help_text in (other_commands or {}).items():
         sub.add_parser(name, help=help_text, add_help=False)
     _add_models(sub)
@@ -279,9 +320,13 @@ def build_parser(other_commands: Mapping[str, str] | None = None) -> argparse.Ar
 def _run_command(args) -> int:
     from engine.runtime import quiet_libraries
     handlers = {"generate": cmd_generate, "models": cmd_models, "bench": _bench}
+    from engine.consent import ConsentNeeded
     try:
         quiet_libraries()
         return handlers[args.command](args)
+    except ConsentNeeded as exc:  # a command line never asks: it says which flag answers the question
+        print(f"specscope: error: {exc.unattended()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except SpecScopeError as exc:
         print(f"specscope: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

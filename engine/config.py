@@ -3,7 +3,9 @@
 `METHOD_TABLE` is where a method's name, the label the user reads, its help line, whether it needs a draft
 model or uses the target's layers, and which backends serve it live. The CLI parser, the GUI controls, the
 compare view and the benchmark read it; the checks on a method's parameters (`check_k`, `check_layers`,
-`check_backend`) are written here once and called everywhere. Pure Python: imports nothing but the errors.
+`check_backend`) are written here once and called everywhere; the number checks at the edge of their type
+(seeds, temperatures, sizes) are engine.validation's, called from here. Pure Python: imports nothing but the
+errors and engine.validation.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from engine.errors import ConfigError
+from engine.validation import (check_int, check_seed, check_temperature, check_top_k, check_top_p,
+                               MAX_COUNT)
 
 BACKENDS = ("transformers", "llama.cpp")
 MAX_K = 64
@@ -79,7 +83,7 @@ def check_layers(layers: int | None, n_layers: int | None = None) -> int | None:
     """Early-exit `layers` is ≥ 1 and, when the target's layer count is known, below it. None (auto) passes."""
     if layers is None:
         return None
-    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+    if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_COUNT:
         raise ConfigError(f"early-exit layers must be ≥ 1, got {layers!r}")
     if n_layers is not None and layers > n_layers - 1:
         raise ConfigError(f"early-exit layers must be from 1 to {n_layers - 1} for this model "
@@ -105,12 +109,10 @@ class SamplingConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise ConfigError(f"temperature must be ≥ 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ConfigError(f"top-k must be ≥ 0 (0 turns it off), got {self.top_k}")
+        object.__setattr__(self, "temperature", check_temperature(self.temperature))
+        object.__setattr__(self, "top_p", check_top_p(self.top_p))
+        check_top_k(self.top_k)
+        check_seed(self.seed)
 
     @property
     def greedy(self) -> bool:
@@ -136,6 +138,8 @@ class SpecConfig:
         if info.needs_draft and not self.draft:
             raise ConfigError(f"method {self.method} needs a draft model (--draft NAME, or 'default')")
         check_layers(self.layers)
+        check_int("--ngram-max", self.ngram_max, 1, MAX_COUNT)
+        check_int("--ngram-min", self.ngram_min, 1, MAX_COUNT)
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError(
                 f"n-gram sizes need 1 ≤ min ≤ max, got min={self.ngram_min} max={self.ngram_max}")

@@ -1,7 +1,9 @@
 """The two safety questions asked before a model loads: run the model's own Python code (trust_remote_code)?
 load weights that are pickle checkpoints only (they can run code)? The check lives in the engine so that
-every front end that can ask the user shares it: the app's worker thread (gui.worker) does today; the CLI
-never runs a model's own code (trust_remote_code stays off) and does not ask.
+every front end that can ask the user shares it: the app's worker thread (gui.worker) asks in a dialog; the
+CLI and the GUI's scripted mode never ask: `require` stops them at once with the flag that answers the
+question (--trust-remote-code, --allow-pickle). The loader itself (engine.models.load_model) refuses pickle
+weights it was not allowed, whoever calls it, and transformers always gets trust_remote_code explicitly.
 
 `safety_check` reads config and weight file names only (cheap, no model is loaded). It raises ConsentNeeded
 when the user must be asked first and UnsafeCheckpointError when they already said no. Touches the files
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from engine.errors import SpecScopeError, UnsafeCheckpointError
 
 REMOTE_CODE, PICKLE = "remote-code", "pickle"
+FLAGS = {REMOTE_CODE: "--trust-remote-code", PICKLE: "--allow-pickle"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,14 @@ class ConsentAnswers:
     pickle_allowed: frozenset[str] = frozenset()
     pickle_refused: frozenset[str] = frozenset()
 
+    @classmethod
+    def from_flags(cls, names, *, trust_remote_code: bool, allow_pickle: bool) -> "ConsentAnswers":
+        """The answers a command line gives for `names` (target and draft): yes where its flag is set, else
+        not asked (so `require` stops and names the flag)."""
+        chosen = frozenset(name for name in names if name)
+        return cls(remote_code_allowed=chosen if trust_remote_code else frozenset(),
+                   pickle_allowed=chosen if allow_pickle else frozenset())
+
 
 class ConsentNeeded(SpecScopeError):
     """Loading `model` needs the user's answer to a safety question first (`kind`: REMOTE_CODE | PICKLE)."""
@@ -33,6 +44,17 @@ class ConsentNeeded(SpecScopeError):
     def __init__(self, kind: str, model: str, message: str) -> None:
         super().__init__(message)
         self.kind, self.model = kind, model
+
+    @property
+    def flag(self) -> str:
+        return FLAGS[self.kind]
+
+    def unattended(self) -> str:
+        """The one line a run that can't ask (CLI, scripted GUI) stops with: what is at stake, and the flag."""
+        what = ("comes with its own Python code (auto_map), which SpecScope does not run unless you say so"
+                if self.kind == REMOTE_CODE else
+                "has its weights only as pickle checkpoints (.bin/.pt), which can run code when loaded")
+        return f"{self.model} {what}; if you trust its authors, run again with {self.flag}"
 
 
 def _model_folder(name: str):
@@ -80,4 +102,28 @@ def safety_check(name: str, answers: ConsentAnswers) -> None:
                             "authors. Load them?")
 
 
-__all__ = ["ConsentAnswers", "ConsentNeeded", "safety_check", "REMOTE_CODE", "PICKLE"]
+def require(names, *, trust_remote_code: bool = False, allow_pickle: bool = False) -> None:
+    """For a run that can't ask (CLI, scripted GUI): every model of `names` (target, draft; None skipped)
+    passes safety_check with the flags' answers, else ConsentNeeded is raised (its `unattended()` line names
+    the flag)."""
+    names = [name for name in names if name]
+    answers = ConsentAnswers.from_flags(names, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+    for name in names:
+        safety_check(name, answers)
+
+
+def is_pickle_only(name: str) -> bool:
+    """Whether `name` is a folder whose weights are pickle checkpoints only (engine.catalog.weight_files)."""
+    from engine.catalog import weight_files
+
+    found = _model_folder(name)
+    if found is None:
+        return False
+    try:
+        return weight_files(found[0])[2] == "pickle"
+    except OSError:
+        return False
+
+
+__all__ = ["ConsentAnswers", "ConsentNeeded", "safety_check", "require", "is_pickle_only", "REMOTE_CODE",
+           "PICKLE", "FLAGS"]

@@ -12,6 +12,7 @@ import os
 from typing import Callable
 
 from engine.backends import LoadedModel
+from engine.consent import PICKLE, ConsentNeeded, is_pickle_only
 from engine.sources import DEFAULT_PACKAGE  # noqa: F401 (tests/gui/test_gui_scripted.py reads it here)
 from engine.sources import (DEFAULT_MODEL, ModelSource, backend_for, converted_folder, resolve_device,
                             resolve_dtype, resolve_source)
@@ -41,12 +42,16 @@ def check_memory(source: ModelSource, device, dtype) -> None:
 
 
 def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=None, progress: Progress | None = None,
-               trust_remote_code: bool = False, *, backend: str = "auto") -> LoadedModel:
+               trust_remote_code: bool = False, *, allow_pickle: bool = False, backend: str = "auto") -> LoadedModel:
     """Load a model and its tokenizer, ready for inference. Raises ModelLoadError and friends.
-    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed, for this model.
+    `trust_remote_code` runs the model's own Python code and `allow_pickle` loads pickle-only weights: each only
+    ever True after the user agreed, for this model (a pickle-only folder without it: ConsentNeeded).
     `backend`: "auto" (engine.sources.backend_for) or one of engine.config.BACKENDS."""
     progress = progress or (lambda message: None)
     source = resolve_source(name)
+    if not allow_pickle and is_pickle_only(name):
+        raise ConsentNeeded(PICKLE, name, f"{source.label} has its weights only as pickle checkpoints (.bin/.pt), "
+                                          "which can run code when loaded, and loading them was not allowed")
     chosen = backend_for(source, backend)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -59,7 +64,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
                                trust_remote_code=trust_remote_code)
 
 
-def load_tokenizer_only(name: str):
-    """The tokenizer of a model, without its weights (for compatibility checks)."""
+def load_tokenizer_only(name: str, trust_remote_code: bool = False):
+    """The tokenizer of a model, without its weights (for compatibility checks). `trust_remote_code`: as in
+    load_model (passed to transformers explicitly, False unless the user agreed)."""
     from engine.backends import transformers
-    return transformers.load_tokenizer(resolve_source(name), name)
+    return transformers.load_tokenizer(resolve_source(name), name, trust_remote_code=trust_remote_code)

@@ -36,11 +36,11 @@ def terminal_progress() -> Progress:
 
 
 def load_engine(name: str, progress: Progress | None = None, *, device: str = "auto", dtype: str | None = None,
-                trust_remote_code: bool = False, backend: str | None = "auto"):
+                trust_remote_code: bool = False, allow_pickle: bool = False, backend: str | None = "auto"):
     """Load the target `name` (engine.models.load_model) on `backend` ("auto", "transformers", "llama.cpp";
     None is "auto") and wrap it in the speculative Engine, with the thread limit set and the libraries
     quiet. `progress` hears the loader's lines (the engine's own slow steps later on go to
-    `engine.on_status`). `trust_remote_code` only ever after the user agreed."""
+    `engine.on_status`). `trust_remote_code` and `allow_pickle` only ever after the user agreed."""
     from engine.sources import is_server_url
     if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote)
         from engine.remote import load_remote
@@ -51,7 +51,8 @@ def load_engine(name: str, progress: Progress | None = None, *, device: str = "a
     from engine.speculative import Engine
 
     return Engine(load_model(name, device=device, dtype=dtype, progress=progress,
-                             trust_remote_code=trust_remote_code, backend=backend or "auto"))
+                             trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+                             backend=backend or "auto"))
 
 
 __all__ = ["load_engine", "limit_torch_threads", "engine_threads", "quiet_libraries", "terminal_progress",

@@ -1,11 +1,13 @@
 """Terminal rendering for `specscope generate`: tokens coloured by status (the fold of engine.tokens, the one
-the GUI and the history use), then one stats line. Writes to the console only (rich)."""
+the GUI and the history use), then one stats line. Writes to the console only (rich); text that isn't ours
+(notes, errors) is escaped before it goes through rich markup."""
 
 from __future__ import annotations
 
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
@@ -39,7 +41,7 @@ class TerminalStream:
 
     def legend(self, started: GenerationStarted) -> None:
         for note in started.warnings:
-            self.err.print(f"[yellow]warning:[/] {note}")
+            self.err.print(f"[yellow]warning:[/] {escape(note)}")
         if started.method == "none":
             return
         legend = Text("legend: ")
@@ -62,5 +64,5 @@ class TerminalStream:
         if finished is None:
             return
         if finished.error:
-            self.err.print(f"[red]error:[/] {finished.error}")
-        self.out.print(stats_line(finished))
+            self.err.print(f"[red]error:[/] {escape(finished.error)}")
+        self.out.print(escape(stats_line(finished)))

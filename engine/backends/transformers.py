@@ -33,7 +33,7 @@ BACKEND = "transformers"
 Progress = Callable[[str], None]
 # what from_pretrained raises on a file it can't read (struct.error, EOFError: a truncated GGUF)
 _READ_ERRORS = (ValueError, KeyError, IndexError, OSError, RuntimeError, TypeError, AssertionError,
-                struct.error, EOFError, OverflowError)
+                struct.error, EOFError, OverflowError, AttributeError, ImportError)
 
 
 # ---------------------------------------------------------------- the runner
@@ -47,12 +47,51 @@ def crop_cache(cache, length: int) -> None:
     n_remove = cache_length(cache) - length
     if n_remove < 0:
         raise ValueError(f"cannot grow a cache by cropping ({cache_length(cache)} → {length})")
-    if n_remove:
-        cache.crop(-n_remove)
+    if cache is not None:
+        cache.crop(-n_remove)  # crop(0) is no-op, except that it trims a recorded sliding window / conv state
+
+
+class HiddenRows:
+    """The last layer's hidden state of cached positions `start`…`end`−1, kept in step with the cache (appended by
+    forward, cut by rollback) for drafters that draft from the target's own states. Capacity doubles, so
+    appending a round's rows costs O(rows) amortized, not a copy of the whole context."""
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.start = 0
+        self.end = 0
+
+    def append(self, rows: torch.Tensor, end: int) -> None:
+        """`rows` (n, hidden) are the states of positions end−n…end−1 (fewer than were fed leaves a gap)."""
+        n = rows.shape[0]
+        if self.buffer is None or end - n != self.end:  # a gap: keep only these
+            self.buffer, self.start = None, end - n
+        used = self.end - self.start if self.buffer is not None else 0
+        if self.buffer is None or used + n > self.buffer.shape[0]:
+            grown = rows.new_empty((max(2 * (used + n), 64), rows.shape[1]))
+            if self.buffer is not None:
+                grown[:used] = self.buffer[:used]
+            self.buffer = grown
+        self.buffer[used:used + n] = rows
+        self.end = end
+
+    def truncate(self, length: int) -> None:
+        self.end = min(self.end, length)
+        if self.end <= self.start:
+            self.buffer, self.start, self.end = None, length, length
+
+    def rows(self, start: int) -> torch.Tensor | None:
+        """The states of positions start…end−1, or None where some of them were never kept."""
+        if self.buffer is None or start < self.start:
+            return None
+        return self.buffer[start - self.start:self.end - self.start]
 
 
 class TransformersRunner:
-    """A causal LM, its KV cache and the ids in it (engine.backends.Runner). One generation at a time."""
+    """A causal LM, its KV cache and the ids in it (engine.backends.Runner). One generation at a time.
+
+    On request (`record_outputs`) it also keeps what MTP heads and Gemma 4 assistants draft from: the last
+    layer's hidden state of every cached position (`hidden`) and the last pass's shared key/value states."""
 
     def __init__(self, model, config=None) -> None:
         self.model = model
@@ -63,17 +102,41 @@ class TransformersRunner:
         params = inspect.signature(model.forward).parameters
         self._takes_logits_to_keep = "logits_to_keep" in params
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.hidden: HiddenRows | None = None  # kept only once a drafter asked (record_outputs)
+        self._keep_shared_kv = False
+        self._shared_kv: tuple[dict, int] | None = None  # the last pass's shared K/V and the length after it
+
+    def record_outputs(self, *, shared_kv: bool = False) -> None:
+        """From now on keep the last layer's hidden states (and, with `shared_kv`, the last pass's shared
+        key/value states, Gemma 4). Empties the cache, so that every cached position has its state."""
+        if self.hidden is None or shared_kv != self._keep_shared_kv:
+            self.reset()
+            self.hidden = HiddenRows()
+            self._keep_shared_kv = shared_kv
+
+    def shared_kv_states(self, length: int) -> dict | None:
+        """The shared key/value states of the last pass, cut to the first `length` positions (a rejected draft's
+        tail dropped); each type's states end at the same position, whatever window they cover."""
+        if self._shared_kv is None or length > self._shared_kv[1]:
+            return None
+        states, end = self._shared_kv
+        drop = end - length
+        return {kind: (k[..., :k.shape[-2] - drop, :], v[..., :v.shape[-2] - drop, :])
+                for kind, (k, v) in states.items()}
 
     def reset(self) -> None:
         self.cache = None
         self.ids = []
+        self._shared_kv = None
+        if self.hidden is not None:
+            self.hidden = HiddenRows()
 
     def release(self) -> None:
         self.reset()
 
     def rollback(self, length: int) -> None:
         """Keep the first `length` cached positions."""
-        if length >= len(self.ids):
+        if length > len(self.ids):
             return
         try:
             crop_cache(self.cache, length)
@@ -82,6 +145,8 @@ class TransformersRunner:
             self.reset()
             return
         del self.ids[length:]
+        if self.hidden is not None:
+            self.hidden.truncate(length)
 
     def sync(self, context_ids: list[int]) -> list[int]:
         """Roll the cache back to its common prefix with `context_ids` (always leaving the last id out)
@@ -92,17 +157,31 @@ class TransformersRunner:
         """Feed `new_ids` after the cached ones; return float32 logits of the last `n_logits` positions."""
         if self.cache is None:
             self.cache = DynamicCache(config=self.config)
+            # sliding-window and linear-attention layers keep their past until the next crop, so that a
+            # rejected draft can be rolled back instead of recomputing the whole context
+            self.cache.activate_past_recording()
         input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
         kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
         if self._takes_logits_to_keep:
             kwargs["logits_to_keep"] = n_logits
+        if self.hidden is not None:
+            kwargs["output_hidden_states"] = -1  # only the last layer's, as transformers' MTP generator asks
+            if self._keep_shared_kv:
+                kwargs["return_shared_kv_states"] = True
         try:
             out = self.model(input_ids=input_ids, **kwargs)
         except BaseException:
             self.reset()  # the cache may hold part of this pass: start clean next time
             raise
         self.ids.extend(new_ids)
+        if self.hidden is not None:
+            self._keep_outputs(out)
         return out.logits[0, -n_logits:].float()
+
+    def _keep_outputs(self, out) -> None:
+        self.hidden.append(out.hidden_states[-1][0], len(self.ids))
+        if self._keep_shared_kv:
+            self._shared_kv = (dict(out.shared_kv_states), len(self.ids))
 
 
 # ---------------------------------------------------------------- GGUF, dequantized once
@@ -139,9 +218,9 @@ def convert_gguf(source: ModelSource, progress: Progress) -> Path:
         return target
     progress(f"Converting {gguf_path.name} once (later starts reuse it)…")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+        tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
-                                                     dtype=torch.float32)
+                                                     dtype=torch.float32, trust_remote_code=False)
     except _READ_ERRORS as exc:
         raise ModelLoadError(f"{gguf_path} could not be read as a GGUF model ({_first_line(exc)})") from None
     model.hf_quantizer = None  # the weights are dequantized now; lets save_pretrained write them
@@ -153,24 +232,46 @@ def convert_gguf(source: ModelSource, progress: Progress) -> Path:
 
 # ---------------------------------------------------------------- loading
 
-def load_tokenizer(source: ModelSource, name: str):
-    """The tokenizer of a model, without its weights (for compatibility checks)."""
+def load_tokenizer(source: ModelSource, name: str, *, trust_remote_code: bool = False):
+    """The tokenizer of a model, without its weights (for compatibility checks). `trust_remote_code` is
+    passed explicitly: False unless the user agreed (transformers then refuses, never asks)."""
     from transformers import AutoTokenizer
     try:
         if source.gguf_file:
             check_gguf(source.file)
             converted = converted_folder(source.file)
             if (converted / "config.json").is_file():
-                return AutoTokenizer.from_pretrained(converted)
-            return AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
-        return AutoTokenizer.from_pretrained(source.path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+                return AutoTokenizer.from_pretrained(converted, trust_remote_code=False)
+            return AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(source.path, trust_remote_code=trust_remote_code)
+    except _READ_ERRORS as exc:
         raise ModelLoadError(f"the tokenizer of {name} could not be loaded ({_first_line(exc)})") from None
+
+
+def check_weight_files(folder: Path) -> None:
+    """Every safetensors file of a folder has a readable header that covers the file (what an interrupted
+    download or copy breaks): ModelLoadError naming the file and what to do, before transformers reads it."""
+    from safetensors import SafetensorError, safe_open
+
+    from engine.catalog import weight_files
+    try:
+        present, _missing, weights_format = weight_files(folder)
+    except OSError:
+        return
+    for file in present if weights_format == "safetensors" else ():
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise ModelLoadError(f"{file} is not a readable safetensors file ({_first_line(exc)}); it may be an "
+                                 "interrupted download or copy: download or copy it again") from None
 
 
 def _from_pretrained(name: str, source: ModelSource, folder: Path, device: torch.device, dtype: torch.dtype,
                      trust_remote_code: bool):
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    check_weight_files(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
@@ -180,9 +281,10 @@ def _from_pretrained(name: str, source: ModelSource, folder: Path, device: torch
     except torch.OutOfMemoryError:
         raise OutOfMemoryError(f"not enough {device.type} memory to load {source.label}; try a smaller "
                                "model or dtype") from None
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
-        raise ModelLoadError(f"{name} could not be loaded as a causal language model ({_first_line(exc)})") \
-            from None
+    except (SafetensorError, *_READ_ERRORS) as exc:
+        hint = " (it needs its own code: --trust-remote-code)" if "trust_remote_code" in str(exc) else ""
+        raise ModelLoadError(f"{name} could not be loaded as a causal language model ({_first_line(exc)})"
+                             f"{hint}") from None
     return model.eval(), tokenizer
 
 
