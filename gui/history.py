@@ -143,6 +143,13 @@ class HistoryRecorder:
             self._guard(self.store.finish_from_event, self.message_id, event)
         self.message_id = None
 
+    def reply_stopped(self, stop_reason: str, stats: dict | None) -> None:
+        """The window ended the reply (a new chat, closing SpecScope): what it wrote stays, complete, ended by
+        `stop_reason` with its figures so far; not an error."""
+        if self.message_id is not None:
+            self._guard(self.store.finish_assistant_message, self.message_id, stats=stats, stop_reason=stop_reason)
+        self.message_id = None
+
     def reply_failed(self, message: str, *, taken_back: bool) -> None:
         """The request failed: with nothing generated (`taken_back`: the user message went back to the message
         box) both messages go; otherwise the partial reply stays, marked interrupted, with the error."""

@@ -39,6 +39,11 @@ KIND_LABELS = {"built-in": "built in", "hub-cache": "HF cache", "folder": "folde
 NO_DRAFT = "none (no draft model)"
 
 
+def plural(n: int, word: str) -> str:
+    """'1 model', '3 models'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 @dataclass(frozen=True, slots=True)
 class PairVerdict:
     target: str
@@ -362,7 +367,7 @@ class ModelManager(QDialog):
             self._fill_table()
             self._fill_combos()
             usable = sum(1 for e in self.entries if e.usable)
-            self.status.setText(f"{len(self.entries)} models found, {usable} ready to load · HF cache: "
+            self.status.setText(f"{plural(len(self.entries), 'model')} found, {usable} ready to load · HF cache: "
                                 f"{catalog.hub_cache_dir()}")
             self.catalog_listed.emit()
             self._pair_changed()

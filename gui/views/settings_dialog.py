@@ -53,11 +53,10 @@ class SettingsDialog(QDialog):
         self.token_problem.setWordWrap(True)
         self.token_problem.hide()
         form.addRow("", self.token_problem)
-        help_ = QLabel("Create a read token at huggingface.co/settings/tokens. It is kept in your system's "
-                       "keyring only: never in a settings file, the chat history or a log.")
-        help_.setObjectName("dim")
-        help_.setWordWrap(True)
-        form.addRow(help_)
+        self.token_help = QLabel()
+        self.token_help.setObjectName("dim")
+        self.token_help.setWordWrap(True)
+        form.addRow(self.token_help)
         outer.addWidget(token_box)
 
         places = QGroupBox("Where SpecScope keeps things")
@@ -84,6 +83,11 @@ class SettingsDialog(QDialog):
         else:
             where = "memory for this session only: no system keyring is available, so it is forgotten when " \
                     "SpecScope quits"
+        # one story: where the token is kept, said the same way in both lines
+        kept = ("in your system's keyring only" if storage is TokenStorage.KEYRING
+                else "in memory for this session only (there is no system keyring)")
+        self.token_help.setText("Create a read token at huggingface.co/settings/tokens. It is kept "
+                                f"{kept}: never in a settings file, the chat history or a log.")
         if token:
             self.token_state.setText(f"A token is set ({secrets.mask(token)}), kept in {where}.")
         else:

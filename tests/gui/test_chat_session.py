@@ -74,7 +74,7 @@ def test_request_ids_grow_and_a_stopped_requests_stragglers_are_dropped():
     first = session.send("one", settings(), "default")
     events = list(FakeEngine().generate(first.conversation, spec=first.spec, max_new_tokens=8))
     session.on_started(first.request_id, events[0])
-    assert session.abandon("stopped: a new chat was started") and session.state == IDLE
+    assert session.abandon("cancelled") and session.state == IDLE
     session.new_chat()
     second = session.send("two", settings(), "default")
     assert second.request_id == first.request_id + 1
