@@ -26,6 +26,7 @@ from engine.consent import PICKLE, REMOTE_CODE, ConsentAnswers
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.stats import efficiency, speedup
 from gui.history import HistoryRecorder
+from gui.history_fork import branch_recorder
 from gui.session_model import Figures, SessionModel, Token, Turn
 
 MIN_BASELINE_TOKENS = 8  # a plain-decoding run shorter than this is no reference
@@ -89,6 +90,7 @@ class ChatSession(SessionModel):
         self.loading: str | None = None  # the model being loaded
         self.active = None  # the request in flight
         self.settings_in_effect: Settings | None = None  # what the last message was sent with
+        self.sent_with: list[tuple[Turn, Settings]] = []  # each message sent this session and its settings
         self.saved_settings: dict | None = None  # what a reopened chat's last reply ran with (its settings record)
         self.consents: dict[tuple[str, str], bool] = {}  # (kind, model) -> the answer given this session
         self.device_override: tuple[str, str] | None = None  # (device, dtype) for this run only (--device)
@@ -178,7 +180,7 @@ class ChatSession(SessionModel):
         model = self.model_name(fallback_model)
         self._request_record = settings_record(settings, model)
         self.recorder.user_message(text, self._request_record)
-        self.add_user(text)
+        self.sent_with.append((self.add_user(text), settings))
         return self._begin(CHAT, model, self.conversation(), settings.spec, settings.sampling,
                            settings.max_new_tokens)
 
@@ -251,8 +253,7 @@ class ChatSession(SessionModel):
         if event.error:
             status = f"Reply ended: {event.error}"
         else:
-            ended = "Stopped" if event.stop_reason == "cancelled" else "Done"  # as the reply's footer says it
-            status = (f"{ended} · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
+            status = (f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
                       + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
         return Outcome(CHAT, status, turn=turn)
 
@@ -268,20 +269,38 @@ class ChatSession(SessionModel):
         last = self.turns[-1] if self.turns and self.turns[-1].role == "assistant" else None
         return Outcome(CHAT, f"Refused: {message}", turn=last, restored_text=restored, error=message)
 
-    def abandon(self, stop_reason: str = "cancelled") -> bool:
+    def abandon(self, reason: str) -> bool:
         """Forget the request in flight (the window stops it); a chat reply's part so far is kept in the
-        history with its figures so far, ended by `stop_reason` (cancelled: a new chat; closed: SpecScope
-        was closed), never as an error. Returns whether there was one."""
+        history, marked with `reason`. Returns whether there was one."""
         request = self.active
         if request is None:
             return False
         self.active = None
         if request.purpose == CHAT:
-            stats = self.live.snapshot() if self.current is not None else None
-            if self.current is not None:
-                self.current.stop_reason = stop_reason
-            self.recorder.reply_stopped(stop_reason, stats.as_dict() if stats is not None else None)
+            self.recorder.reply_failed(reason, taken_back=False)
         return True
+
+    # ------------------------------------------------------------------ branches (Edit, Regenerate)
+    def settings_of(self, turn_index: int) -> Settings | None:
+        """The settings the user message `turn_index` (or the reply to it) was sent with, if sent this session."""
+        turn = self.turns[turn_index]
+        if turn.role == "assistant" and turn_index > 0:
+            turn = self.turns[turn_index - 1]
+        return next((settings for sent, settings in self.sent_with if sent is turn), None)
+
+    def fork_before(self, turn_index: int) -> str:
+        """Go on from before the user message `turn_index`: it and every turn after it leave the chat, and the
+        history writes to a new branch holding the turns before it (gui.history_fork; the old conversation
+        stays). Returns the message's text (to edit, or to send again)."""
+        turn = self.turns[turn_index]
+        if turn.role != "user" or self.active is not None:
+            raise ValueError("a chat forks at a user message, and not while a reply is being written")
+        kept = self.turns[:turn_index]
+        n_tokens = sum(len(t.tokens) for t in kept)  # serials run in turn order: the kept turns' come first
+        conversation_id = self.recorder.conversation_id
+        self.restore(kept, self.tokens[:n_tokens])
+        branch_recorder(self.recorder, conversation_id, len(kept))
+        return turn.text
 
     # ------------------------------------------------------------------ conversations
     def new_chat(self) -> None:

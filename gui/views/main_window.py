@@ -13,14 +13,14 @@ chats), gui.settings (QSettings), the views' public methods. Never the engine's 
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox,
+from PySide6.QtGui import QAction, QKeySequence, QShortcut, QTextCursor
+from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
                                QProgressBar, QPushButton, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
 from engine.config import SpecConfig, method_info
 from engine.errors import ConfigError
 from gui import theme
-from gui.chat_session import CHAT, ChatSession, baseline_key
+from gui.chat_session import CHAT, ChatSession, Settings, baseline_key
 from gui.history import HistoryRecorder, turns_from_conversation
 from gui.replay import apply_values, saved_run, settings_words
 from gui.settings import AppSettings
@@ -35,17 +35,6 @@ from gui.views.transcript import LegendBar, TranscriptView
 from gui.worker import REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
 REFRESH_MS = 50  # graphs and stats strip: at most 20 redraws a second
-
-
-def spec_words(spec: SpecConfig) -> str:
-    """A setting as the user reads it: the method table's label, then k and the draft or layers."""
-    if not spec.speculative:
-        return spec.info.label
-    extra = [f"k={spec.k}"] + ([f"draft {spec.draft}"] if spec.draft else []) + (
-        [f"{spec.layers} layers"] if spec.layers else [])
-    return f"{spec.info.label}, {', '.join(extra)}"
-
-
 ABOUT = ("<b>SpecScope</b><br>Speculative decoding, running locally, that you can watch.<br><br>"
          "Each round a drafter proposes k tokens and the target model checks them in one pass: accepted tokens "
          "are kept, the first disagreement is replaced by the target's own token, and a fully accepted draft "
@@ -97,6 +86,7 @@ class MainWindow(QMainWindow):
         self._drawn = dict.fromkeys(PANELS, -1)
         self._next_panel = 0
         self._closed = False
+        self.editing: int | None = None  # the turn index of the message being edited (Edit), if any
 
         self._build_views(model or "default")
         self._build_menu()
@@ -131,7 +121,7 @@ class MainWindow(QMainWindow):
         self._build_history_dock()
         self._build_live_dock()
         self._build_status_bar()
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self._on_escape)
         self.stats_strip.show_figures(self.session.figures())
 
     def _build_chat_column(self) -> QWidget:
@@ -142,7 +132,9 @@ class MainWindow(QMainWindow):
         self.legend = LegendBar(self.palette_)
         self.legend.show_rejected_toggled.connect(self.set_show_rejected)
         column.addWidget(self.legend)
-        self.transcript = TranscriptView(self._token, self.palette_)
+        self.transcript = TranscriptView(self._token, self.palette_, actions=True)
+        self.transcript.action_requested.connect(self._on_transcript_action)
+        self.transcript.code_copied.connect(lambda text: self._set_status(f"Copied the code ({len(text)} characters)"))
         self.transcript.setPlaceholderText("Loading the model…")
         column.addWidget(self.transcript, 1)
         input_row = QHBoxLayout()
@@ -151,6 +143,7 @@ class MainWindow(QMainWindow):
         self.message_box.setPlaceholderText("Loading the model… (you can type already)")
         self.message_box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.message_box.send_requested.connect(self.send)
+        self.message_box.edit_last_requested.connect(self.edit_message)
         input_row.addWidget(self.message_box, 1)
         buttons = QVBoxLayout()
         buttons.setSpacing(4)
@@ -249,6 +242,8 @@ class MainWindow(QMainWindow):
         chat.addActions([QAction("&New chat", self, shortcut=QKeySequence.StandardKey.New, triggered=self.new_chat),
                          QAction("&Stop", self, triggered=self.stop)])
         chat.addSeparator()
+        self._build_reply_actions(chat)
+        chat.addSeparator()
         chat.addAction(QAction("Export chat as &Markdown…", self,
                                triggered=lambda: self._export_current("markdown")))
         chat.addAction(QAction("Export chat as &JSON…", self, triggered=lambda: self._export_current("json")))
@@ -262,46 +257,19 @@ class MainWindow(QMainWindow):
         for dock in (self.history_dock, self.controls_dock, self.live_dock):
             view.addAction(dock.toggleViewAction())
         view.addSeparator()
-        self.theme_actions = QActionGroup(self)  # the active theme is checked
         for name in ("light", "dark"):
-            action = QAction(f"{name.title()} theme", self, checkable=True,
-                             checked=theme.THEMES[name] == self.palette_,
-                             triggered=lambda _=False, n=name: self.set_theme(n))
-            action.setData(name)
-            self.theme_actions.addAction(action)
-            view.addAction(action)
+            view.addAction(QAction(f"{name.title()} theme", self, triggered=lambda _=False, n=name: self.set_theme(n)))
         tools = self.menuBar().addMenu("&Tools")
         tools.addAction(QAction("&Models…", self, shortcut=QKeySequence("Ctrl+M"), triggered=self.open_models))
-        settings = QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences) or [QKeySequence("Ctrl+,")]
-        tools.addAction(QAction("&Settings…", self, shortcut=settings[0], triggered=self.open_settings))
-        tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+C"),
+        tools.addAction(QAction("&Settings…", self, shortcut=QKeySequence.StandardKey.Preferences,
+                                triggered=self.open_settings))
+        tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+K"),
                                 triggered=self.open_compare))
         tools.addAction(QAction("Which setting is &fastest here?…", self, shortcut=QKeySequence("Ctrl+Shift+F"),
                                 triggered=self.open_fastest))
-        self._build_help_menu()
-
-    def _build_help_menu(self) -> None:
         help_ = self.menuBar().addMenu("&Help")
-        help_.addAction(QAction("&What am I looking at?", self, shortcut=QKeySequence(QKeySequence.StandardKey.HelpContents),
-                                triggered=lambda: self.open_help("guide")))
-        help_.addAction(QAction("&Keyboard shortcuts", self, shortcut=QKeySequence("Ctrl+/"),
-                                triggered=lambda: self.open_help("shortcuts")))
-        help_.addSeparator()
         help_.addAction(QAction("&About SpecScope", self,
                                 triggered=lambda: QMessageBox.about(self, "About SpecScope", ABOUT)))
-
-    def open_help(self, page: str):
-        """A Help page: "guide" (the colours and figures) or "shortcuts" (read from the menus' actions)."""
-        from gui.views.help import HelpPage, guide_html, shortcuts_html
-
-        if page == "guide":
-            dialog = HelpPage("What am I looking at?", guide_html(self.palette_), self)
-        else:
-            actions = [a for menu in self.menuBar().findChildren(QMenu) for a in menu.actions()]
-            dialog = HelpPage("Keyboard shortcuts", shortcuts_html(list(dict.fromkeys(actions))), self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
-        self._show_window(dialog)
-        return dialog
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1440, 900)
@@ -327,26 +295,31 @@ class MainWindow(QMainWindow):
             self._update_actions()
             self.load_requested.emit(name)
 
-    def send(self, text: str | None = None) -> bool:
-        """Send the message box's text (or `text`); returns whether a request went out."""
+    def send(self, text: str | None = None, settings: Settings | None = None) -> bool:
+        """Send the message box's text (or `text`) with the settings panel's settings (or `settings`); returns
+        whether a request went out. A message being edited (edit_message) forks the chat first."""
         if not self.session.ready or self.session.generating or self._comparing():
             return False
         text = (text if text is not None else self.message_box.toPlainText()).strip()
         if not text:
             return False
         try:
-            settings = self.controls.read()
+            settings = settings if settings is not None else self.controls.read()
         except ConfigError as exc:
             self.controls.revalidate()
             self._set_status(f"Refused: {exc}")
             return False
         self.controls.show_runtime_problem(None)
+        if self.editing is not None:  # the chat goes on from before the edited message; the history keeps both
+            self.session.fork_before(self.editing)
+            self.editing = None
+            self.transcript.render_turns(self.session.turns)
         request = self.session.send(text, settings, self.controls.model_name())
         self.history_panel.refresh()  # a new chat is in the sidebar from its first message
         self.history_panel.set_current(self.session.conversation_id)
         self.transcript.append_user(self.session.turns[-1])
         self.message_box.clear()
-        self._begin(request, f"Generating · {spec_words(settings.spec)}…")
+        self._begin(request, f"Generating with {settings.spec.label()}…")
         return True
 
     def stop(self) -> None:
@@ -358,7 +331,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         if self.session.generating:
             self.worker_thread.stop_generation()
-            self.session.abandon("cancelled")  # what it wrote is kept, marked as stopped
+            self.session.abandon("stopped: a new chat was started")  # what it wrote is kept, marked as stopped
             self._end_active()
         self.session.new_chat()
         self.controls.show_saved_settings(None)
@@ -409,8 +382,6 @@ class MainWindow(QMainWindow):
     def set_theme(self, name_or_palette) -> None:
         palette = theme.resolve(name_or_palette) if isinstance(name_or_palette, str) else name_or_palette
         self.palette_ = palette
-        for action in self.theme_actions.actions():
-            action.setChecked(theme.THEMES[action.data()] == palette)
         app = QApplication.instance()
         if app is not None:
             theme.apply(app, palette)
@@ -601,6 +572,86 @@ class MainWindow(QMainWindow):
         self._set_status(outcome.status)
         self.refresh_live_views()
         self.request_failed.emit(message)
+
+    # ------------------------------------------------------------------ reply actions: Copy, Regenerate, Edit
+    def _build_reply_actions(self, menu) -> None:
+        from gui.views.transcript import ACTION_TIPS
+
+        actions = (("&Copy last reply", "Ctrl+Shift+C", ACTION_TIPS["copy"], lambda: self.copy_reply()),
+                   ("&Regenerate last reply", "Ctrl+R", ACTION_TIPS["regenerate"], lambda: self.regenerate()),
+                   ("Regenerate with the c&urrent settings", "Ctrl+Shift+R",
+                    "Write the last reply again with the settings panel's settings, in a new branch of the chat",
+                    lambda: self.regenerate(current=True)),
+                   ("&Edit last message", "Ctrl+E", ACTION_TIPS["edit"], lambda: self.edit_message()))
+        for label, keys, tip, slot in actions:
+            action = QAction(label, self, shortcut=QKeySequence(keys), triggered=slot)
+            action.setToolTip(tip if keys in tip else f"{tip} ({keys})")
+            menu.addAction(action)
+        menu.setToolTipsVisible(True)
+
+    def _on_transcript_action(self, action: str, index: int) -> None:
+        {"copy": self.copy_reply, "regenerate": self.regenerate, "edit": self.edit_message}[action](index)
+
+    def _last_turn(self, role: str) -> int | None:
+        turns = self.session.turns
+        return next((i for i in range(len(turns) - 1, -1, -1) if turns[i].role == role), None)
+
+    def copy_reply(self, index: int | None = None) -> str | None:
+        """Put a reply's text (the last one's by default) on the clipboard: what the model wrote, no rejected
+        drafts, no glyphs. Returns it."""
+        index = self._last_turn("assistant") if index is None else index
+        if index is None or not self.session.turns[index].text:
+            self._set_status("No reply to copy yet")
+            return None
+        text = self.session.turns[index].text
+        QApplication.clipboard().setText(text)
+        self._set_status(f"Copied the reply ({len(text)} characters)")
+        return text
+
+    def regenerate(self, index: int | None = None, current: bool = False) -> bool:
+        """Write a reply (the last one by default) again with the settings it ran with (or, with `current` or
+        when they are not known, the settings panel's). The chat forks before the message it answered."""
+        index = self._last_turn("assistant") if index is None else index
+        if index is None or index == 0:
+            self._set_status("No reply to regenerate yet")
+            return False
+        if self.session.generating or self._comparing() or not self.session.ready:
+            self._set_status("Wait for the reply (or the model) first, or stop it")
+            return False
+        settings = None if current else self.session.settings_of(index)
+        if settings is None:
+            try:
+                settings = self.controls.read()
+            except ConfigError as exc:
+                self._set_status(f"Refused: {exc}")
+                return False
+        self.editing = None
+        text = self.session.fork_before(index - 1)
+        self.transcript.render_turns(self.session.turns)
+        return self.send(text, settings)
+
+    def edit_message(self, index: int | None = None) -> bool:
+        """Put one of your messages (the last one by default) in the message box; sending it forks the chat
+        there (the history keeps both branches). Esc cancels."""
+        index = self._last_turn("user") if index is None else index
+        if index is None or self.session.generating:
+            self._set_status("No message to edit yet" if index is None else "Wait for the reply or stop it first")
+            return False
+        self.editing = index
+        self.message_box.setPlainText(self.session.turns[index].text)
+        self.message_box.moveCursor(QTextCursor.MoveOperation.End)
+        self.message_box.setFocus()
+        self._set_status("Editing a message: Enter sends it as a new branch of this chat (the history keeps both); "
+                         "Esc cancels")
+        return True
+
+    def _on_escape(self) -> None:
+        if self.session.generating:
+            self.stop()
+        elif self.editing is not None:
+            self.editing = None
+            self.message_box.clear()
+            self._set_status("Edit cancelled")
 
     # ------------------------------------------------------------------ history
     def open_conversation(self, conversation_id: int) -> bool:
@@ -857,7 +908,7 @@ class MainWindow(QMainWindow):
         if self.draft_jobs is not None:
             self.draft_jobs.shutdown()
         self.worker_thread.shutdown()
-        self.session.abandon("closed")  # what it wrote is kept, marked as ended by closing (not an error)
+        self.session.abandon("stopped: SpecScope was closed")
         if self.store is not None:
             self.store.close()
 

@@ -178,6 +178,7 @@ class ReplyLayout:
         self._ghosts_drawn = 0
         self._live_ghost = 0  # the first ghost drawn in the live region
         self.relayouts = self.appends = 0  # how often the live region was replaced / extended (benchmark)
+        self.copied = 0  # characters written into the transcript in all (linear in the reply's length)
 
     # ------------------------------------------------------------------ input
     def add(self, tokens: list[Token]) -> None:
@@ -370,4 +371,15 @@ class ReplyLayout:
         selection.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         if selection.hasSelection() or not append:
             cursor.insertFragment(QTextDocumentFragment(selection))
+        self.copied += cursor.position() - (self.end if append else self.live_position - 1)
         self.end = cursor.position()
+
+
+def code_block_range(block):
+    """The first and last blocks of the code block `block` is a line of."""
+    first = last = block
+    while first.previous().isValid() and is_code(first.previous()):
+        first = first.previous()
+    while last.next().isValid() and is_code(last.next()):
+        last = last.next()
+    return first, last

@@ -1,4 +1,5 @@
-"""The message box: Enter sends, Shift+Enter starts a new line. A QPlainTextEdit and one signal, no state."""
+"""The message box: Enter sends, Shift+Enter starts a new line, Up in an empty box asks to edit the last message.
+A QPlainTextEdit and two signals, no state."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 class MessageBox(QPlainTextEdit):
     send_requested = Signal()
+    edit_last_requested = Signal()
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -21,6 +23,10 @@ class MessageBox(QPlainTextEdit):
                 self.insertPlainText("\n")
             else:
                 self.send_requested.emit()
+            event.accept()
+            return
+        if event.key() == Qt.Key.Key_Up and not event.modifiers() and not self.toPlainText():
+            self.edit_last_requested.emit()
             event.accept()
             return
         super().keyPressEvent(event)

@@ -15,15 +15,23 @@ from __future__ import annotations
 from html import escape
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QTextBlockFormat, QTextCursor, QTextDocument, QTextFrameFormat, QTextLength
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolTip, QWidget
+from PySide6.QtCore import QEvent, QMimeData, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import (QColor, QGuiApplication, QPainter, QTextBlockFormat, QTextCharFormat, QTextCursor,
+                           QTextDocument, QTextFrameFormat, QTextLength)
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QToolTip, QWidget
 
 from engine.events import TokenStatus
 from engine.tokens import draft_position_words
 from gui import theme
 from gui.session_model import Token, Turn
-from gui.views.markdown import ReplyLayout, ghost_text
+from gui.views.markdown import ReplyLayout, code_block_range, is_code
+
+ACTION_SCHEME = "specscope-action:"  # the links under a turn: specscope-action:<action>:<turn index>
+ACTION_TIPS = {"copy": "Copy this reply's text, without the rejected drafts (the last reply: Ctrl+Shift+C)",
+               "regenerate": "Write this reply again with the settings it ran with, in a new branch of the chat "
+                             "(the last reply: Ctrl+R; with the current settings: Ctrl+Shift+R)",
+               "edit": "Edit this message and send it again: the chat forks from here, the history keeps both "
+                       "(the last message: Ctrl+E, or Up in an empty message box)"}
 
 
 def describe_token(token: Token) -> str:
@@ -56,10 +64,26 @@ def describe_token(token: Token) -> str:
 
 class TranscriptView(QTextEdit):
     """Read-only rich text of the conversation; renders from `Turn`s and `Token`s, keeps no state of its own
-    beyond the write cursor."""
+    beyond the write cursor. With `actions`, each turn has links (Copy, Regenerate under a reply, Edit on a
+    message) that emit `action_requested(action, turn index)`. A code block shows a Copy button on hover; text
+    copied from a selection (Ctrl+C) leaves the rejected drafts out."""
 
-    def __init__(self, lookup: Callable[[int], Token | None], palette: theme.Palette, parent=None) -> None:
+    action_requested = Signal(str, int)  # copy | regenerate | edit, the turn's index in the conversation
+    code_copied = Signal(str)
+
+    def __init__(self, lookup: Callable[[int], Token | None], palette: theme.Palette, parent=None,
+                 actions: bool = False) -> None:
         super().__init__(parent)
+        self.actions = actions
+        self._turns_drawn = 0  # the index the next turn drawn will have
+        self.copy_code_button = QToolButton(self.viewport())
+        self.copy_code_button.setText("Copy")
+        self.copy_code_button.setObjectName("copy_code_button")
+        self.copy_code_button.setToolTip("Copy this code block (its text only)")
+        self.copy_code_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.copy_code_button.clicked.connect(lambda: self.copy_code(self._hovered_code))
+        self.copy_code_button.hide()
+        self._hovered_code = -1  # document position of the code block under the mouse
         self.setObjectName("transcript")
         self.setReadOnly(True)
         self.setUndoRedoEnabled(False)
@@ -81,6 +105,8 @@ class TranscriptView(QTextEdit):
         """Redraw everything (theme or toggle change, new chat); the hot path is `append_tokens`."""
         self.setUpdatesEnabled(False)
         self.document().clear()
+        self._turns_drawn = 0
+        self.copy_code_button.hide()
         batch = QTextCursor(self.document())
         batch.beginEditBlock()  # a single layout pass for the whole document
         try:
@@ -115,6 +141,10 @@ class TranscriptView(QTextEdit):
         cursor.insertFrame(frame_format)
         cursor.setBlockFormat(QTextBlockFormat())
         cursor.insertText("You", theme.text_format(p, bold=True, small=True, dim=True))
+        index = self._next_turn()
+        if self.actions:
+            cursor.insertText("   ", theme.text_format(p, small=True))
+            self._insert_action(cursor, "edit", "✎ Edit", index)
         cursor.insertBlock(QTextBlockFormat(), theme.text_format(p))
         cursor.insertText(turn.text, theme.text_format(p))
         self._cursor = self._end_cursor()
@@ -132,6 +162,7 @@ class TranscriptView(QTextEdit):
         else:
             cursor.insertBlock(header)
         title = "Assistant"
+        self._reply_index = self._next_turn()
         details = " · ".join(x for x in (turn.model, turn.spec_label) if x)
         cursor.insertText(title, theme.text_format(p, bold=True, small=True, dim=True))
         if details:
@@ -169,9 +200,15 @@ class TranscriptView(QTextEdit):
         if turn.error:
             cursor.insertBlock(footer)
             cursor.insertText("⚠ " + turn.error, theme.text_format(p, small=True, color=p.error))
-        if turn.stop_reason is not None:
+        if turn.stop_reason is not None or (self.actions and turn.text):
             cursor.insertBlock(footer)
-            cursor.insertText(footer_text(turn), theme.text_format(p, small=True, dim=True))
+            if turn.stop_reason is not None:
+                cursor.insertText(footer_text(turn) + ("   " if self.actions and turn.text else ""),
+                                  theme.text_format(p, small=True, dim=True))
+            if self.actions and turn.text:
+                self._insert_action(cursor, "copy", "⧉ Copy", self._reply_index)
+                cursor.insertText("  ", theme.text_format(p, small=True))
+                self._insert_action(cursor, "regenerate", "↻ Regenerate", self._reply_index)
         self._cursor = self._end_cursor()
         self._reply = None
         if self._at_bottom(slack=200):
@@ -191,6 +228,92 @@ class TranscriptView(QTextEdit):
                           theme.text_format(p, small=True, color=p.error if error else p.text_dim))
         self._cursor = self._end_cursor()
         self._scroll_to_end()
+
+    def _next_turn(self) -> int:
+        self._turns_drawn += 1
+        return self._turns_drawn - 1
+
+    def _insert_action(self, cursor: QTextCursor, action: str, label: str, index: int) -> None:
+        fmt = theme.text_format(self._palette, small=True, color=self._palette.accent)
+        fmt.setAnchor(True)
+        fmt.setAnchorHref(f"{ACTION_SCHEME}{action}:{index}")
+        cursor.insertText(label, fmt)
+        cursor.setCharFormat(QTextCharFormat())
+
+    # ------------------------------------------------------------------ copying
+    def is_ghost(self, fmt: QTextCharFormat) -> bool:
+        serial = fmt.property(theme.TOKEN_SERIAL_PROPERTY)
+        token = self._lookup(serial) if isinstance(serial, int) else None
+        return token is not None and token.status is TokenStatus.REJECTED
+
+    def text_between(self, start: int, end: int) -> str:
+        """The text drawn between two document positions without the rejected drafts (and so without their
+        ↵ glyphs); blocks on lines of their own."""
+        lines, block = [], self.document().findBlock(start)
+        while block.isValid() and block.position() <= end:
+            pieces, it = [], block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                lo, hi = max(start, fragment.position()), min(end, fragment.position() + fragment.length())
+                if lo < hi and not self.is_ghost(fragment.charFormat()):
+                    pieces.append(fragment.text()[lo - fragment.position():hi - fragment.position()])
+                it += 1
+            lines.append("".join(pieces))
+            block = block.next()
+        return "\n".join(lines).replace("\u2028", "\n")
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 (Qt override: Ctrl+C, drag)
+        cursor = self.textCursor()
+        mime = QMimeData()
+        mime.setText(self.text_between(cursor.selectionStart(), cursor.selectionEnd()))
+        return mime
+
+    def code_text(self, position: int) -> str:
+        """The text of the code block at document position `position` (its committed tokens only)."""
+        block = self.document().findBlock(position)
+        if not is_code(block):
+            return ""
+        first, last = code_block_range(block)
+        return self.text_between(first.position(), last.position() + last.length() - 1)
+
+    def copy_code(self, position: int) -> None:
+        text = self.code_text(position)
+        if text:
+            QGuiApplication.clipboard().setText(text)
+            self.code_copied.emit(text)
+
+    def _show_code_button(self, point) -> None:
+        """The Copy button at the top right of the code block under the mouse, if any."""
+        block = self.cursorForPosition(point).block()
+        if not block.isValid() or not is_code(block):
+            if not self.copy_code_button.underMouse():
+                self.copy_code_button.hide()
+            return
+        first, _ = code_block_range(block)
+        rect = self.document().documentLayout().blockBoundingRect(first)
+        top = rect.top() - self.verticalScrollBar().value()
+        right = rect.right() - self.horizontalScrollBar().value()
+        self._hovered_code = first.position()
+        button = self.copy_code_button
+        button.adjustSize()
+        button.move(int(right - button.width() - 4), int(max(0, top) + 2))
+        button.show()
+        button.raise_()
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802
+        self._show_code_button(event.position().toPoint())
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor
+                                  if self.anchorAt(event.position().toPoint()).startswith(ACTION_SCHEME)
+                                  else Qt.CursorShape.IBeamCursor)
+        super().mouseMoveEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802
+        href = self.anchorAt(event.position().toPoint())
+        if event.button() == Qt.MouseButton.LeftButton and href.startswith(ACTION_SCHEME) \
+                and not self.textCursor().hasSelection():
+            action, _, index = href[len(ACTION_SCHEME):].partition(":")
+            self.action_requested.emit(action, int(index))
+        super().mouseReleaseEvent(event)
 
     # ------------------------------------------------------------------ hover
     def token_at_position(self, position: int) -> Token | None:
@@ -216,7 +339,11 @@ class TranscriptView(QTextEdit):
     def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt override)
         if event.type() == QEvent.Type.ToolTip:
             token = self.token_at(event.pos())
-            if token is not None:
+            href = self.anchorAt(event.pos())
+            if href.startswith(ACTION_SCHEME):
+                QToolTip.showText(event.globalPos(), ACTION_TIPS.get(href[len(ACTION_SCHEME):].partition(":")[0], ""),
+                                  self.viewport())
+            elif token is not None:
                 QToolTip.showText(event.globalPos(), describe_token(token), self.viewport())
             else:
                 QToolTip.hideText()
