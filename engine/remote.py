@@ -203,7 +203,8 @@ class RemoteEngine:
         timings = counters_from_timings(reply.timings)
         settings = spec_settings_from_props(self.server.props)
         common = dict(server=self.server.kind, url=self.target.address.url, completion_tokens=reply.usage_tokens,
-                      settings=settings)
+                      settings=settings, request_draft_tokens=timings[0] if timings else None,
+                      request_accepted_tokens=timings[1] if timings else None)
         if after is not None:
             delta = after.minus(before)
             if delta.drafts or delta.draft_tokens or timings:

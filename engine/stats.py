@@ -243,6 +243,8 @@ class ServerStats:
     completion_tokens: int | None  # the server's own count (usage), None when it gave none
     settings: tuple[tuple[str, str], ...] = ()  # the server's speculation settings, where it reports them
     note: str = ""
+    request_draft_tokens: int | None = None  # the response's own figures (llama-server timings.draft_n)
+    request_accepted_tokens: int | None = None  # … and timings.draft_n_accepted
 
     @property
     def acceptance_rate(self) -> float | None:
