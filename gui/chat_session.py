@@ -253,7 +253,8 @@ class ChatSession(SessionModel):
         if event.error:
             status = f"Reply ended: {event.error}"
         else:
-            status = (f"Done · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
+            ended = "Stopped" if event.stop_reason == "cancelled" else "Done"  # as the reply's footer says it
+            status = (f"{ended} · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
                       + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
         return Outcome(CHAT, status, turn=turn)
 
@@ -269,15 +270,19 @@ class ChatSession(SessionModel):
         last = self.turns[-1] if self.turns and self.turns[-1].role == "assistant" else None
         return Outcome(CHAT, f"Refused: {message}", turn=last, restored_text=restored, error=message)
 
-    def abandon(self, reason: str) -> bool:
+    def abandon(self, stop_reason: str = "cancelled") -> bool:
         """Forget the request in flight (the window stops it); a chat reply's part so far is kept in the
-        history, marked with `reason`. Returns whether there was one."""
+        history with its figures so far, ended by `stop_reason` (cancelled: a new chat; closed: SpecScope
+        was closed), never as an error. Returns whether there was one."""
         request = self.active
         if request is None:
             return False
         self.active = None
         if request.purpose == CHAT:
-            self.recorder.reply_failed(reason, taken_back=False)
+            stats = self.live.snapshot() if self.current is not None else None
+            if self.current is not None:
+                self.current.stop_reason = stop_reason
+            self.recorder.reply_stopped(stop_reason, stats.as_dict() if stats is not None else None)
         return True
 
     # ------------------------------------------------------------------ branches (Edit, Regenerate)

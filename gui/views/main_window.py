@@ -13,8 +13,8 @@ chats), gui.settings (QSettings), the views' public methods. Never the engine's 
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QShortcut, QTextCursor
-from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut, QTextCursor
+from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox,
                                QProgressBar, QPushButton, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
 from engine.config import SpecConfig, method_info
@@ -35,6 +35,17 @@ from gui.views.transcript import LegendBar, TranscriptView
 from gui.worker import REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
 REFRESH_MS = 50  # graphs and stats strip: at most 20 redraws a second
+
+
+def spec_words(spec: SpecConfig) -> str:
+    """A setting as the user reads it: the method table's label, then k and the draft or layers."""
+    if not spec.speculative:
+        return spec.info.label
+    extra = [f"k={spec.k}"] + ([f"draft {spec.draft}"] if spec.draft else []) + (
+        [f"{spec.layers} layers"] if spec.layers else [])
+    return f"{spec.info.label}, {', '.join(extra)}"
+
+
 ABOUT = ("<b>SpecScope</b><br>Speculative decoding, running locally, that you can watch.<br><br>"
          "Each round a drafter proposes k tokens and the target model checks them in one pass: accepted tokens "
          "are kept, the first disagreement is replaced by the target's own token, and a fully accepted draft "
@@ -257,19 +268,46 @@ class MainWindow(QMainWindow):
         for dock in (self.history_dock, self.controls_dock, self.live_dock):
             view.addAction(dock.toggleViewAction())
         view.addSeparator()
+        self.theme_actions = QActionGroup(self)  # the active theme is checked
         for name in ("light", "dark"):
-            view.addAction(QAction(f"{name.title()} theme", self, triggered=lambda _=False, n=name: self.set_theme(n)))
+            action = QAction(f"{name.title()} theme", self, checkable=True,
+                             checked=theme.THEMES[name] == self.palette_,
+                             triggered=lambda _=False, n=name: self.set_theme(n))
+            action.setData(name)
+            self.theme_actions.addAction(action)
+            view.addAction(action)
         tools = self.menuBar().addMenu("&Tools")
         tools.addAction(QAction("&Models…", self, shortcut=QKeySequence("Ctrl+M"), triggered=self.open_models))
-        tools.addAction(QAction("&Settings…", self, shortcut=QKeySequence.StandardKey.Preferences,
-                                triggered=self.open_settings))
+        settings = QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences) or [QKeySequence("Ctrl+,")]
+        tools.addAction(QAction("&Settings…", self, shortcut=settings[0], triggered=self.open_settings))
         tools.addAction(QAction("&Compare settings and k…", self, shortcut=QKeySequence("Ctrl+Shift+K"),
                                 triggered=self.open_compare))
         tools.addAction(QAction("Which setting is &fastest here?…", self, shortcut=QKeySequence("Ctrl+Shift+F"),
                                 triggered=self.open_fastest))
+        self._build_help_menu()
+
+    def _build_help_menu(self) -> None:
         help_ = self.menuBar().addMenu("&Help")
+        help_.addAction(QAction("&What am I looking at?", self, shortcut=QKeySequence(QKeySequence.StandardKey.HelpContents),
+                                triggered=lambda: self.open_help("guide")))
+        help_.addAction(QAction("&Keyboard shortcuts", self, shortcut=QKeySequence("Ctrl+/"),
+                                triggered=lambda: self.open_help("shortcuts")))
+        help_.addSeparator()
         help_.addAction(QAction("&About SpecScope", self,
                                 triggered=lambda: QMessageBox.about(self, "About SpecScope", ABOUT)))
+
+    def open_help(self, page: str):
+        """A Help page: "guide" (the colours and figures) or "shortcuts" (read from the menus' actions)."""
+        from gui.views.help import HelpPage, guide_html, shortcuts_html
+
+        if page == "guide":
+            dialog = HelpPage("What am I looking at?", guide_html(self.palette_), self)
+        else:
+            actions = [a for menu in self.menuBar().findChildren(QMenu) for a in menu.actions()]
+            dialog = HelpPage("Keyboard shortcuts", shortcuts_html(list(dict.fromkeys(actions))), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+        self._show_window(dialog)
+        return dialog
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1440, 900)
@@ -319,7 +357,7 @@ class MainWindow(QMainWindow):
         self.history_panel.set_current(self.session.conversation_id)
         self.transcript.append_user(self.session.turns[-1])
         self.message_box.clear()
-        self._begin(request, f"Generating with {settings.spec.label()}…")
+        self._begin(request, f"Generating · {spec_words(settings.spec)}…")
         return True
 
     def stop(self) -> None:
@@ -331,7 +369,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         if self.session.generating:
             self.worker_thread.stop_generation()
-            self.session.abandon("stopped: a new chat was started")  # what it wrote is kept, marked as stopped
+            self.session.abandon("cancelled")  # what it wrote is kept, marked as stopped
             self._end_active()
         self.session.new_chat()
         self.controls.show_saved_settings(None)
@@ -382,6 +420,8 @@ class MainWindow(QMainWindow):
     def set_theme(self, name_or_palette) -> None:
         palette = theme.resolve(name_or_palette) if isinstance(name_or_palette, str) else name_or_palette
         self.palette_ = palette
+        for action in self.theme_actions.actions():
+            action.setChecked(theme.THEMES[action.data()] == palette)
         app = QApplication.instance()
         if app is not None:
             theme.apply(app, palette)
@@ -908,7 +948,7 @@ class MainWindow(QMainWindow):
         if self.draft_jobs is not None:
             self.draft_jobs.shutdown()
         self.worker_thread.shutdown()
-        self.session.abandon("stopped: SpecScope was closed")
+        self.session.abandon("closed")  # what it wrote is kept, marked as ended by closing (not an error)
         if self.store is not None:
             self.store.close()
 
