@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.compare import SweepPoint, SweepSummary, sweep_specs, sweep_summary, with_plain_first
-from engine.config import SamplingConfig, SpecConfig, parse_spec
+from engine.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
+                                make_comparisons)
+from engine.config import BACKENDS, SamplingConfig, SpecConfig, parse_spec
 from engine.errors import ConfigError
 from engine.prompts import Prompt, load_prompts
 from engine.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
                                write_text_atomic)
 from engine.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
+from engine.verify_cost import theoretical_from_stats, verify_cost
 
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
@@ -233,7 +236,8 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
             table.add_column(column, justify="left" if column == "config" else "right")
         if compare_hf:
             table.add_column("ours/HF", justify="right")
-        optional = [c for c in OPTIONAL_COLUMNS if any(c[1] in row for rows in summary.values() for row in rows.values())]
+        optional = [c for c in OPTIONAL_COLUMNS
+                    if any(c[1] in row for rows in summary.values() for row in rows.values())]
         for heading, *_ in optional:
             table.add_column(heading, justify="right")
         for label, rows in summary.items():
@@ -264,13 +268,15 @@ def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
     return specs, sweep
 
 
-def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float) -> None:
+def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float,
+                cost=None) -> None:
     document = {
         "model": engine.target.label, "device": str(engine.target.device),
         "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
         "temperature": args.temperature, "seconds": seconds,
-        "platform": platform.platform(), "configs": summary,
+        "platform": platform.platform(), "configs": summary, "backend": engine.target.backend,
+        "verify_cost": None if cost is None else cost.as_dict(),
     }
     write_text_atomic(path, json.dumps(document, indent=2))
 
@@ -295,28 +301,56 @@ def run(args) -> int:
     names = (args.model, *(spec.draft for spec in specs))
     require(names, **flags)
     err = Console(stderr=True, highlight=False)
-    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, **flags)
+    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
+                         backend=args.backend, **flags)
     engine.consent = ConsentAnswers.from_flags(names, **flags)
+    if args.compare_llama:
+        check_compare_llama(engine, specs, args.temperature)
     err.print(escape(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
-                     f"{args.max_new_tokens} new tokens max, {engine.target.label} on {engine.target.device} "
-                     f"({engine.target.dtype_label})"))
+                     f"{args.max_new_tokens} new tokens max, {engine.target.label} on "
+                     f"{engine.target.device_label or engine.target.device} ({engine.target.dtype_label})"))
     started = time.perf_counter()
+    summary, cost = _measure(engine, args, prompts, specs, sampling, err)
+    print_table(summary, args.compare_hf)
+    if sweep:
+        print_sweep(summary)
+    if args.json_out:
+        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost)
+        err.print(escape(f"figures written to {args.json_out}"))
+    return 0
+
+
+def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err):
+    """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
+    --compare-llama. Returns the summary and the curve (None for a remote target)."""
+    from rich.markup import escape
+    cost = _verify_cost(engine, specs)
+    comparisons = make_comparisons(engine, with_plain_first(specs)) if args.compare_llama else {}
 
     def progress(done, total, label):
         if err.is_terminal:
             err.print(escape(f"  [{done}/{total}] {label}".ljust(60)), end="\r")
 
-    results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress)
+    try:
+        results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress,
+                                comparisons)
+    finally:
+        close_comparisons(comparisons)
     if err.is_terminal:
         err.print(" " * 60, end="\r")
-    summary = summarise(results, args.compare_hf)
-    print_table(summary, args.compare_hf)
-    if sweep:
-        print_sweep(summary)
-    if args.json_out:
-        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started)
-        err.print(escape(f"figures written to {args.json_out}"))
-    return 0
+    return summarise(results, args.compare_hf, comparisons, cost), cost
+
+
+def _verify_cost(engine, specs: list[SpecConfig]):
+    """The target's measured cost of verifying n = 1…max(k)+1 tokens in one pass (at least 1…8), from the
+    cache or measured now, printed as one line; None for a target whose passes are not ours (a server)."""
+    from engine.threads import engine_threads
+    if engine.target.backend not in BACKENDS:
+        return None
+    n_max = max([spec.k for spec in specs if spec.speculative] + [7]) + 1
+    cost = verify_cost(engine.target, n_max, threads=engine_threads())
+    _table_console().print(cost_curve_line(cost))
+    return cost
 
 
 def sweep_summaries(summary: dict) -> list[SweepSummary]:

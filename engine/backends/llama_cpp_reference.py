@@ -1,8 +1,8 @@
 """llama-cpp-python's own high-level `Llama` on the same GGUF, as the yardstick of `specscope bench
 --compare-llama`: plain greedy generation, and its prompt lookup (`LlamaPromptLookupDecoding`), fed the same
 prompt ids with the same threads, context, GPU layers and flash attention (llama.cpp's "auto", which our
-runner keeps, turns it on wherever it can; `Llama` only offers on/off, off by default), timed the way engine/stats.py times ours (time to
-first token apart; tok/s over the tokens after the first).
+runner keeps, turns it on wherever it can; `Llama` only offers on/off, off by default), timed the way
+engine/stats.py times ours (time to first token apart; tok/s over the tokens after the first).
 
 Touches llama.cpp through llama-cpp-python's `Llama` class only (the backend's logger stays in place);
 nothing of the engine's runners.

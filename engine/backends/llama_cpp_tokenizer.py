@@ -88,7 +88,8 @@ class LlamaCppTokenizer:
         """What engine.compat decides compatibility on: the GGUF vocabulary's kind (named as HF names it, so a
         GGUF and an HF tokenizer compare too), size, BOS/EOS and the stored text of every id."""
         from engine.compat import TokenizerFacts
-        return TokenizerFacts(vocab_kind=HF_VOCAB_KINDS.get(self.vocab_kind, self.vocab_kind), size=self.vocab_size, bos_id=self.bos_token_id,
+        return TokenizerFacts(vocab_kind=HF_VOCAB_KINDS.get(self.vocab_kind, self.vocab_kind),
+                              size=self.vocab_size, bos_id=self.bos_token_id,
                               bos_token=self.bos_token, eos_id=self.eos_token_id, eos_token=self.eos_token,
                               piece=self._piece)
 
