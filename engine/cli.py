@@ -49,7 +49,7 @@ def user_text(text: str | None, what: str) -> str | None:
 
 def cmd_generate(args) -> int:
     from engine.consent import require
-    from engine.events import event_to_dict
+    from engine.events import GenerationFinished, event_to_dict
     args.prompt, args.system = user_text(args.prompt, "the prompt"), user_text(args.system, "--system")
     args.stop = [user_text(stop, "--stop") for stop in args.stop or ()]
     if not args.prompt.strip():
@@ -67,14 +67,18 @@ def cmd_generate(args) -> int:
     events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
                              system=args.system, stop_strings=tuple(args.stop or ()))
     if args.json:
+        finished = None
         for event in events:
             print(json.dumps(event_to_dict(event)), flush=True)
-        return 0
-    _print_coloured(events, show_rejected=not args.hide_rejected)
-    return 0
+            finished = event if isinstance(event, GenerationFinished) else finished
+    else:
+        finished = _print_coloured(events, show_rejected=not args.hide_rejected)
+    # a server's reply that broke off (stream cut, server silent): the partial reply is out, the status says so
+    broke_off = finished is not None and finished.server is not None and finished.error
+    return EXIT_BAD_INPUT if broke_off else 0
 
 
-def _print_coloured(events, show_rejected: bool) -> None:
+def _print_coloured(events, show_rejected: bool):
     from engine.events import GenerationFinished, GenerationStarted, RoundVerified
     from engine.terminal import TerminalStream
     stream = TerminalStream(show_rejected=show_rejected)
@@ -87,6 +91,7 @@ def _print_coloured(events, show_rejected: bool) -> None:
         elif isinstance(event, GenerationFinished):
             finished = event
     stream.finish(finished)
+    return finished
 
 
 def consent_answers(args, names):

@@ -299,3 +299,21 @@ def _pieces(content: str, logprobs) -> list[tuple[str, int, float]]:
             return [(text, token_id, math.exp(lp) if isinstance(lp, (int, float)) else math.nan)
                     for text, token_id, lp in pieces]
     return [(content, UNKNOWN_ID, math.nan)]
+
+
+def server_figures_words(server: ServerStats) -> list[str]:
+    """The server's own figures for one reply, each saying where it came from (the CLI's stats line, the
+    window's status): the counts and the server's definitions, or what it exposes when it said nothing."""
+    if not server.source:
+        return [f"{server.server}: {server.note}"]
+    where = f"{server.server} {'/metrics' if server.source == 'metrics' else 'timings'}"
+    parts = [f"server ({where}): {server.accepted_tokens}/{server.draft_tokens} drafted tokens accepted"]
+    if server.acceptance_rate is not None:
+        parts.append(f"acceptance {server.acceptance_rate:.0%}")
+    if server.mean_accepted_length is not None:
+        parts.append(f"{server.drafts} drafts, {server.mean_accepted_length:.2f} tokens per verification")
+    if server.per_position_acceptance:
+        parts.append("per position " + " ".join(f"{p:.2f}" for p in server.per_position_acceptance))
+    if server.settings:
+        parts.append(", ".join(f"{k} = {v}" for k, v in server.settings))
+    return parts

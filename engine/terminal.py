@@ -25,7 +25,10 @@ STYLES = {
 def stats_line(finished: GenerationFinished) -> str:
     s = finished.stats
     parts = [f"{s.committed_tokens} tokens", f"{s.tok_per_s:.1f} tok/s", f"TTFT {s.ttft_seconds:.2f} s"]
-    if s.drafted_tokens:
+    if finished.server is not None:  # a server's reply: its figures, said to be its own (no times to compare)
+        from engine.remote import server_figures_words
+        parts += server_figures_words(finished.server)
+    elif s.drafted_tokens:
         parts += [f"acceptance {s.acceptance_rate:.0%}", f"mean accepted length {s.mean_accepted_length:.2f}",
                   f"theoretical ×{s.theoretical_speedup:.2f}",
                   f"draft {s.draft_seconds:.2f} s / verify {s.verify_seconds:.2f} s"]
