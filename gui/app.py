@@ -31,10 +31,12 @@ import signal
 import os
 import sys
 
-from engine.arguments import (add_generation_args, add_model_args, add_sampling_args, add_spec_args,
-                              sampling_from_args, spec_from_args)
+from engine.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
+                              add_spec_args, check_generation_args, sampling_from_args, spec_from_args)
 from engine.config import SpecConfig, parse_spec
+from engine.consent import PICKLE, REMOTE_CODE, ConsentNeeded, require
 from engine.errors import ConfigError
+from engine.validation import check_output_path, decode_argument
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
 
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_spec_args(parser, unset=True)
     add_sampling_args(parser, unset=True)
     add_generation_args(parser, unset=True)
+    add_consent_args(parser)
     parser.add_argument("--theme", choices=("auto", "light", "dark"), default="auto")
     parser.add_argument("--hide-rejected", action="store_true", help="start with rejected drafts hidden")
     parser.add_argument("--demo", action="store_true",
@@ -102,10 +105,38 @@ def check_settings(args: argparse.Namespace) -> None:
             raise ConfigError(f"{option} is not a setting of the window; use it with specscope generate or bench")
     spec_from_args(args)
     sampling_from_args(args)
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ConfigError(f"max new tokens must be ≥ 1, got {args.max_new_tokens}")
+    check_generation_args(args)
     if args.compare is not None:
         compare_specs(args)
+    if args.screenshot is not None:
+        check_output_path(args.screenshot, "--screenshot")
+    if args.prompt is not None:  # a scripted run never asks: the flags answer the safety questions up front
+        require(scripted_models(args), trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+
+
+def scripted_models(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models a scripted run loads: the target and the draft (and the drafts of --compare)."""
+    drafts = [spec.draft for spec in compare_specs(args)] if args.compare else [args.draft]
+    return tuple(name for name in (args.model or "default", *drafts) if name)
+
+
+def grant_flags(window, args: argparse.Namespace, scripted: "ScriptedRun") -> None:
+    """A scripted run: the flags' answers hold for this run only, and a question that still comes up (a
+    model the flags did not name) ends the run with the flag that answers it instead of a dialog."""
+    for name in scripted_models(args):
+        if args.trust_remote_code:
+            window.session.answer_consent(REMOTE_CODE, name, True)
+        if args.allow_pickle:
+            window.session.answer_consent(PICKLE, name, True)
+    window.worker_thread.worker.load_options = window.load_options()
+
+    def refuse(_title: str, question: str) -> bool:
+        print(f"specscope gui: error: {' '.join(question.split())} (a scripted run does not ask: give "
+              "--trust-remote-code or --allow-pickle)", file=sys.stderr, flush=True)
+        scripted._quit(EXIT_FAILED)
+        return False
+
+    window.confirm = refuse
 
 
 def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
@@ -251,6 +282,18 @@ class ScriptedCompare(ScriptedRun):
         super()._failed(message)
 
 
+def decode_texts(args: argparse.Namespace) -> None:
+    """--prompt and --system as valid Unicode: bytes that aren't UTF-8 become U+FFFD, and the run says so."""
+    for option in ("prompt", "system"):
+        value = getattr(args, option)
+        if value is not None:
+            value, replaced = decode_argument(value)
+            setattr(args, option, value)
+            if replaced:
+                print(f"specscope gui: warning: --{option} had bytes that are not UTF-8 text; they were replaced "
+                      "by \ufffd", file=sys.stderr)
+
+
 def no_display() -> bool:
     """On Linux Qt aborts the process when it finds no display: say so in one line instead."""
     if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
@@ -262,7 +305,11 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     """Entry point of `specscope` and `specscope gui ...` (argv without the program name)."""
     args = parse_args(argv)
     try:
+        decode_texts(args)
         check_settings(args)
+    except ConsentNeeded as exc:
+        print(f"specscope gui: error: {exc.unattended()}", file=sys.stderr)
+        return EXIT_USAGE
     except ConfigError as exc:
         print(f"specscope gui: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -292,6 +339,17 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     # a scripted run or the demo neither restores nor saves the settings, nor writes the chat history
     persist = args.prompt is None and not args.demo
     window = MainWindow(loader=loader, palette=palette, model=args.model, persist=persist)
+    try:  # every way out stops and joins the engine's thread (a QThread destroyed running aborts the process)
+        return run_window(app, window, args, persist, loader)
+    finally:
+        window.shutdown()
+        window.deleteLater()
+
+
+def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> int:
+    """Set the window up from the options, show it, run the event loop; the exit status."""
+    from PySide6.QtCore import QTimer
+
     if args.device is not None or not persist:  # for this run only
         window.set_device(args.device or "auto", window.settings.dtype() if persist else "auto", remember=False)
     apply_args(window, args)
@@ -300,7 +358,6 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     problem = size_problem(window, args.window_size)
     if problem is not None:
         print(f"specscope gui: error: {problem}", file=sys.stderr)
-        window.shutdown()
         return EXIT_USAGE
     if args.window_size is not None:
         window.resize(*args.window_size)
@@ -309,6 +366,8 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     window.show()
 
     scripted = (ScriptedCompare if args.compare else ScriptedRun)(app, window, args) if args.prompt else None
+    if scripted is not None:
+        grant_flags(window, args, scripted)
     window.start()
 
     # Ctrl+C in the terminal closes the window cleanly (Python only sees signals between Qt events).
@@ -321,11 +380,7 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         tick.stop()
-        window.shutdown()
-        window.deleteLater()
-    if scripted is not None:
-        return scripted.exit_code
-    return code
+    return scripted.exit_code if scripted is not None else code
 
 
 if __name__ == "__main__":

@@ -92,11 +92,11 @@ class LoadOptions:
 
     def loader_kwargs(self, name: str) -> dict:
         return {"device": self.device, "dtype": None if self.dtype == "auto" else self.dtype,
-                "trust_remote_code": name in self.remote_code_allowed}
+                "trust_remote_code": name in self.remote_code_allowed, "allow_pickle": name in self.pickle_allowed}
 
     def key(self, name: str) -> tuple:
         """What makes a loaded model the one asked for."""
-        return name, self.device, self.dtype, name in self.remote_code_allowed
+        return name, self.device, self.dtype, name in self.remote_code_allowed, name in self.pickle_allowed
 
     def consent(self) -> ConsentAnswers:
         return ConsentAnswers(self.remote_code_allowed, self.remote_code_refused, self.pickle_allowed,
@@ -126,6 +126,7 @@ class EngineWorker(QObject):
     model_load_progressed = Signal(str)  # a line from the loader (GGUF conversion, device, dtype)
     status_reported = Signal(str)  # a slow step begins: "Loading default…", "Loading draft model …"
     consent_needed = Signal(str, str, str)  # model name, kind (remote-code | pickle), the question
+    draft_consent_needed = Signal(str, str, str)  # the same for a draft model, asked when a reply needs it
     model_loaded = Signal(object)  # ModelInfo
     load_failed = Signal(str, str)  # model name, message
     generation_started = Signal(int, object)  # request id, GenerationStarted
@@ -164,6 +165,7 @@ class EngineWorker(QObject):
         rid = request.request_id
         try:
             limit_torch_threads(import_torch=False)
+            self._engine.consent = self.load_options.consent()  # a draft gets the target's two questions
             events = self._engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
                                            max_new_tokens=request.max_new_tokens, cancel=self.cancel)
             for event in events:
@@ -173,6 +175,9 @@ class EngineWorker(QObject):
                     self.generation_started.emit(rid, event)
                 elif isinstance(event, GenerationFinished):
                     self.generation_finished.emit(rid, event)
+        except ConsentNeeded as exc:  # the draft model: ask, then the user sends again
+            self.draft_consent_needed.emit(exc.model, exc.kind, str(exc))
+            self.generation_failed.emit(rid, f"the draft model {exc.model} needs your answer first: answer, then send again")
         except Exception as exc:  # noqa: BLE001 — the GUI shows every failure as a message, never crashes
             if not isinstance(exc, SpecScopeError):
                 traceback.print_exc()
@@ -193,6 +198,7 @@ class EngineWorker(QObject):
 
         try:
             limit_torch_threads(import_torch=False)
+            self._engine.consent = self.load_options.consent()
             refused = self._refused(request.specs)
             if refused:
                 self.comparison_failed.emit(rid, refused)
@@ -201,6 +207,10 @@ class EngineWorker(QObject):
                                                   max_new_tokens=request.max_new_tokens, sampling=request.sampling,
                                                   cancel=self.cancel, system=request.system):
                 self.comparison_advanced.emit(rid, index, event)
+        except ConsentNeeded as exc:
+            self.draft_consent_needed.emit(exc.model, exc.kind, str(exc))
+            self.comparison_failed.emit(rid, f"the draft model {exc.model} needs your answer first: answer, then send again")
+            return
         except Exception as exc:  # noqa: BLE001 — shown as a message, never a crash
             if not isinstance(exc, SpecScopeError):
                 traceback.print_exc()
@@ -214,6 +224,8 @@ class EngineWorker(QObject):
         for spec in specs:
             try:
                 self._engine.validate(spec)
+            except ConsentNeeded:
+                raise
             except SpecScopeError as exc:
                 return f"{spec.label()}: {error_message(exc)}"
         return None
