@@ -39,3 +39,30 @@ if [ "${SPECSCOPE_PREPARE_TRANSFORMERS:-0}" = 1 ]; then
   # Convert the built-in GGUF once for the transformers backend (about 30 s); later loads take under a second.
   $PYTHON -m engine.cli models prepare
 fi
+
+# ---------------------------------------------------------------- llama-server (issue 16, engine.remote)
+# The remote-server tests (tests/e2e/test_remote_server.py) talk to a real llama-server: llama.cpp's server
+# target from the tree llama-cpp-python 0.3.36's source distribution carries, CPU only, no curl, built once
+# into SPECSCOPE_TOOLS_DIR (default ~/.cache/specscope-tools) and skipped when it is already there.
+#   SPECSCOPE_SKIP_LLAMA_SERVER=1  do not build it (those tests then skip, saying why)
+LLAMA_SERVER_DIR="${SPECSCOPE_TOOLS_DIR:-$HOME/.cache/specscope-tools}/llama-server-0.3.36"
+if [ "${SPECSCOPE_SKIP_LLAMA_SERVER:-0}" != 1 ] && [ ! -x "$LLAMA_SERVER_DIR/llama-server" ]; then
+  echo "Building llama-server (llama.cpp's server target, CPU; about 12 min on 2 cores)…" >&2
+  command -v cmake >/dev/null 2>&1 || $PYTHON -m pip install -q cmake
+  llama_work=$(mktemp -d)
+  $PYTHON -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$llama_work"
+  tar xzf "$llama_work"/llama_cpp_python-0.3.36.tar.gz -C "$llama_work"
+  if ! { cmake -S "$llama_work/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$llama_work/build" \
+           -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+           -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
+         && cmake --build "$llama_work/build" --target llama-server -j "${SPECSCOPE_BUILD_JOBS:-2}"; } \
+       >"$llama_work/build.log" 2>&1; then
+    tail -n 30 "$llama_work/build.log" >&2
+    echo "llama-server failed to build (log above)" >&2
+    exit 1
+  fi
+  mkdir -p "$LLAMA_SERVER_DIR"
+  cp "$llama_work/build/bin/llama-server" "$LLAMA_SERVER_DIR/llama-server.tmp"
+  mv "$LLAMA_SERVER_DIR/llama-server.tmp" "$LLAMA_SERVER_DIR/llama-server"
+  rm -rf "$llama_work"
+fi
