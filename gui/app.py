@@ -162,6 +162,18 @@ def apply_args(window, args: argparse.Namespace) -> None:
         window.set_show_rejected(False)
 
 
+def held_problem(window, args: argparse.Namespace) -> str | None:
+    """The first number given on the command line that the settings panel did not keep exactly (a widget
+    that rounds or clamps), as a refusal; None when every one was kept. Refuse, never change it silently."""
+    held = window.controls.values()
+    for name in ("k", "layers", "temperature", "top_p", "top_k", "seed", "max_new_tokens"):
+        asked = getattr(args, name)
+        if asked is not None and abs(held[name] - asked) > 1e-9:
+            option = "--" + name.replace("_", "-")
+            return f"the window cannot hold {option} {asked:g} (its field keeps {held[name]:g})"
+    return None
+
+
 def recorded_prompt() -> str:
     """The prompt the --demo recording answers (its replies are the same whatever is typed)."""
     from gui.demo_engine import DemoEngine
@@ -353,6 +365,10 @@ def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> 
     if args.device is not None or not persist:  # for this run only
         window.set_device(args.device or "auto", window.settings.dtype() if persist else "auto", remember=False)
     apply_args(window, args)
+    problem = held_problem(window, args)
+    if problem is not None:
+        print(f"specscope gui: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if args.demo and args.prompt is None and loader is demo_loader:
         window.message_box.setPlainText(recorded_prompt())  # the question the recorded replies answer
     problem = size_problem(window, args.window_size)
