@@ -19,6 +19,7 @@ from typing import Iterable
 
 from engine.compat import TokenizerDifference, explain_mismatch, size_difference, tokenizer_difference
 from engine.errors import OutOfMemoryError, SpecScopeError
+from engine.weights import read_json_dict, weight_files
 from engine.sources import (DEFAULT_LABEL, DTYPE_NAMES, cache_root, converted_folder, dtype_label, file_stamp, gguf_problem,
                             hub_cache_dir, resolve_device, resolve_dtype, resolve_source)
 
@@ -36,8 +37,6 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 
 _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8",
                        "U8": "uint8", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32",
                        "I64": "int64", "I16": "int16", "BOOL": "bool"}
-WEIGHT_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,15 +213,6 @@ def describe_path(path: str | os.PathLike, *, name: str | None = None, label: st
     return _describe_folder(path, name=name, label=label, kind=kind, with_tokenizer=with_tokenizer, **extra)
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def _size(path: Path) -> int:
     try:
         if path.is_file():
@@ -242,27 +232,6 @@ def _normalize_dtype(value) -> str | None:
         return None
     value = value.removeprefix("torch.").lower()
     return DTYPE_NAMES.get(value, value)
-
-
-def weight_files(folder: Path) -> tuple[list[Path], list[str], str | None]:
-    """(present weight files, missing weight file names, format) for a model folder. An index json names the
-    shards; without one, every top-level safetensors file counts (pickles only when there is none)."""
-    for index_name in WEIGHT_INDEX_FILES:
-        index = _read_json(folder / index_name)
-        if index and isinstance(index.get("weight_map"), dict):
-            names = sorted(set(index["weight_map"].values()))
-            present = [folder / n for n in names if (folder / n).is_file()]
-            missing = [n for n in names if not (folder / n).is_file()]
-            return present, missing, "safetensors" if index_name.startswith("model.safetensors") else "pickle"
-    safetensors = sorted(folder.glob("*.safetensors"))
-    if len(safetensors) > 1:  # e.g. Mistral's consolidated.safetensors next to the HF shards: count one set
-        not_consolidated = [p for p in safetensors if not p.name.startswith("consolidated")]
-        safetensors = not_consolidated or safetensors
-    if safetensors:
-        return safetensors, [], "safetensors"
-    pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()
-                     and ("model" in p.name or "consolidated" in p.name))
-    return pickles, [], "pickle" if pickles else None
 
 
 def _safetensors_facts(files: list[Path]) -> tuple[int | None, str | None]:
@@ -292,7 +261,7 @@ def needs_remote_code(folder: str | os.PathLike) -> bool:
     if folder.is_file():
         return False
     for name in ("config.json", "tokenizer_config.json"):
-        data = _read_json(folder / name)
+        data = read_json_dict(folder / name)
         if data and data.get("auto_map"):
             return True
     return False
@@ -315,7 +284,7 @@ def tokenizer_facts(folder: Path, config: dict | None = None) -> tuple[str | Non
 
 def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tokenizer: bool,
                      **extra) -> CatalogEntry:
-    config = _read_json(folder / "config.json")
+    config = read_json_dict(folder / "config.json")
     problems = []
     if config is None:
         problems.append("it has no readable config.json" if (folder / "config.json").exists()
@@ -370,7 +339,7 @@ def _gguf_facts_file(path: Path) -> Path:
 def gguf_facts(path: Path) -> dict:
     """Architecture, parameter count and shapes of a GGUF file, from its header (cached)."""
     cached = _gguf_facts_file(path)
-    facts = _read_json(cached)
+    facts = read_json_dict(cached)
     if facts is not None:
         return facts
     from gguf import GGMLQuantizationType, GGUFReader

@@ -75,7 +75,8 @@ def safety_check(name: str, answers: ConsentAnswers) -> None:
     """Before loading a folder or cached hub model: ask (ConsentNeeded) when it names its own Python code and
     the user was never asked about it, or when its weights are pickle checkpoints only; refuse pickle weights
     the user declined."""
-    from engine.catalog import needs_remote_code, weight_files
+    from engine.catalog import needs_remote_code
+    from engine.weights import weight_files
 
     found = _model_folder(name)
     if found is None:
@@ -114,7 +115,7 @@ def require(names, *, trust_remote_code: bool = False, allow_pickle: bool = Fals
 
 def is_pickle_only(name: str) -> bool:
     """Whether `name` is a folder whose weights are pickle checkpoints only (engine.catalog.weight_files)."""
-    from engine.catalog import weight_files
+    from engine.weights import weight_files
 
     found = _model_folder(name)
     if found is None:

@@ -9,7 +9,9 @@
   once every file is in.
 - Safety: `trust_remote_code` is never set here; `needs_remote_code` tells the GUI to ask. Pickle
   checkpoints are skipped when safetensors exist, and otherwise need `allow_pickle=True`.
-- The token is passed through to huggingface_hub, never logged, and scrubbed from every error message.
+- The token is passed through to huggingface_hub, never logged, and scrubbed from every error message; it is
+  sent to the configured endpoint's host only (a request hook drops it on any other host, redirects included),
+  and the endpoint must be https (plain http only for 127.0.0.1/localhost).
 
 Touches the network (the hub, or HF_ENDPOINT) and the Hugging Face cache folder; no Qt.
 """
@@ -23,8 +25,10 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
+from urllib.parse import urlsplit
 
-from engine.catalog import PICKLE_SUFFIXES, hub_cache_dir, needs_remote_code  # noqa: F401 (re-exported)
+from engine.catalog import hub_cache_dir, needs_remote_code  # noqa: F401 (re-exported)
+from engine.weights import PICKLE_SUFFIXES
 from engine.errors import DownloadCancelledError, DownloadError, UnsafeCheckpointError
 
 OTHER_FRAMEWORK_SUFFIXES = (".h5", ".msgpack", ".onnx", ".onnx_data", ".tflite", ".ot", ".mlmodel", ".nemo",
@@ -93,14 +97,55 @@ def scrub(text: str, token: str | None) -> str:
     return text
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def resolve_endpoint(endpoint: str | None = None) -> str:
-    """The hub's address: the argument, else HF_ENDPOINT read now, else huggingface_hub's default."""
-    if endpoint:
-        return endpoint.rstrip("/")
-    if os.environ.get("HF_ENDPOINT"):
-        return os.environ["HF_ENDPOINT"].rstrip("/")
+    """The hub's address: the argument, else HF_ENDPOINT read now, else huggingface_hub's default. Only https
+    (plain http for this computer only: 127.0.0.1, localhost); DownloadError naming HF_ENDPOINT otherwise."""
     from huggingface_hub import constants
-    return constants.ENDPOINT.rstrip("/")
+    chosen = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).strip().rstrip("/")
+    parts = urlsplit(chosen)
+    local = parts.scheme == "http" and parts.hostname in LOCAL_HOSTS
+    if not parts.hostname or not (parts.scheme == "https" or local):
+        raise DownloadError(f"the hub address {chosen!r} (HF_ENDPOINT) must be an https:// address (plain http only "
+                            "for 127.0.0.1 or localhost), so that the token and the files travel encrypted")
+    guard_token(chosen)
+    return chosen
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(str(url))
+    default = {"https": 443, "http": 80}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+_TOKEN_ORIGIN: dict[str, tuple] = {}  # "origin": the one origin that may hear the token (the endpoint's)
+
+
+def _strip_foreign_token(request) -> None:
+    """httpx request hook (every request, redirects included): the token goes to the configured endpoint only."""
+    allowed = _TOKEN_ORIGIN.get("origin")
+    if "authorization" in request.headers and _origin(request.url) != allowed:
+        del request.headers["authorization"]
+
+
+def guard_token(endpoint: str) -> None:
+    """From now on huggingface_hub's HTTP client sends the token to `endpoint`'s origin only: a redirect to
+    any other host (a CDN, huggingface.co behind a mirror) goes without it."""
+    import huggingface_hub
+
+    first = "origin" not in _TOKEN_ORIGIN
+    _TOKEN_ORIGIN["origin"] = _origin(endpoint)
+    if first:
+        from huggingface_hub.utils._http import default_client_factory
+
+        def client_factory():
+            client = default_client_factory()
+            client.event_hooks["request"].append(_strip_foreign_token)
+            return client
+
+        huggingface_hub.set_client_factory(client_factory)
 
 
 def _offline() -> bool:

@@ -253,7 +253,7 @@ def check_weight_files(folder: Path) -> None:
     download or copy breaks): ModelLoadError naming the file and what to do, before transformers reads it."""
     from safetensors import SafetensorError, safe_open
 
-    from engine.catalog import weight_files
+    from engine.weights import weight_files
     try:
         present, _missing, weights_format = weight_files(folder)
     except OSError:
