@@ -21,7 +21,7 @@ from pathlib import Path
 from engine.compare import SweepPoint, SweepSummary, sweep_specs, sweep_summary, with_plain_first
 from engine.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
-from engine.config import BACKENDS, SamplingConfig, SpecConfig, parse_spec
+from engine.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
 from engine.errors import ConfigError
 from engine.prompts import Prompt, load_prompts
 from engine.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
@@ -70,6 +70,20 @@ class ConfigResult:
     hf_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     hf_identical: int = 0
     outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    remote: object | None = None  # a RemoteEngine (engine.remote): a model on a server, run as it was started
+
+    @property
+    def label(self) -> str:
+        return f"{REMOTE_PREFIX}url={self.remote.target.address.url}" if self.remote else self.spec.label()
+
+    def figures_from(self) -> str:
+        """Where this config's figures come from, in words (the report says it for every row)."""
+        if self.remote is None:
+            return "measured here"
+        server = self.remote.server
+        counts = "/metrics" if server.metrics else "response timings (no /metrics)"
+        return (f"tok/s and TTFT measured here, network included; acceptance from {server.kind}'s {counts} "
+                f"at {self.remote.target.address.url}")
 
 
 def _hf_kwargs(spec: SpecConfig, engine) -> dict:
@@ -130,25 +144,29 @@ def _record_hf(result: ConfigResult, prompt: Prompt, finished, new_ids: list[int
 
 def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_new_tokens: int,
                   sampling: SamplingConfig, compare_hf: bool = False, progress=None,
-                  comparisons: dict | None = None) -> list[ConfigResult]:
+                  comparisons: dict | None = None, remotes: tuple = ()) -> list[ConfigResult]:
     """Run plain decoding plus every spec on every prompt (engine.compare.with_plain_first: plain first,
     once). Every spec is validated before the first run. `comparisons` (engine.bench_llama, by config label)
-    run llama-cpp-python's own loop after ours on the same prompt ids."""
+    run llama-cpp-python's own loop after ours on the same prompt ids. `remotes` (RemoteEngines) run each
+    prompt on their server after the local configs, as their servers were started."""
     comparisons = comparisons or {}
     specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
-    results = [ConfigResult(spec) for spec in specs]
+    results = [ConfigResult(spec) for spec in specs] + [ConfigResult(SpecConfig(), remote=r) for r in remotes]
     progress = progress or (lambda done, total, label: None)
-    _run_one(engine, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
-    total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons)), 0
+    for warm in (engine, *remotes):
+        _run_one(warm, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
+    total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons) + len(remotes)), 0
     for prompt in prompts:
         ids = engine.prompt_ids(prompt.text)
         for result in results:
-            finished = _run_one(engine, prompt, result.spec, sampling, max_new_tokens)
+            finished = _run_one(result.remote or engine, prompt, result.spec, sampling, max_new_tokens)
             done += 1
-            progress(done, total, result.spec.label())
+            progress(done, total, result.label)
             _record(result, prompt, finished, results[0])
+            if result.remote is not None:
+                continue
             if compare_hf:
                 new_ids, seconds = hf_generate(engine, ids, result.spec, max_new_tokens)
                 done += 1
@@ -195,6 +213,9 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
                 row["theoretical_speedup_measured_cost"] = on_cost
                 row["efficiency_measured_cost"] = efficiency(measured, on_cost) if on_cost else None
             row.update(comparison_row((comparisons or {}).get(result.spec.label()), key, pooled.tok_per_s))
+            row["figures_from"] = result.figures_from()
+            if result.remote is not None:  # the server reports no draft/verify times: no theory to hold it to
+                row["theoretical_speedup"] = row["efficiency"] = None
             if compare_hf and result.hf_seconds[key] > 0:
                 hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
                 row["hf_e2e_tok_per_s"] = hf_tok_s
@@ -202,7 +223,7 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
             rows[key] = row
         if compare_hf:
             rows["all"]["hf_identical_outputs"] = result.hf_identical
-        out[result.spec.label()] = rows
+        out[result.label] = rows
     return out
 
 
@@ -246,7 +267,7 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
                 continue
             cells = [escape(label), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
                      f"{row['acceptance_rate']:.0%}", f"{row['mean_accepted_length']:.2f}",
-                     f"{row['theoretical_speedup']:.2f}×", _fmt(row["efficiency"], ".2f"),
+                     _fmt(row["theoretical_speedup"], ".2f") + "×", _fmt(row["efficiency"], ".2f"),
                      f"{row['identical_to_none']}/{row['prompts']}"]
             if compare_hf:
                 cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
@@ -258,7 +279,7 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
 
 def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
     """The configs to run after plain decoding, and the sweep's ks (None without --sweep-k)."""
-    specs = [parse_spec(text) for text in args.config]
+    specs = [parse_spec(text) for text in args.config if parse_remote(text) is None]
     sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
     if sweep:
         specs = sweep_specs([s for s in specs if s.speculative] or [parse_spec("prompt-lookup")], sweep)
@@ -306,12 +327,17 @@ def run(args) -> int:
     engine.consent = ConsentAnswers.from_flags(names, **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
+    if args.compare_hf and engine.target.backend != "transformers":
+        raise ConfigError(f"--compare-hf compares with transformers' own generate(); {engine.target.label} runs "
+                          f"on {engine.target.backend} (add --backend transformers, or use --compare-llama)")
+    remotes = _remotes(args)
     err.print(escape(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
                      f"{args.max_new_tokens} new tokens max, {engine.target.label} on "
                      f"{engine.target.device_label or engine.target.device} ({engine.target.dtype_label})"))
     started = time.perf_counter()
-    summary, cost = _measure(engine, args, prompts, specs, sampling, err)
+    summary, cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
     print_table(summary, args.compare_hf)
+    print_sources(summary)
     if sweep:
         print_sweep(summary)
     if args.json_out:
@@ -320,7 +346,25 @@ def run(args) -> int:
     return 0
 
 
-def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err):
+def _remotes(args) -> tuple:
+    """The servers of the `remote:url=…` configs, connected (engine.remote; ServerError when one can't be)."""
+    from engine.remote import load_remote
+    from engine.runtime import terminal_progress
+    urls = [url for url in (parse_remote(text) for text in args.config) if url]
+    return tuple(load_remote(url, terminal_progress()) for url in dict.fromkeys(urls))
+
+
+def print_sources(summary: dict, console=None) -> None:
+    """Which figures came from where, one line per config that is not all measured here."""
+    from rich.markup import escape
+    console = console or _table_console()
+    for label, rows in summary.items():
+        where = rows["all"].get("figures_from", "measured here")
+        if where != "measured here":
+            console.print(escape(f"{label}: {where}"))
+
+
+def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err, remotes=()):
     """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
     --compare-llama. Returns the summary and the curve (None for a remote target)."""
     from rich.markup import escape
@@ -333,7 +377,7 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
 
     try:
         results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress,
-                                comparisons)
+                                comparisons, remotes)
     finally:
         close_comparisons(comparisons)
     if err.is_terminal:
@@ -357,6 +401,8 @@ def sweep_summaries(summary: dict) -> list[SweepSummary]:
     """Per method, the sweep (engine.compare.sweep_summary) of a bench summary's overall rows."""
     points: dict[str, list[SweepPoint]] = defaultdict(list)
     for label, rows in summary.items():
+        if label.startswith(REMOTE_PREFIX):
+            continue
         spec = parse_spec(label)
         if not spec.speculative:
             continue

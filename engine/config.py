@@ -185,6 +185,20 @@ _SPEC_KEYS = {"k": "k", "draft": "draft", "layers": "layers", "ngram_max": "ngra
               "ngram_min": "ngram_min", "max_ngram": "ngram_max", "min_ngram": "ngram_min"}
 
 
+REMOTE_PREFIX = "remote:"
+
+
+def parse_remote(text: str) -> str | None:
+    """The server address of a `remote:url=http(s)://HOST:PORT` setting (a model served elsewhere, run as
+    it was started: engine.remote), or None when `text` is a SpecConfig's SPEC string."""
+    if not text.strip().startswith(REMOTE_PREFIX):
+        return None
+    key, sep, url = text.strip()[len(REMOTE_PREFIX):].partition("=")
+    if key.strip() != "url" or not sep or not url.strip():
+        raise ConfigError(f"a remote setting is remote:url=http(s)://HOST:PORT, got {text!r}")
+    return url.strip()
+
+
 def parse_spec(text: str) -> SpecConfig:
     """Parse `method[:key=value,...]`, e.g. `prompt-lookup:k=5`, `draft-model:k=4,draft=default`."""
     method, _, rest = text.strip().partition(":")
