@@ -27,10 +27,13 @@ from engine.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.prompts import Prompt, categories_of, load_prompts
 from gui.session_model import SessionModel, Token, Turn
 
-CSV_FIELDS = ("label", "method", "k", "tok_per_s", "speedup", "acceptance_rate", "mean_accepted_length",
-              "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds", "identical_to_plain",
-              "first_difference", "tokens", "text")
-SWEEP_FIELDS = ("k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio")
+# every setting of the run, on every exported row (a row read alone says how it was made)
+RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "top_p", "top_k", "seed",
+              "max_new_tokens")
+CSV_FIELDS = ("label", "method", "k", "draft", "layers", "tok_per_s", "speedup", "acceptance_rate",
+              "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds",
+              "identical_to_plain", "first_difference", "tokens", "text") + RUN_FIELDS
+SWEEP_FIELDS = ("method", "k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio") + RUN_FIELDS
 COMPARE, SWEEP = "compare", "sweep"
 
 
@@ -62,6 +65,7 @@ class ComparisonSession:
         self.max_new_tokens = max_new_tokens
         self.kind = kind  # compare | sweep
         self.model = model
+        self.device = self.dtype = ""  # as the engine reported them (GenerationStarted)
         self.runs = [Run(i, spec) for i, spec in enumerate(with_plain_first(self.specs))]
         self.done = False
         self.cancelled = False
@@ -83,6 +87,7 @@ class ComparisonSession:
             run.session.start(event)
             if not self.model:
                 self.model = event.model
+            self.device, self.dtype = event.device, event.dtype
             return []
         if isinstance(event, RoundVerified):
             return run.session.apply_round(event)
@@ -232,35 +237,67 @@ class CompareState:
 
 # ------------------------------------------------------------------ export
 
-def write_rows_csv(rows: list[ComparisonRow], path: str | Path) -> None:
+def run_settings(session: ComparisonSession | None) -> dict:
+    """Every setting the runs shared: prompt, model, backend, device, dtype, sampling, token budget."""
+    if session is None:
+        return {}
+    from engine.errors import SpecScopeError
+    from engine.sources import backend_for, resolve_source
+
+    try:
+        backend = backend_for(resolve_source(session.model)) if session.model else ""
+    except SpecScopeError:
+        backend = ""
+    sampling = session.sampling
+    return {"prompt": session.prompt, "model": session.model, "backend": backend, "device": session.device,
+            "dtype": session.dtype, "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": session.max_new_tokens}
+
+
+def row_record(row: ComparisonRow) -> dict:
+    """A table row with its setting in full; plain decoding has no k (it drafts nothing)."""
+    record = row.as_dict()
+    record.update(k=row.spec.k if row.spec.speculative else None, draft=row.spec.draft, layers=row.spec.layers)
+    return record
+
+
+def write_rows_csv(rows: list[ComparisonRow], path: str | Path, session: ComparisonSession | None = None) -> None:
+    shared = run_settings(session)
     with open(path, "w", newline="", encoding="utf-8") as file:
         writer = csv.DictWriter(file, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.as_dict().items()})
+            writer.writerow({k: "" if v is None else v for k, v in {**row_record(row), **shared}.items()})
 
 
 def write_rows_json(session: ComparisonSession, path: str | Path) -> None:
     rows = session.rows()
-    document = {"model": session.model, "prompt": session.prompt, "max_new_tokens": session.max_new_tokens,
-                "temperature": session.sampling.temperature, "seed": session.sampling.seed,
-                "rows": [dict(row.as_dict(), diff=row.diff) for row in rows]}
+    document = {**run_settings(session), "rows": [dict(row_record(row), diff=row.diff) for row in rows]}
     Path(path).write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def write_sweep_csv(summary: SweepSummary, path: str | Path) -> None:
+def write_sweep_csv(summary: SweepSummary, path: str | Path, session: ComparisonSession | None = None) -> None:
+    shared = run_settings(session)
     with open(path, "w", newline="", encoding="utf-8") as file:
         writer = csv.DictWriter(file, fieldnames=SWEEP_FIELDS)
         writer.writeheader()
         for point in summary.as_dict()["points"]:
-            writer.writerow(point)
+            writer.writerow({k: "" if v is None else v for k, v in {"method": summary.method, **point, **shared}.items()})
 
 
 def write_sweep_json(summary: SweepSummary, session: ComparisonSession | None, path: str | Path) -> None:
-    document = summary.as_dict()
-    if session is not None:
-        document.update(model=session.model, prompt=session.prompt, max_new_tokens=session.max_new_tokens)
+    document = {**run_settings(session), **summary.as_dict()}
     Path(path).write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def export_name(kind: str, session: ComparisonSession | None, suffix: str, when: float | None = None) -> str:
+    """A default file name that says what is in it: specscope-compare-default-2026-12-01-1015.csv."""
+    import time
+
+    what = "sweep" if kind.startswith("sweep") else "compare"
+    model = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(session.model).name if session and session.model else "")
+    stamp = time.strftime("%Y-%m-%d-%H%M", time.localtime(when))
+    return "-".join(p for p in ("specscope", what, model.strip("-"), stamp) if p) + f".{suffix}"
 
 
 # ------------------------------------------------------------------ prompts

@@ -34,6 +34,15 @@ def app_settings() -> QSettings:
     return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
 
 
+def export_folder() -> Path:
+    """Where every save dialog starts (chat exports, comparison tables, images): the user's documents folder,
+    else the home folder."""
+    from PySide6.QtCore import QStandardPaths
+
+    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return Path(documents) if documents and Path(documents).is_dir() else Path.home()
+
+
 # the chat's settings panel as remembered between runs: name, type (keys chat/NAME)
 CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("layers", int),
                ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),

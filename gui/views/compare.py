@@ -28,7 +28,9 @@ from engine.events import GenerationFinished, GenerationStarted, TokenStatus
 from engine.prompts import Prompt
 from gui import theme
 from gui.compare_session import (COMPARE, CannotStart, ComparisonSession, CompareState, categories, load_prompt_choices,
-                                 word_diff, write_rows_csv, write_rows_json, write_sweep_csv, write_sweep_json)
+                                 export_name, word_diff, write_rows_csv, write_rows_json, write_sweep_csv,
+                                 write_sweep_json)
+from gui.settings import export_folder
 from gui.resources import asset_path
 from gui.views.compare_parts import MAX_SWEEP_K, RunPane, SettingRow, SweepPlot, identical_text, times_text
 from gui.views.stats import DASH
@@ -327,7 +329,10 @@ class CompareWindow(QMainWindow):
         self.sweep_table.setHorizontalHeaderLabels(("k", "speed-up", "theory", "acceptance", "cost ratio c"))
         self.sweep_table.verticalHeader().hide()
         self.sweep_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.sweep_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header = self.sweep_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # no header is clipped
+        header.setStretchLastSection(True)
+        self.sweep_table.setMinimumWidth(header.length() + 4)
         side.addWidget(self.sweep_table, 1)
         self.sweep_note = QLabel("The theoretical curve uses α (acceptance) and c (draft cost per token / verify "
                                  "cost per pass) pooled over the sweep (Leviathan et al. 2023, eq. 1).")
@@ -743,7 +748,7 @@ class CompareWindow(QMainWindow):
 
     # ------------------------------------------------------------------ export
     def export_csv(self, path) -> None:
-        write_rows_csv(self.session.rows() if self.session else [], path)
+        write_rows_csv(self.session.rows() if self.session else [], path, self.session)
 
     def export_json(self, path) -> None:
         if self.session is not None:
@@ -766,12 +771,14 @@ class CompareWindow(QMainWindow):
             self._set_status("Run a comparison first.")
             return
         suffix = kind.rsplit("-", 1)[-1]
-        path, _ = QFileDialog.getSaveFileName(self, "Export", f"specscope-{kind}.{suffix}", filters[kind])
+        session = self.sweep_session if kind.startswith("sweep") else self.session
+        suggested = export_folder() / export_name(kind, session, suffix)  # one folder for every export
+        path, _ = QFileDialog.getSaveFileName(self, "Export", str(suggested), filters[kind])
         if not path:
             return
         try:
             {"csv": self.export_csv, "json": self.export_json, "png": self.save_png,
-             "sweep-csv": lambda p: write_sweep_csv(self.sweep_summary, p),
+             "sweep-csv": lambda p: write_sweep_csv(self.sweep_summary, p, self.sweep_session),
              "sweep-json": lambda p: write_sweep_json(self.sweep_summary, self.sweep_session, p),
              "sweep-png": self.save_sweep_png}[kind](path)
         except OSError as exc:

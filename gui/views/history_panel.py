@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QLineEdit
                                QMenu, QStyle, QStyledItemDelegate, QToolButton, QVBoxLayout, QWidget)
 
 from gui import theme
+from gui.settings import export_folder
 from gui.store import HistoryError, HistoryStore
 from gui.views.dialogs import ask_save_path, ask_text, ask_yes_no
 
@@ -296,7 +297,7 @@ class HistoryPanel(QWidget):
             title = next((self.list.item(i).text() for i in range(self.list.count())
                           if self.list.item(i).data(ID_ROLE) == conversation_id), "chat")
             safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "chat"
-            path = self.ask_save_path(self, "Export chat", str(Path.home() / f"{safe[:60]}{suffix}"), filters)
+            path = self.ask_save_path(self, "Export chat", str(export_folder() / f"{safe[:60]}{suffix}"), filters)
             if path is None:
                 return None
         try:
