@@ -241,6 +241,9 @@ def _models_download(args) -> int:
     from engine.catalog import format_bytes
     from engine.errors import DownloadCancelledError
     token = _download_token(args)
+    endpoint = hub.resolve_endpoint()  # https only (http for this computer); the token goes nowhere else
+    if sys.stderr.isatty():
+        print(f"{args.repo_id} from {endpoint}", file=sys.stderr)
     plan = hub.plan_download(args.repo_id, revision=args.revision, token=token, files=args.file or None,
                              allow_pickle=args.allow_pickle)
     try:
@@ -255,7 +258,7 @@ def _models_download(args) -> int:
         warn(f"{plan.repo_id} ships its own Python code (auto_map in its config); SpecScope does not run it, so "
              "it may not load")
     print(f"{plan.repo_id}: {len(result.files)} files, {format_bytes(plan.total_bytes)} "
-          f"({format_bytes(result.bytes_downloaded)} downloaded now) in {result.folder}")
+          f"({format_bytes(result.bytes_downloaded)} downloaded now from {endpoint}) in {result.folder}")
     print(f"use it with --model {result.name}")
     return 0
 
