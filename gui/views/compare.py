@@ -335,7 +335,9 @@ class CompareWindow(QMainWindow):
         self.sweep_table.setMinimumWidth(header.length() + 4)
         side.addWidget(self.sweep_table, 1)
         self.sweep_note = QLabel("The theoretical curve uses α (acceptance) and c (draft cost per token / verify "
-                                 "cost per pass) pooled over the sweep (Leviathan et al. 2023, eq. 1).")
+                                 "cost per pass) pooled over the sweep (Leviathan et al. 2023, eq. 1). Each k runs "
+                                 "once here, so a close best k may be noise: Tools ▸ Which setting is fastest "
+                                 "here? repeats every setting and gives the median and its range.")
         self.sweep_note.setObjectName("dim")
         self.sweep_note.setWordWrap(True)
         side.addWidget(self.sweep_note)

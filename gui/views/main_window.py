@@ -501,6 +501,11 @@ class MainWindow(QMainWindow):
                                             note=choices.note, download=choices.download)
             self.draft_choices_shown.emit(choices)
 
+    def _drafts_may_have_changed(self) -> None:
+        """A download finished: the draft list is looked up again."""
+        self._draft_target = None
+        self._refresh_draft_choices()
+
     def _download_suggested(self, repo_id: str) -> None:
         """The settings panel's "Download …" button: the Models window downloads it."""
         manager = self.open_models()
@@ -832,6 +837,7 @@ class MainWindow(QMainWindow):
                                               draft=self.controls.draft_name(), parent=self)
             self.model_manager.setWindowFlag(Qt.WindowType.Window, True)
             self.model_manager.load_requested.connect(self._load_from_manager)
+            self.model_manager.download_finished.connect(lambda _result: self._drafts_may_have_changed())
             self.model_manager.resize(self.model_manager.sizeHint())
         self._show_window(self.model_manager)
         return self.model_manager
