@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         self.load_requested.connect(worker.load)
         self.generation_requested.connect(worker.generate)
         worker.consent_needed.connect(self._on_consent_needed)
+        worker.draft_consent_needed.connect(self._on_draft_consent_needed)
         worker.model_load_started.connect(self._on_load_started)
         worker.model_load_progressed.connect(self._set_status)
         worker.status_reported.connect(self._set_status)  # "Loading draft model…" and the like
@@ -819,6 +820,16 @@ class MainWindow(QMainWindow):
         if kind == REMOTE_CODE and not answer:
             self._set_status(f"Loading {model} without running its code…")
         self.load_model(model, force=True)
+
+    def _on_draft_consent_needed(self, model: str, kind: str, question: str) -> None:
+        """A draft model's safety question (asked when a reply needs the draft): remembered like a target's;
+        the reply that needed it failed, so the message is sent again by the user."""
+        title = "Run the draft model's own code?" if kind == REMOTE_CODE else "Load the draft's pickle checkpoints?"
+        answer = bool(self.confirm(title, question))
+        self.session.answer_consent(kind, model, answer)
+        self.settings.set_consent(kind, model, answer)
+        self._sync_load_options()
+        self.consent_answered.emit(model, kind, answer)
 
     # ------------------------------------------------------------------ dialogs
     def _show_window(self, window) -> None:
