@@ -56,6 +56,11 @@ class StatTile(QFrame):
         margins = self.layout().contentsMargins()
         return self.value.minimumWidth() + margins.left() + margins.right()
 
+    def caption_width(self) -> int:
+        """The width that shows the whole caption (the tiles go three abreast only when each gets it)."""
+        margins = self.layout().contentsMargins()
+        return max(self.caption.sizeHint().width(), self.value.minimumWidth()) + margins.left() + margins.right()
+
 
 class TimeSplitBar(QWidget):
     """Draft time vs verify time as one two-coloured bar."""
@@ -128,6 +133,7 @@ class StatsStrip(QWidget):
         self.measure.clicked.connect(self.baseline_requested)
         self.columns = 0
         self._tile_width = max(tile.minimum_width() for tile in (*self.tiles, self.times))
+        self._wide_tile_width = max(tile.caption_width() for tile in self.tiles)
         self.setMinimumWidth(2 * self._tile_width + grid.spacing())
         self._reflow(3)
 
@@ -151,7 +157,7 @@ class StatsStrip(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         spacing = self.grid.spacing()
-        self._reflow(3 if event.size().width() >= 3 * self._tile_width + 2 * spacing + 24 else 2)
+        self._reflow(3 if event.size().width() >= 3 * self._wide_tile_width + 2 * spacing else 2)
         super().resizeEvent(event)
 
     def set_palette(self, palette: theme.Palette) -> None:
@@ -170,7 +176,7 @@ class StatsStrip(QWidget):
         if figures.speedup is not None:
             self.speedup.set(f"{figures.speedup:.2f}×", f"plain {figures.baseline_tok_per_s:.1f} tok/s")
         else:
-            self.speedup.set(DASH, "plain speed not measured" if figures.baseline_tok_per_s is None else "")
+            self.speedup.set(DASH, "not measured yet" if figures.baseline_tok_per_s is None else "")
         self.theoretical.set(DASH if figures.theoretical_speedup is None else f"{figures.theoretical_speedup:.2f}×")
         self.efficiency.set(DASH if figures.efficiency is None else f"{figures.efficiency:.0%}")
         self.times.set(f"{seconds_text(figures.draft_seconds)} / {seconds_text(figures.verify_seconds)}",

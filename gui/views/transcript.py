@@ -206,7 +206,7 @@ class TranscriptView(QTextEdit):
                 cursor.insertText(footer_text(turn) + ("   " if self.actions and turn.text else ""),
                                   theme.text_format(p, small=True, dim=True))
             if self.actions and turn.text:
-                self._insert_action(cursor, "copy", "⧉ Copy", self._reply_index)
+                self._insert_action(cursor, "copy", "Copy", self._reply_index)
                 cursor.insertText("  ", theme.text_format(p, small=True))
                 self._insert_action(cursor, "regenerate", "↻ Regenerate", self._reply_index)
         self._cursor = self._end_cursor()

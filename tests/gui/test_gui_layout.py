@@ -53,7 +53,8 @@ def test_the_window_never_resizes_itself_during_a_reply(make_window, qtbot):
 def test_the_stats_tiles_reflow_and_the_panel_scrolls_when_short(make_window, qtbot):
     window = make_window()
     strip = window.stats_strip
-    window.resizeDocks([window.live_dock], [600], Qt.Orientation.Horizontal)
+    window.resize(1900, 1000)
+    window.resizeDocks([window.live_dock], [620], Qt.Orientation.Horizontal)
     qtbot.waitUntil(lambda: strip.columns == 3, timeout=WAIT_MS)
     window.resizeDocks([window.live_dock], [strip.minimumWidth() + 30], Qt.Orientation.Horizontal)
     qtbot.waitUntil(lambda: strip.columns == 2, timeout=WAIT_MS)
