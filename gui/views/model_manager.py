@@ -7,7 +7,8 @@ metadata and tokenizers, the pair check loads two tokenizers (never weights), a 
 Results come back by job id; a result for a question no longer asked is dropped.
 
 May touch: engine.catalog and engine.hub (public functions only), engine.sources (which devices exist),
-engine.secrets (whether a token is set, never the token's text), gui.settings (device, added models, answers).
+engine.secrets (whether a token is set, never the token's text; a server's API key is saved, never shown),
+engine.remote_client (a server address's rules), gui.settings (device, added models, answers).
 """
 
 from __future__ import annotations
@@ -246,12 +247,16 @@ class ModelManager(QDialog):
         row = QHBoxLayout()
         self.add_folder_button = self._button("Add folder…", lambda: self.add_path())
         self.add_gguf_button = self._button("Add GGUF file…", lambda: self.add_path(gguf=True))
+        self.add_server_button = self._button("Add server…", lambda: self.add_server())
+        self.add_server_button.setToolTip("Chat with a model on an OpenAI-compatible server (llama-server, vLLM, "
+                                          "SGLang): http to this machine, https elsewhere")
         self.remove_button = self._button("Remove from list", self.remove_selected)
         self.remove_button.setToolTip("Forget a folder or file you added (nothing is deleted from disk)")
         self.refresh_button = self._button("Refresh", self.refresh)
         self.use_target_button = self._button("Use as target", lambda: self.use_selected_as("target"))
         self.use_draft_button = self._button("Use as draft", lambda: self.use_selected_as("draft"))
-        for button in (self.add_folder_button, self.add_gguf_button, self.remove_button, self.refresh_button):
+        for button in (self.add_folder_button, self.add_gguf_button, self.add_server_button, self.remove_button,
+                       self.refresh_button):
             row.addWidget(button)
         row.addStretch(1)
         row.addWidget(self.use_target_button)
@@ -565,6 +570,31 @@ class ModelManager(QDialog):
         self.settings.set_added_models(self.settings.added_models() + [str(path)])
         self._want_target = self.target.currentData() or self._want_target
         self.refresh()
+
+    def add_server(self, url: str | None = None, api_key: str | None = None) -> bool:
+        """Load a model served elsewhere as the target (engine.remote): ask the address and an API key (kept in
+        the keyring for that server only, engine.secrets), check the address rules, then load it."""
+        from PySide6.QtWidgets import QInputDialog
+        from engine.remote_client import parse_server_url
+        if url is None:
+            url, ok = QInputDialog.getText(self, "Add server", "Address of an OpenAI-compatible server, e.g. "
+                                           "http://127.0.0.1:8080 or https://gpu.example.org:8000")
+            if not ok or not url.strip():
+                return False
+            api_key, ok = QInputDialog.getText(self, "Add server", "API key (empty if the server needs none):",
+                                               QLineEdit.EchoMode.Password)
+            if not ok:
+                return False
+        try:
+            address = parse_server_url(url)
+            if api_key and api_key.strip():
+                secrets.set_server_key(address.origin, api_key)
+        except (SpecScopeError, ValueError) as exc:
+            self.status.setText(f"⚠ {exc}")
+            return False
+        self.status.setText(f"Connecting to {address.url}…")
+        self.load_requested.emit(address.url, None, self.device_name(), self.dtype_name())
+        return True
 
     def remove_selected(self) -> None:
         entry = self.selected_entry()

@@ -292,3 +292,51 @@ def test_cli_generate_on_a_spec_server(spec_server):
     json_run = _cli("generate", "--json", "--model", spec_server.url, "--max-new-tokens", "8", "Hi")
     finished = json.loads(json_run.stdout.splitlines()[-1])
     assert finished["type"] == "finished" and finished["server"]["server"] == "llama-server"
+
+
+# ------------------------------------------------------------------ the app
+
+@needs_server
+def test_the_apps_worker_loads_and_chats_with_a_server(spec_server, qtbot):
+    """The worker's real loader (engine.runtime.load_engine, after the safety check) on a server address."""
+    from gui.worker import EngineWorker, GenerationRequest
+    worker = EngineWorker()
+    with qtbot.waitSignal(worker.model_loaded, timeout=60_000) as loaded:
+        worker.load(spec_server.url)
+    info = loaded.args[0]
+    assert "llama-server" in info.name and info.device == spec_server.url and info.context_length == 2048
+    finished = []
+    worker.generation_finished.connect(lambda rid, event: finished.append(event))
+    worker.generate(GenerationRequest(1, spec_server.url, [{"role": "user", "content": REPEAT}], max_new_tokens=48))
+    assert finished and finished[0].server.source == "metrics"
+    assert finished[0].stats.drafted_tokens == finished[0].server.draft_tokens
+
+
+def test_the_apps_worker_says_why_a_server_cannot_load(qtbot):
+    from gui.worker import EngineWorker
+    worker = EngineWorker()
+    with qtbot.waitSignal(worker.load_failed, timeout=30_000) as failed:
+        worker.load(f"http://127.0.0.1:{closed_port()}")
+    assert "connection refused" in failed.args[1]
+
+
+def test_add_server_in_the_model_manager(qtbot, tmp_path, monkeypatch):
+    from PySide6.QtCore import QSettings
+    from engine import secrets
+    from gui import theme
+    from gui.settings import AppSettings
+    from gui.views.model_manager import ModelManager
+    saved = {}
+    monkeypatch.setattr(secrets, "set_server_key", lambda origin, key: saved.setdefault(origin, key))
+    settings = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    manager = ModelManager(settings, theme.LIGHT)
+    qtbot.addWidget(manager)
+    try:
+        with qtbot.waitSignal(manager.load_requested, timeout=5_000) as asked:
+            assert manager.add_server("http://localhost:8080/v1", api_key="sk-abc123")
+        assert asked.args[:2] == ["http://localhost:8080", None]
+        assert saved == {"http://localhost:8080": "sk-abc123"}
+        assert not manager.add_server("http://10.1.2.3:8000")
+        assert "only to this machine" in manager.status.text()
+    finally:
+        manager.shutdown()
