@@ -340,3 +340,25 @@ def test_add_server_in_the_model_manager(qtbot, tmp_path, monkeypatch):
         assert "only to this machine" in manager.status.text()
     finally:
         manager.shutdown()
+
+
+@needs_server
+def test_bench_runs_a_server_beside_the_local_configs(spec_server, tmp_path, capsys):
+    from engine.cli import main
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": REPEAT}) + "\n" + json.dumps({"prompt": "Name three colours."}))
+    out = tmp_path / "out.json"
+    label = f"remote:url={spec_server.url}"
+    code = main(["bench", "--model", "default", "--prompts", str(prompts), "--max-new-tokens", "32",
+                 "--config", label, "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    configs = json.loads(out.read_text())["configs"]
+    assert set(configs) == {"none", label}
+    remote, local = configs[label]["all"], configs["none"]["all"]
+    assert local["figures_from"] == "measured here"
+    assert "llama-server's /metrics" in remote["figures_from"] and "measured here" in remote["figures_from"]
+    assert remote["prompts"] == 2 and remote["drafted_tokens"] > 0 and remote["theoretical_speedup"] is None
+    assert f"{label}: tok/s and TTFT measured here" in printed
+    print(f"\nsame GGUF, greedy: SpecScope llama.cpp plain {local['tok_per_s']:.1f} tok/s, llama-server "
+          f"(n-gram) {remote['tok_per_s']:.1f} tok/s, outputs identical {remote['identical_to_none']}/2")
