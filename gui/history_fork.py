@@ -36,7 +36,8 @@ def fork_conversation(store: HistoryStore, conversation_id: int, keep: int) -> i
 
 def branch_recorder(recorder: HistoryRecorder, conversation_id: int | None, keep: int) -> None:
     """From now on `recorder` writes to a branch of `conversation_id` holding its first `keep` turns (no turn:
-    a new chat, made on the next message). A store error turns history off for the branch, never the chat."""
+    a new chat, made on the next message). If the copy fails (`recorder.last_error` says why), the branch is
+    saved from its next message on as a chat of its own; the chat itself goes on either way."""
     recorder.new_chat()
     if conversation_id is None or keep <= 0 or not recorder.enabled:
         return

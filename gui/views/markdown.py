@@ -25,7 +25,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from PySide6.QtGui import (QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
-                           QTextDocumentFragment, QTextFormat)
+                           QTextDocumentFragment, QTextFormat, QTextFrameFormat)
 
 from engine.events import TokenStatus
 from gui import theme
@@ -284,8 +284,19 @@ class ReplyLayout:
         return None
 
     def _decorate(self, blocks) -> None:
-        """Block formats the Markdown leaves to us: code on a tinted background, prose with air."""
+        """Block formats the Markdown leaves to us: code on a tinted background, prose with air, tables ruled in
+        the palette's border colour."""
+        tables = set()
         for block in blocks:
+            table = QTextCursor(block).currentTable()
+            if table is not None and table.firstPosition() not in tables:
+                tables.add(table.firstPosition())
+                table_format = table.format()
+                table_format.setBorderBrush(QColor(self.palette.border))
+                table_format.setBorderStyle(QTextFrameFormat.BorderStyle.BorderStyle_Solid)
+                table_format.setCellPadding(4)
+                table_format.setBorderCollapse(True)
+                table.setFormat(table_format)
             fmt = QTextBlockFormat()
             if is_code(block):
                 fmt.setBackground(QColor(self.palette.surface_alt))
