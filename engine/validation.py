@@ -112,11 +112,17 @@ def check_output_path(path: str | os.PathLike, what: str) -> Path:
         raise ConfigError(f"{what}: {target} is a folder; give a file name")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise ConfigError(f"{what}: the folder {folder} does not exist")
+        state = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"{what}: {folder} {state}")
     if target.exists() and not os.access(target, os.W_OK):
         raise ConfigError(f"{what}: {target} is not writable")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what}: the folder {folder} is not writable")
+    import tempfile
+    try:  # the one sure test (root passes os.access, a read-only mount does not): create a file there
+        handle, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write in the folder {folder} ({exc.strerror or exc})") from None
     return target
 
 

@@ -41,10 +41,15 @@ from engine.validation import check_output_path, decode_argument
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one line, exit 2 (as the engine's commands)
+        self.exit(EXIT_USAGE, f"specscope gui: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The window's options: the model, method, sampling and generation ones are engine.arguments' (the CLI's
     own), each None when not given, which keeps the window's last setting."""
-    parser = argparse.ArgumentParser(prog="specscope gui", description="Open the SpecScope chat window.")
+    parser = OneLineParser(prog="specscope gui", description="Open the SpecScope chat window.")
     add_model_args(parser, unset=True, dtype=False)
     add_spec_args(parser, unset=True)
     add_sampling_args(parser, unset=True)
