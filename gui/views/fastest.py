@@ -5,8 +5,8 @@ engine.fastest's: the median speed-up of each setting against its repeat's plain
 and the winner, which the user can apply to the chat. A method the loaded model refuses (early exit on a
 llama.cpp model) is dropped with its reason and the sweep goes on without it.
 
-May touch: engine.fastest and engine.config (read), gui.worker (signals and request types). Its request ids
-live in their own range, so the compare window (same worker signals) drops its events and it drops theirs.
+May touch: gui.fastest_session (the sweep's state: requests, ids, the fold), engine.fastest (its result,
+read), gui.worker (signals and request types). It renders and emits; the state decides.
 """
 
 from __future__ import annotations
@@ -18,31 +18,18 @@ from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
                                QProgressBar, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout)
 
-from engine.config import SamplingConfig, SpecConfig, method_info
+from engine.config import SamplingConfig, SpecConfig
 from engine.errors import ConfigError
-from engine.events import GenerationFinished
-from engine.fastest import (DEFAULT_KS, DEFAULT_MAX_NEW_TOKENS, MIN_REPEATS, FastestResult, FastestSweep,
-                            candidate_specs)
+from engine.fastest import DEFAULT_KS, DEFAULT_MAX_NEW_TOKENS, MIN_REPEATS, FastestResult
 from gui import theme
+from gui.fastest_session import FastestState, Plan
 from gui.worker import ComparisonRequest
 
-REQUEST_ID_BASE = 1 << 30  # this dialog's request ids: never the compare window's (which count from 1)
 COLUMNS = ("setting", "speed-up (median)", "noise (lowest – highest)", "tok/s (median)", "acceptance")
 COLUMN_TIPS = ("the method and k", "median over the repeats of tok/s ÷ tok/s of that repeat's plain run",
                "the slowest and the fastest repeat: a range that reaches below 1× may be noise",
                "committed tokens per second after the first, median over the repeats",
                "accepted drafted tokens ÷ drafted tokens, median over the repeats")
-
-
-def parse_ks(text: str) -> list[int]:
-    """'2, 4, 6' → [2, 4, 6]; ConfigError naming what is wrong."""
-    try:
-        ks = [int(part) for part in text.replace(",", " ").split()]
-    except ValueError:
-        raise ConfigError(f"k values must be whole numbers separated by commas, got {text!r}") from None
-    if not ks:
-        raise ConfigError("give at least one k value, e.g. 2, 4, 6")
-    return list(dict.fromkeys(ks))
 
 
 class FastestDialog(QDialog):
@@ -63,14 +50,7 @@ class FastestDialog(QDialog):
         self.worker_thread = worker_thread
         self._prompt, self._model_name, self._sampling = prompt, model_name, sampling
         self._draft, self._busy, self._apply_to_chat = draft, busy, apply_to_chat
-        self.sweep: FastestSweep | None = None
-        self.result: FastestResult | None = None
-        self.skipped: list[str] = []  # "method: reason" for each method the model refused
-        self._repeat = 0
-        self._active_id: int | None = None
-        self._next_id = REQUEST_ID_BASE
-        self._run_prompt = ""
-        self._run_sampling = SamplingConfig()
+        self.state = FastestState(make_request=ComparisonRequest)
         self._build()
         worker = worker_thread.worker
         self.comparison_requested.connect(worker.compare)
@@ -161,45 +141,36 @@ class FastestDialog(QDialog):
                            "repeated; each setting's speed-up is the median against its own repeat's plain run."
                            if prompt else "Send a message in the chat first: the sweep runs on its last prompt.")
 
-    # ------------------------------------------------------------------ running
+    # ------------------------------------------------------------------ running (gui.fastest_session decides)
     @property
     def running(self) -> bool:
-        return self._active_id is not None
+        return self.state.running
+
+    @property
+    def result(self) -> FastestResult | None:
+        return self.state.result
 
     def start(self) -> bool:
         """Start the sweep; False (with the reason shown) when it cannot start now."""
-        if self.running:
-            return False
         self.refresh_intro()
         try:
-            reason = self._busy()
-            prompt = (self._prompt() or "").strip()
-            if reason or not prompt:
-                raise ConfigError(reason or "send a message in the chat first: the sweep runs on its last prompt")
-            specs = candidate_specs(["prompt-lookup", "early-exit", "draft-model"], parse_ks(self.ks.text()),
-                                    draft=self._draft())
-            self.sweep = FastestSweep(specs, self.repeats.value())
-            self._run_sampling = self._sampling()
+            plan = Plan(model=self._model_name(), prompt=(self._prompt() or "").strip(), sampling=self._sampling(),
+                        max_new_tokens=self.max_new_tokens.value())
+            request = self.state.start(plan, self.ks.text(), self.repeats.value(), self._draft(), self._busy())
         except ConfigError as exc:
             self._set_status(f"Refused: {exc}")
             self.sweep_failed.emit(str(exc))
             return False
-        self._run_prompt, self._repeat, self.result, self.skipped = prompt, 0, None, []
-        self.progress.setRange(0, self.sweep.total_runs)
+        self.progress.setRange(0, self.state.sweep.total_runs)
         self.progress.setValue(0)
-        self.verdict.setText("")
         self._show_result()
-        self._send_repeat()
+        self._send(request)
         self.running_changed.emit(True)
         return True
 
-    def _send_repeat(self) -> None:
-        request = ComparisonRequest(request_id=self._next_id, model=self._model_name(), prompt=self._run_prompt,
-                                    specs=tuple(self.sweep.specs), sampling=self._run_sampling,
-                                    max_new_tokens=self.max_new_tokens.value())
-        self._next_id += 1
-        self._active_id = request.request_id
-        self._set_status(f"Repeat {self._repeat + 1} of {self.sweep.repeats}…")
+    def _send(self, request) -> None:
+        self.progress.setRange(0, self.state.sweep.total_runs)
+        self._set_status(f"Repeat {self.state.repeat + 1} of {self.state.sweep.repeats}…")
         self._update_actions()
         self.comparison_requested.emit(request)
 
@@ -209,58 +180,39 @@ class FastestDialog(QDialog):
             self._set_status("Stopping at the next round…")
 
     def _on_advanced(self, request_id: int, index: int, event) -> None:
-        if request_id != self._active_id or not isinstance(event, GenerationFinished):
-            return
-        self.sweep.add(self._repeat, index, event)
-        self.progress.setValue(self.sweep.runs_done)
+        if self.state.advanced(request_id, index, event):
+            self.progress.setValue(self.state.sweep.runs_done)
 
     def _on_finished(self, request_id: int) -> None:
-        if request_id != self._active_id:
+        if not self.state.ours(request_id):
             return
-        complete = len(self.sweep.complete_repeats()) > self._repeat
-        self._repeat += 1
-        if complete and self._repeat < self.sweep.repeats:
-            self._show_result()
-            self._send_repeat()
+        request = self.state.finished(request_id)
+        self._show_result()
+        if request is not None:
+            self._send(request)
             return
-        self._end(stopped=not complete)
+        self._set_status(self.state.status())
+        self._update_actions()
+        self.running_changed.emit(False)
+        self.sweep_finished.emit(self.state.result)
 
     def _on_failed(self, request_id: int, message: str) -> None:
-        if request_id != self._active_id:
+        if not self.state.ours(request_id):
             return
-        refused = self._refused_method(message)
-        if refused is not None and self._repeat == 0:
-            remaining = [s for s in self.sweep.specs if s.method != refused]
-            self.skipped.append(f"{method_info(refused).label}: {message.partition(': ')[2] or message}")
-            if remaining:
-                self.sweep = FastestSweep(remaining, self.sweep.repeats)
-                self.progress.setRange(0, self.sweep.total_runs)
-                self._send_repeat()
-                return
-        self._active_id = None
+        request = self.state.failed(request_id, message)
+        if request is not None:  # a method the model refused is left out; the sweep goes on
+            self._send(request)
+            return
         self._set_status(f"Refused: {message}")
         self._update_actions()
         self.running_changed.emit(False)
         self.sweep_failed.emit(message)
 
-    def _refused_method(self, message: str) -> str | None:
-        """The method of the setting a refusal names ("early-exit:k=2: reason"), if it is one of the sweep's."""
-        label = message.partition(": ")[0]
-        return next((s.method for s in self.sweep.specs if s.label() == label), None)
-
-    def _end(self, stopped: bool) -> None:
-        self._active_id = None
-        self.result = self.sweep.result()
-        self._show_result()
-        done = len(self.sweep.complete_repeats())
-        self._set_status(("Stopped" if stopped else "Done") + f" · {done} of {self.sweep.repeats} repeats")
-        self._update_actions()
-        self.running_changed.emit(False)
-        self.sweep_finished.emit(self.result)
-
     # ------------------------------------------------------------------ rendering
     def _show_result(self) -> None:
-        result = self.sweep.result() if self.sweep is not None else None
+        sweep = self.state.sweep
+        result = sweep.result() if sweep is not None else None
+        self.verdict.setText(self.state.verdict())
         self.table.setRowCount(0 if result is None else len(result.results))
         if result is None:
             return
@@ -280,15 +232,12 @@ class FastestDialog(QDialog):
                     item.setFont(bold)
                     item.setBackground(QColor(self.palette_.surface_alt))
                 self.table.setItem(row, column, item)
-        text = result.verdict()
-        if self.skipped:
-            text += " Left out: " + "; ".join(self.skipped) + "."
-        self.verdict.setText(text)
 
     def apply_winner(self) -> None:
-        if self.result is not None:
-            self._apply_to_chat(self.result.winner.spec)
-            self._set_status(f"Applied to the chat: {self.result.winner.spec.label()}")
+        winner = self.state.winner()
+        if winner is not None:
+            self._apply_to_chat(winner)
+            self._set_status(f"Applied to the chat: {winner.label()}")
 
     def _update_actions(self) -> None:
         self.start_button.setEnabled(not self.running)
