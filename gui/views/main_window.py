@@ -393,6 +393,10 @@ class MainWindow(QMainWindow):
         baseline = self.session.baseline()
         if baseline is not None and self.persist and self.session.model_info is not None:
             self.settings.set_baseline(baseline_key(self.session.model_info), baseline.tok_per_s, baseline.measured_at)
+        self.stats_strip.speedup.setToolTip(
+            "tok/s of this reply / tok/s of plain decoding of this model on this device, in this dtype: "
+            + (baseline.describe() if baseline is not None else "not measured yet")
+            + " (a plain reply is the reference itself: no figure)")
         measure = self.stats_strip.measure
         measure.setText("Measure plain speed again" if baseline is not None else "Measure plain speed")
         measure.setToolTip((f"Plain speed of this model: {baseline.describe()}; every speed-up uses it. "

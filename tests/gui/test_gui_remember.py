@@ -59,6 +59,7 @@ def test_one_baseline_measured_once_dated_and_used_everywhere(make_window, send_
     baseline = blocker.args[0]
     assert window.stats_strip.measure.text() == "Measure plain speed again"
     assert f"{baseline:.1f} tok/s, measured " in window.stats_strip.measure.toolTip()
+    assert f"{baseline:.1f} tok/s, measured " in window.stats_strip.speedup.toolTip()  # the figure's date
     # a plain reply is the reference: no "0.80×" against itself, and it does not replace the measurement
     window.controls.apply(method="none")
     send_and_wait(window, "plain now")
