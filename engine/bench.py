@@ -242,8 +242,9 @@ def _fmt(value, pattern: str) -> str:
 # Columns a table shows when some row has the figure: (heading, row key, format, unit)
 OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", "×"),
                     ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
-                    ("llama-cpp-py tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),
-                    ("ours/llama-cpp-py", "ours_over_llama_cpp_python", ".2f", ""))
+                    ("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
+                    ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
+                    ("vs none", "plain_vs_none", ".2f", "×"))
 
 
 def print_table(summary: dict, compare_hf: bool, console=None) -> None:
@@ -275,6 +276,9 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
                       for _, key, pattern, unit in optional]
             table.add_row(*cells)
         console.print(table)
+    if any("llama_cpp_python_tok_per_s" in row for rows in summary.values() for row in rows.values()):
+        console.print("theirs: llama-cpp-python's own Llama on the same GGUF, prompt ids and threads (prompt "
+                      "lookup through its LlamaPromptLookupDecoding)")
 
 
 def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
@@ -311,7 +315,7 @@ def run(args) -> int:
     check_max_new_tokens(args.max_new_tokens)
     if args.limit is not None:
         check_int("--limit", args.limit, 1, MAX_COUNT)
-    if args.json_out:
+    if args.json_out is not None:
         check_output_path(args.json_out, "--json")
     specs, sweep = _specs(args)
     prompts = load_prompts(args.prompts, args.category, args.limit)
@@ -368,6 +372,9 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
     """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
     --compare-llama. Returns the summary and the curve (None for a remote target)."""
     from rich.markup import escape
+    backend = engine.target.backend
+    others = {b: [s for s in specs if s.backend == b] for b in BACKENDS if b != backend}
+    specs = [s for s in specs if s.backend in (None, backend)]
     cost = _verify_cost(engine, specs)
     comparisons = make_comparisons(engine, with_plain_first(specs)) if args.compare_llama else {}
 
@@ -380,9 +387,32 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
                                 comparisons, remotes)
     finally:
         close_comparisons(comparisons)
+    summary = summarise(results, args.compare_hf, comparisons, cost)
+    for other, group in others.items():
+        if group:
+            summary.update(_measure_on(other, group, args, prompts, sampling, progress, summary))
     if err.is_terminal:
         err.print(" " * 60, end="\r")
-    return summarise(results, args.compare_hf, comparisons, cost), cost
+    return summary, cost
+
+
+def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Prompt], sampling, progress,
+                main_summary: dict) -> dict:
+    """The configs that ask for another backend (`backend=` in their SPEC), on the same model loaded there,
+    after plain decoding on it (`none:backend=…`, their speed-up's baseline); that plain row also gets its
+    tok/s against the first backend's plain decoding (`plain_vs_none`)."""
+    from engine.runtime import load_engine, terminal_progress
+    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, backend=backend,
+                         trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+    cost = _verify_cost(engine, specs)
+    results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress)
+    results[0].spec = SpecConfig(backend=backend)
+    summary = summarise(results, False, None, cost)
+    for key, row in summary[results[0].spec.label()].items():
+        base = main_summary["none"].get(key, {}).get("tok_per_s")
+        row["plain_vs_none"] = row["tok_per_s"] / base if base else None
+    engine.release()
+    return summary
 
 
 def _verify_cost(engine, specs: list[SpecConfig]):
@@ -393,7 +423,7 @@ def _verify_cost(engine, specs: list[SpecConfig]):
         return None
     n_max = max([spec.k for spec in specs if spec.speculative] + [7]) + 1
     cost = verify_cost(engine.target, n_max, threads=engine_threads())
-    _table_console().print(cost_curve_line(cost))
+    _table_console().print(cost_curve_line(cost, engine.target.backend))
     return cost
 
 

@@ -83,7 +83,7 @@ def comparison_row(comparison: LlamaComparison | None, key: str, ours_tok_per_s:
             "llama_cpp_python_identical": comparison.identical[key]}
 
 
-def cost_curve_line(cost) -> str:
-    """"verify cost on this machine: n=1 7.4 ms (1.00×) · n=2 …" for the bench's header."""
+def cost_curve_line(cost, backend: str) -> str:
+    """"verify cost on this machine (llama.cpp): n=1 7.4 ms (1.00×) · n=2 …" for the bench's header."""
     cells = [f"n={n} {cost.cost(n) * 1000:.1f} ms ({cost.relative(n):.2f}×)" for n in range(1, cost.n_max + 1)]
-    return "verify cost on this machine: " + " · ".join(cells)
+    return f"verify cost on this machine ({backend}): " + " · ".join(cells)

@@ -130,6 +130,7 @@ class SpecConfig:
     ngram_max: int = 3  # prompt-lookup only
     ngram_min: int = 1  # prompt-lookup only
     adaptive: bool = False  # draft only as many tokens (≤ k) as pay for their verification
+    backend: str | None = None  # the backend (BACKENDS) to run on; None: the one the model was loaded on
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +139,12 @@ class SpecConfig:
         if info.needs_draft and not self.draft:
             raise ConfigError(f"method {self.method} needs a draft model (--draft NAME, or 'default')")
         check_layers(self.layers)
+        if self.backend is not None:
+            if self.backend not in BACKENDS:
+                raise ConfigError(f"unknown backend {self.backend!r}; use {' or '.join(BACKENDS)}")
+            if not info.supports(self.backend):
+                raise ConfigError(f"method {self.method} needs the {' or '.join(info.backends)} backend, not "
+                                  f"{self.backend}")
         check_int("--ngram-max", self.ngram_max, 1, MAX_COUNT)
         check_int("--ngram-min", self.ngram_min, 1, MAX_COUNT)
         if not 1 <= self.ngram_min <= self.ngram_max:
@@ -163,8 +170,9 @@ class SpecConfig:
 
     def label(self) -> str:
         """The SPEC string that parses back to this config (`prompt-lookup:k=5`)."""
+        on = f"backend={self.backend}" if self.backend else None
         if self.method == "none":
-            return "none"
+            return f"none:{on}" if on else "none"
         info = self.info
         parts = [f"k={self.k}"]
         if info.needs_draft:
@@ -175,6 +183,8 @@ class SpecConfig:
             parts.append(f"ngram_max={self.ngram_max},ngram_min={self.ngram_min}")
         if self.adaptive:
             parts.append("adaptive=1")
+        if on:
+            parts.append(on)
         return f"{self.method}:{','.join(parts)}"
 
     def with_k(self, k: int) -> "SpecConfig":
@@ -182,7 +192,7 @@ class SpecConfig:
 
 
 _SPEC_KEYS = {"k": "k", "draft": "draft", "layers": "layers", "ngram_max": "ngram_max", "adaptive": "adaptive",
-              "ngram_min": "ngram_min", "max_ngram": "ngram_max", "min_ngram": "ngram_min"}
+              "ngram_min": "ngram_min", "max_ngram": "ngram_max", "min_ngram": "ngram_min", "backend": "backend"}
 
 
 REMOTE_PREFIX = "remote:"
@@ -200,7 +210,8 @@ def parse_remote(text: str) -> str | None:
 
 
 def parse_spec(text: str) -> SpecConfig:
-    """Parse `method[:key=value,...]`, e.g. `prompt-lookup:k=5`, `draft-model:k=4,draft=default`."""
+    """Parse `method[:key=value,...]`, e.g. `prompt-lookup:k=5`, `draft-model:k=4,draft=default`,
+    `prompt-lookup:k=4,backend=transformers`."""
     method, _, rest = text.strip().partition(":")
     values: dict[str, object] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
@@ -209,9 +220,9 @@ def parse_spec(text: str) -> SpecConfig:
         if not sep or key not in _SPEC_KEYS:
             raise ConfigError(
                 f"bad setting {item!r} in {text!r}; use key=value with keys k, draft, layers, ngram_max, "
-                "ngram_min, adaptive")
+                "ngram_min, adaptive, backend")
         name = _SPEC_KEYS[key]
-        if name == "draft":
+        if name in ("draft", "backend"):
             values[name] = value.strip()
         elif name == "adaptive":
             if value.strip().lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):

@@ -175,6 +175,9 @@ class Engine:
     def validate(self, spec: SpecConfig) -> None:
         """Raise ConfigError/ModelLoadError/TokenizerMismatchError for a spec this target can't run."""
         check_backend(spec.method, self.target.backend)
+        if spec.backend is not None and spec.backend != self.target.backend:
+            raise ConfigError(f"{spec.label()} asks for the {spec.backend} backend, but {self.target.label} runs on "
+                              f"{self.target.backend} (load it with --backend {spec.backend})")
         if spec.speculative and not self.target.supports_rollback:
             raise ConfigError(f"{self.target.label} keeps a recurrent state that cannot be rolled back past a "
                               "rejected draft; only method none runs on it")

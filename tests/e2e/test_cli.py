@@ -133,7 +133,8 @@ def test_bench_table_and_json(tmp_path, capsys):
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed")
 def test_bench_compare_llama(tmp_path, capsys):
-    """Ours beside llama-cpp-python's own loop on the built-in GGUF, with the measured verify-cost curve."""
+    """Ours beside llama-cpp-python's own loop on the built-in GGUF, with the measured verify-cost curve; a
+    config with backend=transformers runs on the same model loaded there, after plain decoding on it."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps(row) for row in [
         {"question_id": 1, "category": "coding", "turns": ["Write hello world in Python."]},
@@ -141,9 +142,10 @@ def test_bench_compare_llama(tmp_path, capsys):
     out_json = tmp_path / "out.json"
     code, out, err = run_cli(capsys, "bench", "--prompts", str(prompts), "--max-new-tokens", "12", "--config",
                              "prompt-lookup:k=2", "--config", "draft-model:k=2,draft=default", "--compare-llama",
-                             "--json", str(out_json))
+                             "--config", "prompt-lookup:k=2,backend=transformers", "--json", str(out_json))
     assert code == 0, err
-    assert "verify cost on this machine: n=1" in out and "ours/llama-cpp-py" in out
+    assert "verify cost on this machine (llama.cpp): n=1" in out and "ours/theirs" in out
+    assert "verify cost on this machine (transformers): n=1" in out
     document = json.loads(out_json.read_text())
     assert document["backend"] == "llama.cpp" and len(document["verify_cost"]["seconds"]) == 8
     configs = document["configs"]
@@ -154,6 +156,9 @@ def test_bench_compare_llama(tmp_path, capsys):
         assert overall["theoretical_speedup_measured_cost"] > 0
     assert "llama_cpp_python_tok_per_s" not in configs["draft-model:k=2,draft=default"]["all"]  # theirs can't
     assert configs["draft-model:k=2,draft=default"]["all"]["identical_to_none"] == 2
+    on_transformers = configs["none:backend=transformers"]["all"]
+    assert on_transformers["speedup"] == pytest.approx(1.0) and on_transformers["plain_vs_none"] > 0
+    assert configs["prompt-lookup:k=2,backend=transformers"]["all"]["prompts"] == 2
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -264,3 +264,26 @@ def test_a_recurrent_model_runs_plain_decoding_only(tmp_path, tiny_tokenizer):
     assert len(first.output_ids) == 12 and again.output_ids == first.output_ids
     with pytest.raises(ConfigError, match="cannot be rolled back past a rejected draft; only method none"):
         engine.generate("hello", spec=SpecConfig("prompt-lookup", k=3))
+
+
+# ------------------------------------------------------------------ backend= in a SPEC
+
+def test_a_spec_names_its_backend():
+    from engine.config import parse_spec
+    for text in ("prompt-lookup:k=4,backend=transformers", "none:backend=llama.cpp",
+                 "draft-model:k=3,draft=default,backend=llama.cpp"):
+        assert parse_spec(text).label() == text and parse_spec(parse_spec(text).label()) == parse_spec(text)
+    assert parse_spec("prompt-lookup:k=4,backend=llama.cpp").with_k(2).backend == "llama.cpp"
+    with pytest.raises(ConfigError, match="method early-exit needs the transformers backend, not llama.cpp"):
+        parse_spec("early-exit:k=3,backend=llama.cpp")
+    with pytest.raises(ConfigError, match="unknown backend 'onnx'"):
+        parse_spec("none:backend=onnx")
+
+
+def test_the_engine_refuses_a_spec_for_another_backend(tiny_target):
+    spec = SpecConfig("prompt-lookup", k=3, backend="transformers")
+    with pytest.raises(ConfigError, match="asks for the transformers backend, but target runs on llama.cpp"):
+        Engine(tiny_target).generate("hello", spec=spec)
+    _, _, finished = run(Engine(tiny_target), "hello", spec=SpecConfig("prompt-lookup", k=3, backend="llama.cpp"),
+                         max_new_tokens=4)
+    assert len(finished.output_ids) == 4
