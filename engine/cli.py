@@ -20,7 +20,7 @@ from engine import __version__
 from engine.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
                               add_spec_args, check_generation_args, sampling_from_args, spec_from_args)
 from engine.errors import SpecScopeError
-from engine.validation import MAX_COUNT, check_int, decode_argument
+from engine.validation import MAX_COUNT, check_int, decode_argument, parse_int
 
 EXIT_BAD_INPUT = 2
 ENGINE_COMMANDS = ("generate", "bench", "models")
@@ -109,7 +109,8 @@ def cmd_models(args) -> int:
         from engine.models import load_model
         flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
         require((args.model,), **flags)
-        first = load_model(args.model, device="cpu", progress=lambda m: print(m, file=sys.stderr), **flags)
+        from engine.runtime import terminal_progress
+        first = load_model(args.model, device="cpu", progress=terminal_progress(), **flags)
         again = load_model(args.model, device="cpu", **flags)
         what = "converted and loaded" if first.converted_now else "loaded (already converted)"
         print(f"{first.label}: {what} in {first.load_seconds:.1f} s; next load {again.load_seconds:.2f} s "
@@ -287,7 +288,7 @@ def _add_models(sub) -> None:
     mlist.add_argument("--path", action="append", help="also describe this model folder or .gguf (repeatable)")
     mlist.add_argument("--device", default="auto", help="device for the memory estimate (auto, cpu, cuda, mps)")
     mlist.add_argument("--dtype", default=None, help="dtype for the memory estimate (default: the device's)")
-    mlist.add_argument("--context", type=int, default=None, help="tokens of KV cache in the estimate (4096)")
+    mlist.add_argument("--context", type=parse_int, default=None, help="tokens of KV cache in the estimate (4096)")
     mcheck = msub.add_parser("check", help="exit 0 if DRAFT can draft for TARGET, 2 with the reason if not")
     mcheck.add_argument("target")
     mcheck.add_argument("draft")
