@@ -117,7 +117,7 @@ class RemoteEngine:
                               f"({self.spec_settings_words()})")
 
     def spec_settings_words(self) -> str:
-        settings = spec_settings_from_props(self.server.props)
+        settings = spec_settings_from_props(self.server.props, self.server.slots)
         return ", ".join(f"{k} = {v}" for k, v in settings) or "settings not reported"
 
     def release(self) -> None:
@@ -201,7 +201,7 @@ class RemoteEngine:
     def _server_stats(self, reply: "_Reply", before: SpecCounters | None) -> ServerStats:
         after = self._counters() if before is not None else None
         timings = counters_from_timings(reply.timings)
-        settings = spec_settings_from_props(self.server.props)
+        settings = spec_settings_from_props(self.server.props, self.server.slots)
         common = dict(server=self.server.kind, url=self.target.address.url, completion_tokens=reply.usage_tokens,
                       settings=settings, request_draft_tokens=timings[0] if timings else None,
                       request_accepted_tokens=timings[1] if timings else None)

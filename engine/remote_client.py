@@ -255,6 +255,7 @@ class ServerInfo:
     metrics: bool  # /metrics answers with spec-decode-capable Prometheus text
     context_length: int | None
     version: str | None = None
+    slots: list | None = None  # llama-server's /slots (whether each slot speculates)
 
 
 def list_models(client: ServerClient) -> tuple[tuple[str, ...], list]:
@@ -296,8 +297,9 @@ def detect_server(client: ServerClient) -> ServerInfo:
     if kind == "vllm":
         answer = _json_or_none(client, "/version")
         version = str(answer.get("version")) if isinstance(answer, dict) and answer.get("version") else version
+    slots = _json_or_none(client, "/slots") if kind == "llama-server" else None
     return ServerInfo(kind, models, props if kind == "llama-server" else None, bool(prefixes),
-                      _context_length(props, entries), version)
+                      _context_length(props, entries), version, slots if isinstance(slots, list) else None)
 
 
 def _json_or_none(client: ServerClient, endpoint: str):

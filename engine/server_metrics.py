@@ -122,13 +122,25 @@ _PROPS_KEYS = ("speculative.types", "speculative.n_max", "speculative.n_min", "s
                "speculative.ngram_size_n", "speculative.ngram_size_m")
 
 
-def spec_settings_from_props(props: dict | None) -> tuple[tuple[str, str], ...]:
-    """The speculation settings llama-server reports in /props (default_generation_settings.params),
-    as (name, value) pairs in words; () when it reports none."""
-    if not isinstance(props, dict):
-        return ()
-    settings = props.get("default_generation_settings")
+def spec_settings_from_props(props: dict | None, slots=None) -> tuple[tuple[str, str], ...]:
+    """The speculation settings llama-server reports, as (name, value) pairs in words; () when it reports
+    none. /props' default_generation_settings.params names the types, but this llama.cpp version writes
+    `speculative.types = none` there even when the server was started with --spec-type; its /slots says
+    per slot whether it speculates (`speculative`), so that answer wins over a "none" it contradicts."""
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
     params = settings.get("params") if isinstance(settings, dict) else None
-    if not isinstance(params, dict):
-        return ()
-    return tuple((key, str(params[key])) for key in _PROPS_KEYS if key in params)
+    pairs = [(key, str(params[key])) for key in _PROPS_KEYS if key in params] if isinstance(params, dict) else []
+    speculating = slots_speculate(slots)
+    if speculating is None:
+        return tuple(pairs)
+    pairs = [(key, value) for key, value in pairs if not (key == "speculative.types" and value == "none"
+                                                          and speculating)]
+    return (("speculative", "on" if speculating else "off"), *pairs)
+
+
+def slots_speculate(slots) -> bool | None:
+    """Whether llama-server's /slots say a slot speculates; None when the answer is not a slot list."""
+    if not isinstance(slots, list) or not slots or not all(isinstance(s, dict) for s in slots):
+        return None
+    flags = [s.get("speculative") for s in slots]
+    return any(flags) if all(isinstance(f, bool) for f in flags) else None

@@ -16,6 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from engine.threads import engine_threads
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 
 
@@ -54,9 +56,11 @@ class LlamaServer:
     """`with LlamaServer(extra_args) as server:` a llama-server on server.url, stopped on exit."""
 
     def __init__(self, model: Path, extra_args: tuple[str, ...] = (), *, log_dir: Path,
-                 threads: int = 2, context: int = 2048, start_timeout: float = 120.0) -> None:
+                 threads: int | None = None, context: int = 2048, start_timeout: float = 120.0) -> None:
         self.model, self.extra_args, self.log_dir = model, extra_args, log_dir
-        self.threads, self.context, self.start_timeout = threads, context, start_timeout
+        # SpecScope's own thread count (cores − 1): two OpenMP threads on a busy 2-core machine run 10× slower
+        self.threads = threads or engine_threads()
+        self.context, self.start_timeout = context, start_timeout
         self.port = free_port()
         self.process: subprocess.Popen | None = None
         self.log_path = log_dir / f"llama-server-{self.port}.log"

@@ -138,10 +138,16 @@ def test_delta_around_a_request():
 def test_timings_and_props():
     assert counters_from_timings({"predicted_n": 30, "draft_n": 12, "draft_n_accepted": 7}) == (12, 7)
     assert counters_from_timings({"predicted_n": 30}) is None and counters_from_timings(None) is None
-    props = {"default_generation_settings": {"n_ctx": 2048, "params": {"speculative.types": "ngram_simple",
+    props = {"default_generation_settings": {"n_ctx": 2048, "params": {"speculative.types": "ngram-simple",
                                                                         "temperature": 0.8}}}
-    assert spec_settings_from_props(props) == (("speculative.types", "ngram_simple"),)
+    assert spec_settings_from_props(props) == (("speculative.types", "ngram-simple"),)
     assert spec_settings_from_props({"something": 1}) == () and spec_settings_from_props(None) == ()
+    # this llama.cpp writes types = none in /props even with --spec-type; its /slots say the truth
+    says_none = {"default_generation_settings": {"params": {"speculative.types": "none"}}}
+    assert spec_settings_from_props(says_none, [{"id": 0, "speculative": True}]) == (("speculative", "on"),)
+    assert spec_settings_from_props(says_none, [{"id": 0, "speculative": False}]) == \
+        (("speculative", "off"), ("speculative.types", "none"))
+    assert spec_settings_from_props(says_none, {"error": "slots off"}) == (("speculative.types", "none"),)
 
 
 def test_server_stats_definitions():
@@ -234,9 +240,9 @@ def test_the_request_carries_the_conversation_and_settings():
 
 def test_own_methods_are_refused_for_a_server_and_plain_passes():
     engine = _engine("llama-server", props={"default_generation_settings": {
-        "params": {"speculative.types": "ngram_simple"}}})
+        "params": {"speculative.types": "ngram-simple"}}})
     engine.validate(SpecConfig())
-    with pytest.raises(ConfigError, match="speculative.types = ngram_simple"):
+    with pytest.raises(ConfigError, match="speculative.types = ngram-simple"):
         engine.validate(SpecConfig(method="prompt-lookup", k=4))
     with pytest.raises(ConfigError, match="tokenized on the server"):
         engine.prompt_ids("Hi")
