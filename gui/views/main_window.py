@@ -373,6 +373,7 @@ class MainWindow(QMainWindow):
             self.session.abandon("cancelled")  # what it wrote is kept, marked as stopped
             self._end_active()
         self.session.new_chat()
+        self.editing = None  # a message being edited belonged to the chat shown before
         self.controls.show_saved_settings(None)
         self.history_panel.set_current(None)
         self.history_panel.refresh()
@@ -719,6 +720,7 @@ class MainWindow(QMainWindow):
             return False
         run = saved_run(conversation)
         self.session.open_saved(conversation_id, *turns_from_conversation(conversation), run=run)
+        self.editing = None  # a message being edited belonged to the chat shown before
         self.transcript.render_turns(self.session.turns)
         self.plots.clear(run.k if run is not None else 0)
         self.refresh_live_views()  # its last reply's stats cards and graphs, folded again from its rounds

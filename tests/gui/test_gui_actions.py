@@ -152,3 +152,14 @@ def test_the_actions_have_shortcuts_in_the_menu_and_say_them(make_window):
     every = [a.shortcut().toString() for a in actions.values() if not a.shortcut().isEmpty()]
     assert len(every) == len(set(every)), "two actions share a shortcut"
     assert not window.regenerate() and "No reply" in window.status_label.text()
+
+
+def test_a_new_chat_forgets_the_message_being_edited(make_window, send_and_wait, qtbot):
+    window = make_window()
+    window.controls.apply(max_new_tokens=6)
+    send_and_wait(window, "a question")
+    assert window.edit_message()
+    window.new_chat()
+    assert window.editing is None
+    turn = send_and_wait(window, "a fresh start")
+    assert [t.text for t in window.session.turns if t.role == "user"] == ["a fresh start"] and turn.text
