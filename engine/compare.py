@@ -3,10 +3,12 @@
 
 Runs never overlap: concurrent runs would distort each other's timing. Plain decoding always runs first,
 and once (`with_plain_first`, the one rule), so every speed-up is measured against it in the same session,
-and greedy outputs can be checked for being identical to it. The k sweep (`sweep_specs`, `sweep_summary`)
-turns measured points into the theoretical curve and the best k.
+and greedy outputs can be checked for being identical to it. Where one differs, the divergence is diagnosed
+(engine.divergence: a numerics near-tie or a real mismatch) and reported beside the run; `strict=True` reruns
+it all in float32 on the CPU with the transformers backend (`strict_engine`), where equality must be exact.
+The k sweep (`sweep_specs`, `sweep_summary`) turns measured points into the theoretical curve and the best k.
 
-Drives an Engine it is given (engine.speculative); no Qt, no files.
+Drives an Engine it is given (engine.speculative); loads a model only for the strict check; no Qt, no files.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from engine.config import SamplingConfig, SpecConfig
-from engine.events import Event, GenerationFinished
+from engine.divergence import Divergence, diagnose
+from engine.events import Event, GenerationFinished, RoundVerified
 from engine.stats import GenerationStats, efficiency, speedup, theoretical_speedup
 
 PLAIN = SpecConfig()
@@ -29,18 +32,67 @@ def with_plain_first(specs: Iterable[SpecConfig]) -> list[SpecConfig]:
     return [PLAIN] + [s for s in specs if s.speculative]
 
 
+STRICT = {"device": "cpu", "dtype": "float32", "backend": "transformers"}  # where equality must be exact
+
+
+def is_strict(target) -> bool:
+    """Whether `target` already runs where greedy equality is exact (float32, CPU, transformers)."""
+    return (target.backend, target.device.type, target.dtype_label) == ("transformers", "cpu", "float32")
+
+
+def strict_engine(engine, progress=None):
+    """The same target in float32 on the CPU with the transformers backend (the engine itself when it runs
+    there already): the strict check's engine. Drafts load the same way."""
+    if is_strict(engine.target):
+        return engine
+    from engine.models import load_model
+    from engine.speculative import Engine
+
+    def strict_loader(name, progress=None, **_ignored):
+        return load_model(name, progress=progress, **STRICT)
+
+    target = strict_loader(engine.target.name, progress)
+    return Engine(target, draft_loader=strict_loader, on_status=progress)
+
+
+def diagnose_run(engine, prompt, system: str | None, plain: GenerationFinished | None,
+                 finished: GenerationFinished, rounds: list[RoundVerified], greedy: bool) -> Divergence | None:
+    """The divergence of a finished greedy run from plain decoding (None when identical, when sampling, or
+    when either run was cut short by Stop or an error). Costs nothing for an identical output."""
+    if not greedy or plain is None or finished.output_ids == plain.output_ids:
+        return None
+    if {plain.stop_reason, finished.stop_reason} & {"cancelled", "out-of-memory"}:
+        return None
+    prompt_ids = prompt if isinstance(prompt, list) else engine.prompt_ids(prompt, system)
+    return diagnose(engine.target, prompt_ids, plain.output_ids, finished.output_ids, rounds)
+
+
 def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens: int = 128,
                       sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None,
-                      system: str | None = None) -> Iterator[tuple[int, Event]]:
+                      system: str | None = None, strict: bool = False) -> Iterator[tuple[int, Event | Divergence]]:
     """Yield (index into with_plain_first(specs), event) for every run in turn. Each run starts from an
-    empty KV cache, so none profits from another's prefill."""
+    empty KV cache, so none profits from another's prefill. A greedy run whose output differs from plain
+    decoding's is followed by its diagnosis, (index, Divergence). `strict`: on strict_engine(engine)."""
     cancel = cancel or threading.Event()
+    if strict:
+        engine = strict_engine(engine, engine.on_status)
+    plain = None
     for index, spec in enumerate(with_plain_first(specs)):
         if cancel.is_set():
             return
         engine.release()
+        rounds: list[RoundVerified] = []
         for event in engine.generate(prompt, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
                                      cancel=cancel, system=system):
+            if isinstance(event, RoundVerified):
+                rounds.append(event)
+            elif isinstance(event, GenerationFinished):
+                plain = plain or event
+                divergence = diagnose_run(engine, prompt, system, plain, event, rounds, sampling.greedy)
+                yield index, event
+                if divergence is not None:
+                    yield index, divergence
+                continue
             yield index, event
 
 
@@ -76,6 +128,16 @@ class ComparisonRow:
     identical_to_plain: bool | None  # None when sampling (outputs need not match)
     first_difference: int | None
     diff: str
+    divergence: Divergence | None = None  # the diagnosis of the first difference (engine.divergence)
+
+    @property
+    def equality(self) -> str:
+        """identical | near-tie | mismatch | differs (not diagnosed) | sampled (not compared token for token)"""
+        if self.identical_to_plain is None:
+            return "sampled"
+        if self.identical_to_plain:
+            return "identical"
+        return self.divergence.kind if self.divergence is not None else "differs"
 
     def as_dict(self) -> dict:
         return {"label": self.label, "method": self.spec.method, "k": self.spec.k, "tok_per_s": self.tok_per_s,
@@ -84,12 +146,16 @@ class ComparisonRow:
                 "theoretical_speedup": self.theoretical_speedup, "efficiency": self.efficiency,
                 "draft_seconds": self.draft_seconds, "verify_seconds": self.verify_seconds,
                 "identical_to_plain": self.identical_to_plain, "first_difference": self.first_difference,
+                "equality": self.equality,
+                "divergence": self.divergence.as_dict() if self.divergence is not None else None,
                 "tokens": self.stats.committed_tokens, "text": self.text}
 
 
-def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished], greedy: bool
-                 ) -> list[ComparisonRow]:
-    """The table: one row per finished run, index 0 being plain decoding."""
+def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished], greedy: bool,
+                 divergences: dict[int, Divergence] | None = None) -> list[ComparisonRow]:
+    """The table: one row per finished run, index 0 being plain decoding; `divergences` by run index (from
+    comparison_events) give a differing row its diagnosis."""
+    divergences = divergences or {}
     ordered = with_plain_first(specs)
     plain = finished.get(0)
     rows = []
@@ -107,7 +173,8 @@ def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished
             mean_accepted_length=s.mean_accepted_length, theoretical_speedup=s.theoretical_speedup,
             efficiency=efficiency(measured, s.theoretical_speedup), draft_seconds=s.draft_seconds,
             verify_seconds=s.verify_seconds, identical_to_plain=identical, first_difference=difference,
-            diff="" if identical in (True, None) else text_diff(plain.text, done.text)))
+            diff="" if identical in (True, None) else text_diff(plain.text, done.text),
+            divergence=divergences.get(index) if identical is False else None))
     return rows
 
 
@@ -178,6 +245,6 @@ def sweep_summary(method: str, points: Iterable[SweepPoint]) -> SweepSummary:
     return SweepSummary(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
 
 
-__all__ = ["comparison_events", "summary_rows", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
+__all__ = ["comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
            "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "best_k", "sweep_specs",
            "sweep_points", "SweepSummary", "sweep_summary"]
