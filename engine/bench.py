@@ -3,6 +3,8 @@
 Configs run interleaved, prompt by prompt, so that drift in machine speed hits them all alike. Figures are
 pooled per config, overall and per category, with the definitions of engine.stats; plain decoding first and
 the k sweep come from engine.compare, the prompt files from engine.prompts, the engine from engine.runtime.
+A greedy output that differs from plain decoding is diagnosed (engine.divergence) and counted as a near-tie
+or a mismatch beside the identical ones; --strict reruns everything in float32 on the CPU with transformers.
 
 Touches the terminal (rich tables on stdout, progress on stderr) and the --json file; no Qt.
 """
@@ -18,10 +20,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.compare import SweepPoint, SweepSummary, sweep_specs, sweep_summary, with_plain_first
+from engine.compare import SweepPoint, SweepSummary, strict_engine, sweep_specs, sweep_summary, with_plain_first
 from engine.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
 from engine.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
+from engine.divergence import Divergence, diagnose
 from engine.errors import ConfigError
 from engine.prompts import Prompt, load_prompts
 from engine.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
@@ -42,11 +45,17 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         help="run every config's method for k = A…B (e.g. 1-8) and print the sweep")
     parser.add_argument("--compare-hf", action="store_true",
                         help="also time transformers' own generate() with the equivalent setting")
+    parser.add_argument("--remeasure-cost", action="store_true",
+                        help="measure the verify-cost curve again instead of reading it from the cache (after "
+                             "the machine's load or settings changed)")
     parser.add_argument("--compare-llama", action="store_true",
                         help="also time llama-cpp-python's own Llama (plain, and prompt lookup through its "
                              "LlamaPromptLookupDecoding) on the same GGUF: ours ÷ theirs")
     parser.add_argument("--temperature", type=parse_float, default=0.0)
     parser.add_argument("--seed", type=parse_int, default=0)
+    parser.add_argument("--strict", action="store_true",
+                        help="rerun every config in float32 on the CPU with the transformers backend, where "
+                             "greedy outputs must be identical to plain decoding (the algorithm, not the numerics)")
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
 
 
@@ -71,6 +80,18 @@ class ConfigResult:
     hf_identical: int = 0
     outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
     remote: object | None = None  # a RemoteEngine (engine.remote): a model on a server, run as it was started
+    diagnosed: bool = False  # greedy and local: every differing output got a diagnosis (engine.divergence)
+    near_ties: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    mismatches: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    divergences: dict[str, Divergence] = field(default_factory=dict)  # by prompt id
+
+    def equality_counts(self, key: str) -> dict:
+        """identical / near_ties / mismatches for `key` ("all" or a category); None where not diagnosed
+        (sampling: outputs are not compared token for token; a server's run)."""
+        if not self.diagnosed:
+            return {"identical": None, "near_ties": None, "mismatches": None}
+        return {"identical": self.identical[key], "near_ties": self.near_ties[key],
+                "mismatches": self.mismatches[key]}
 
     @property
     def label(self) -> str:
@@ -115,14 +136,32 @@ def hf_generate(engine, prompt_ids: list[int], spec: SpecConfig, max_new_tokens:
     return out[0, len(prompt_ids):].tolist(), seconds
 
 
-def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int):
-    from engine.events import GenerationFinished
+def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int,
+             rounds: list | None = None):
+    """The run's finished event; its round events are appended to `rounds` when given."""
+    from engine.events import GenerationFinished, RoundVerified
     engine.release()  # every run starts from an empty cache: no config profits from another's prefill
     finished = None
     for event in engine.generate(prompt.text, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens):
         if isinstance(event, GenerationFinished):
             finished = event
+        elif rounds is not None and isinstance(event, RoundVerified):
+            rounds.append(event)
     return finished
+
+
+def _diagnose(engine, result: ConfigResult, prompt: Prompt, finished, rounds: list, baseline: ConfigResult
+              ) -> None:
+    """Count a greedy run as identical to plain decoding, a near-tie or a mismatch (engine.divergence); only
+    a differing output costs anything (its diagnosis)."""
+    plain_ids = baseline.outputs[prompt.id]
+    if finished.output_ids == plain_ids:
+        return  # counted by _record
+    divergence = diagnose(engine.target, engine.prompt_ids(prompt.text), plain_ids, finished.output_ids, rounds)
+    result.divergences[prompt.id] = divergence
+    counter = result.near_ties if divergence.is_near_tie else result.mismatches
+    for key in ("all", prompt.category):
+        counter[key] += 1
 
 
 def _record(result: ConfigResult, prompt: Prompt, finished, baseline: ConfigResult) -> None:
@@ -153,7 +192,8 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
     specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
-    results = [ConfigResult(spec) for spec in specs] + [ConfigResult(SpecConfig(), remote=r) for r in remotes]
+    results = [ConfigResult(spec, diagnosed=sampling.greedy) for spec in specs] + \
+        [ConfigResult(SpecConfig(), remote=r) for r in remotes]
     progress = progress or (lambda done, total, label: None)
     for warm in (engine, *remotes):
         _run_one(warm, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
@@ -161,12 +201,15 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
     for prompt in prompts:
         ids = engine.prompt_ids(prompt.text)
         for result in results:
-            finished = _run_one(result.remote or engine, prompt, result.spec, sampling, max_new_tokens)
+            rounds: list = []
+            finished = _run_one(result.remote or engine, prompt, result.spec, sampling, max_new_tokens, rounds)
             done += 1
             progress(done, total, result.label)
             _record(result, prompt, finished, results[0])
             if result.remote is not None:
                 continue
+            if result.diagnosed:
+                _diagnose(engine, result, prompt, finished, rounds, results[0])
             if compare_hf:
                 new_ids, seconds = hf_generate(engine, ids, result.spec, max_new_tokens)
                 done += 1
@@ -203,6 +246,7 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
                 "theoretical_speedup": pooled.theoretical_speedup,
                 "efficiency": efficiency(measured, pooled.theoretical_speedup),
                 "identical_to_none": result.identical[key],
+                **result.equality_counts(key),
                 "draft_seconds": pooled.draft_seconds,
                 "verify_seconds": pooled.verify_seconds,
                 "drafted_tokens": pooled.drafted_tokens,
@@ -223,6 +267,9 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
             rows[key] = row
         if compare_hf:
             rows["all"]["hf_identical_outputs"] = result.hf_identical
+        if result.diagnosed:
+            rows["all"]["divergences"] = [{"prompt": prompt_id, **d.as_dict()}
+                                          for prompt_id, d in result.divergences.items()]
         out[result.label] = rows
     return out
 
@@ -269,7 +316,7 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
             cells = [escape(label), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
                      f"{row['acceptance_rate']:.0%}", f"{row['mean_accepted_length']:.2f}",
                      _fmt(row["theoretical_speedup"], ".2f") + "×", _fmt(row["efficiency"], ".2f"),
-                     f"{row['identical_to_none']}/{row['prompts']}"]
+                     _identical_cell(row)]
             if compare_hf:
                 cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
             cells += [_fmt(row.get(key), pattern) + (unit if row.get(key) is not None else "")
@@ -279,6 +326,32 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
     if any("llama_cpp_python_tok_per_s" in row for rows in summary.values() for row in rows.values()):
         console.print("theirs: llama-cpp-python's own Llama on the same GGUF, prompt ids and threads (prompt "
                       "lookup through its LlamaPromptLookupDecoding)")
+
+
+def _identical_cell(row: dict) -> str:
+    """identical/prompts, with the near-ties (≈) and mismatches (✗) among the rest."""
+    cell = f"{row['identical_to_none']}/{row['prompts']}"
+    extra = [f"{row[key]} {mark}" for key, mark in (("near_ties", "≈"), ("mismatches", "✗MISMATCH"))
+             if row.get(key)]
+    return cell + (f" ({', '.join(extra)})" if extra else "")
+
+
+def print_divergences(summary: dict, console=None) -> None:
+    """Every mismatch, loudly, with what is needed to report it; near-ties in one line each."""
+    from rich.markup import escape
+    console = console or _table_console()
+    for label, rows in summary.items():
+        for d in rows["all"].get("divergences", []):
+            if d["kind"] == "mismatch":
+                console.print(escape(f"MISMATCH {label}, prompt {d['prompt']}: token {d['position']}: plain "
+                                     f"{d['plain_token']} ({d['plain_text']!r}), speculation {d['spec_token']} "
+                                     f"({d['spec_text']!r}), margin {d['top2_margin']:.3g}, passes differ by "
+                                     f"{d['pass_discrepancy']:.3g} ({d['backend']}, {d['dtype']}, round "
+                                     f"{d['round_index']}): a real error, please report it"), style="bold red")
+            else:
+                console.print(escape(f"near-tie {label}, prompt {d['prompt']}: token {d['position']}, "
+                                     f"{d['plain_text']!r} vs {d['spec_text']!r}, margin {d['top2_margin']:.3g} "
+                                     f"≤ pass discrepancy {d['pass_discrepancy']:.3g} ({d['dtype']} rounding)"))
 
 
 def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
@@ -294,7 +367,7 @@ def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
 
 
 def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float,
-                cost=None) -> None:
+                cost=None, strict: dict | None = None) -> None:
     document = {
         "model": engine.target.label, "device": str(engine.target.device),
         "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
@@ -303,6 +376,8 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
         "platform": platform.platform(), "configs": summary, "backend": engine.target.backend,
         "verify_cost": None if cost is None else cost.as_dict(),
     }
+    if strict is not None:
+        document["strict"] = strict
     write_text_atomic(path, json.dumps(document, indent=2))
 
 
@@ -321,6 +396,8 @@ def run(args) -> int:
     prompts = load_prompts(args.prompts, args.category, args.limit)
     if args.compare_hf and args.temperature:
         raise ConfigError("--compare-hf compares greedy decoding; drop --temperature")
+    if args.strict and args.temperature:
+        raise ConfigError("--strict checks that greedy outputs are identical; drop --temperature")
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)
     flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
     names = (args.model, *(spec.draft for spec in specs))
@@ -342,12 +419,32 @@ def run(args) -> int:
     summary, cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
     print_table(summary, args.compare_hf)
     print_sources(summary)
+    print_divergences(summary)
     if sweep:
         print_sweep(summary)
+    strict = _strict(engine, prompts, specs, args, sampling) if args.strict else None
     if args.json_out:
-        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost)
+        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict)
         err.print(escape(f"figures written to {args.json_out}"))
     return 0
+
+
+def _strict(engine, prompts: list[Prompt], specs: list[SpecConfig], args, sampling) -> dict:
+    """--strict: every local config again in float32 on the CPU with transformers (engine.compare's
+    strict_engine), where greedy outputs must equal plain decoding's exactly; its tables, and its figures."""
+    from rich.console import Console
+    from engine.runtime import terminal_progress
+    strict = strict_engine(engine, terminal_progress())
+    specs = [s for s in specs if s.backend in (None, "transformers")]
+    Console(highlight=False).print("strict check: float32 on the CPU, transformers backend "
+                                   "(greedy outputs must be identical to plain decoding)", style="bold")
+    summary = summarise(run_benchmark(strict, prompts, specs, args.max_new_tokens, sampling), False)
+    print_table(summary, False)
+    print_divergences(summary)
+    if strict is not engine:
+        strict.release()
+    return {"model": strict.target.label, "device": str(strict.target.device), "dtype": strict.target.dtype_label,
+            "backend": strict.target.backend, "configs": summary}
 
 
 def _remotes(args) -> tuple:
@@ -375,7 +472,7 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
     backend = engine.target.backend
     others = {b: [s for s in specs if s.backend == b] for b in BACKENDS if b != backend}
     specs = [s for s in specs if s.backend in (None, backend)]
-    cost = _verify_cost(engine, specs)
+    cost = _verify_cost(engine, specs, args.remeasure_cost)
     comparisons = make_comparisons(engine, with_plain_first(specs)) if args.compare_llama else {}
 
     def progress(done, total, label):
@@ -404,7 +501,7 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
     from engine.runtime import load_engine, terminal_progress
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, backend=backend,
                          trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
-    cost = _verify_cost(engine, specs)
+    cost = _verify_cost(engine, specs, args.remeasure_cost)
     results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress)
     results[0].spec = SpecConfig(backend=backend)
     summary = summarise(results, False, None, cost)
@@ -415,14 +512,14 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
     return summary
 
 
-def _verify_cost(engine, specs: list[SpecConfig]):
+def _verify_cost(engine, specs: list[SpecConfig], refresh: bool = False):
     """The target's measured cost of verifying n = 1…max(k)+1 tokens in one pass (at least 1…8), from the
     cache or measured now, printed as one line; None for a target whose passes are not ours (a server)."""
     from engine.threads import engine_threads
     if engine.target.backend not in BACKENDS:
         return None
     n_max = max([spec.k for spec in specs if spec.speculative] + [7]) + 1
-    cost = verify_cost(engine.target, n_max, threads=engine_threads())
+    cost = verify_cost(engine.target, n_max, threads=engine_threads(), refresh=refresh)
     _table_console().print(cost_curve_line(cost, engine.target.backend))
     return cost
 

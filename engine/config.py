@@ -31,6 +31,7 @@ class Method:
     uses_layers: bool  # drafts from the target's own first layers (`layers=` / --layers)
     uses_ngrams: bool  # reads `ngram_max` / `ngram_min`
     backends: tuple[str, ...]  # the backends (BACKENDS) that can serve it
+    why_not: str = ""  # why the other backends can't, said when one is refused
 
     @property
     def speculative(self) -> bool:
@@ -52,6 +53,18 @@ METHOD_TABLE: tuple[Method, ...] = (
     Method("early-exit", "early exit (self-speculative)",
            "The target's first layers draft (self-speculation); the full model verifies.",
            needs_draft=False, uses_layers=True, uses_ngrams=False, backends=("transformers",)),
+    Method("mtp", "MTP heads (the model drafts for itself)",
+           "The target's own multi-token-prediction layers draft, chained as transformers runs them: one token "
+           "per MTP layer, so k is at most the number of MTP layers (DeepSeek-V3, GLM-4.5: 1).",
+           needs_draft=False, uses_layers=False, uses_ngrams=False, backends=("transformers",),
+           why_not="llama-cpp-python 0.3.36 binds llama.cpp's MTP context, but feeding it the target's hidden "
+                   "state is not wired here yet"),
+    Method("assistant", "Gemma 4 assistant",
+           "A Gemma 4 assistant (--draft google/gemma-4-…-assistant) drafts from the target's own KV cache and "
+           "last hidden state, one token per pass at a fixed position; any k.",
+           needs_draft=True, uses_layers=False, uses_ngrams=False, backends=("transformers",),
+           why_not="the assistant reads the target's key/value tensors, which only the transformers backend "
+                   "exposes"),
 )
 METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE)
 SPECULATIVE_METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE if m.speculative)
@@ -96,7 +109,8 @@ def check_backend(method: str, backend: str) -> None:
     info = method_info(method)
     if not info.supports(backend):
         served = " or ".join(info.backends)
-        raise ConfigError(f"method {method} needs the {served} backend; this model runs on {backend}")
+        why = f" ({info.why_not})" if info.why_not else ""
+        raise ConfigError(f"method {method} needs the {served} backend; this model runs on {backend}{why}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from engine.chat import Conversation, IncrementalDetokenizer, find_stop, normali
 from engine.compat import check_tokenizers
 from engine.config import SamplingConfig, SpecConfig, check_backend, check_layers
 from engine.draft_length import DraftLengthPolicy
-from engine.drafters import Drafter, Proposal, make_drafter
+from engine.drafters import Drafter, Proposal, check_drafter, make_drafter
 from engine.errors import ConfigError, PromptTooLongError
 from engine.events import Event, GenerationFinished, GenerationStarted, RoundVerified, target_status
 from engine.consent import ConsentAnswers, safety_check
@@ -154,8 +154,8 @@ class Engine:
 
     def __init__(self, target: LoadedModel, draft_loader=load_model, drafter_factory=make_drafter,
                  on_status: Callable[[str], None] | None = None) -> None:
-        """`draft_loader` loads draft models and `drafter_factory(spec, target, draft)` builds drafters (both
-        take LoadedModels); both are seams for tests (a scripted drafter) and default to the real ones.
+        """`draft_loader` loads draft models and `drafter_factory(spec, target, draft, target_runner=…)` builds
+        drafters (both take LoadedModels; MTP heads and assistants also read the target's runner); both are seams for tests (a scripted drafter) and default to the real ones.
         `on_status` hears slow steps (loading a draft model, its progress) as one line of text each."""
         self.target = target
         self.runner = target.new_runner()
@@ -183,8 +183,8 @@ class Engine:
                               "rejected draft; only method none runs on it")
         if spec.info.uses_layers:
             check_layers(spec.layers, self.target.n_layers)
-        if spec.info.needs_draft:
-            self.draft_model(spec.draft)
+        draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
+        check_drafter(spec, self.target, draft)  # what only the method knows (MTP layers, an assistant's family)
 
     def _status(self, message: str) -> None:
         if self.on_status is not None:
@@ -219,7 +219,7 @@ class Engine:
         if key != self._drafter_key:
             draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
             self._forget_drafter()
-            self._drafter = self._drafter_factory(spec, self.target, draft)
+            self._drafter = self._drafter_factory(spec, self.target, draft, target_runner=self.runner)
             self._drafter_key = key
             self._policy = None
         if spec.adaptive and (self._policy is None or self._policy.k != spec.k):
@@ -324,7 +324,8 @@ class Engine:
         if policy is not None and proposal.ids:
             proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
         t_verify = time.perf_counter()
-        feed = state.feed if state.index == 0 else [state.ids[-1]]
+        # normally the last committed id; everything again if a rollback had to empty the cache
+        feed = state.feed if state.index == 0 else self.runner.sync(state.ids)
         n_accepted, target_id, p_target, p_draft, p_own = self._verify(feed, proposal, sampling, state.generator)
         done = time.perf_counter()
         drafter.observe(n_accepted)

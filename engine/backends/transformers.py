@@ -51,6 +51,19 @@ def crop_cache(cache, length: int) -> None:
         cache.crop(-n_remove)  # crop(0) is no-op, except that it trims a recorded sliding window / conv state
 
 
+def can_crop(cache, n_remove: int) -> bool:
+    """Whether cropping `n_remove` positions keeps the cache right: a sliding-window layer past its window
+    holds only the window plus what was fed since its last crop, so a deeper rollback must recompute."""
+    for layer in getattr(cache, "layers", ()):
+        window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+        seq = layer.get_seq_length() if window else 0
+        if n_remove and window and seq >= window:
+            # after the crop the layer must still hold min(window − 1, what remains) positions
+            if not layer.is_initialized or layer.keys.shape[-2] < min(window - 1, seq - n_remove) + n_remove:
+                return False
+    return True
+
+
 class HiddenRows:
     """The last layer's hidden state of cached positions `start`…`end`−1, kept in step with the cache (appended by
     forward, cut by rollback) for drafters that draft from the target's own states. Capacity doubles, so
@@ -137,6 +150,9 @@ class TransformersRunner:
     def rollback(self, length: int) -> None:
         """Keep the first `length` cached positions."""
         if length > len(self.ids):
+            return
+        if not can_crop(self.cache, len(self.ids) - length):
+            self.reset()  # a sliding window no longer holds what the rollback needs: recompute from scratch
             return
         try:
             crop_cache(self.cache, length)

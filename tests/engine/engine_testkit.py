@@ -123,7 +123,7 @@ class ScriptedDrafter:
 
 def factory_for(drafter):
     """A drafter_factory for Engine that always hands out `drafter`."""
-    return lambda spec, target, draft=None: drafter
+    return lambda spec, target, draft=None, target_runner=None: drafter
 
 
 def run(engine, prompt, **kwargs):

@@ -1,0 +1,109 @@
+"""Method `assistant`: a Gemma 4 assistant drafter (`google/gemma-4-…-it-assistant`, transformers'
+`Gemma4AssistantForCausalLM`) drafts from the target's own states, as transformers'
+`SinglePositionMultiTokenCandidateGenerator` does: it has no KV cache of its own but cross-attends to the
+target's shared key/value states, and each step reads the embedding of the last token beside a hidden state
+(the target's for the first step, its own projected one after), always at the position of the context's last
+token. So it skips the prefill entirely and k is bounded only by MAX_K.
+
+Transformers backend only; the target must be a Gemma 4 (or Gemma 3n) model that returns shared K/V states.
+Touches the assistant's torch module, the target's input embedding (read-only) and the target runner's kept
+outputs (`TransformersRunner.record_outputs(shared_kv=True)`), never the target's cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.backends import LoadedModel, Runner
+from engine.config import SamplingConfig, check_backend
+from engine.drafters.base import Proposal
+from engine.errors import ConfigError
+from engine.sampling import probabilities, sample
+
+ASSISTANT_CLASSES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
+TARGET_PREFIXES = ("Gemma4", "Gemma3n")  # the targets whose forward returns shared K/V states
+
+
+def is_assistant(model: LoadedModel) -> bool:
+    return model.model is not None and type(model.model).__name__ in ASSISTANT_CLASSES
+
+
+def check_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
+    """Refuse a draft that isn't a Gemma 4 assistant, or a target of another family (with what to use)."""
+    check_backend("assistant", target.backend)
+    if draft is None or not is_assistant(draft):
+        kind = "no draft" if draft is None else type(draft.model).__name__ if draft.model is not None else \
+            draft.backend
+        raise ConfigError(f"method assistant needs a Gemma 4 assistant drafter as --draft (e.g. "
+                          f"google/gemma-4-E2B-it-assistant), got {kind}; use draft-model for other drafts")
+    target_class = type(target.model).__name__ if target.model is not None else target.backend
+    if not target_class.startswith(TARGET_PREFIXES):
+        raise ConfigError(f"{draft.label} is a Gemma 4 assistant: it drafts only for a Gemma 4 target, and "
+                          f"{target.label} is {target_class}")
+    backbone = int(draft.model.config.backbone_hidden_size)
+    hidden = int(target.model.config.get_text_config().hidden_size)
+    if backbone != hidden:
+        raise ConfigError(f"{draft.label} was made for a Gemma 4 target of hidden size {backbone}; "
+                          f"{target.label} has {hidden}: use the assistant of this model size")
+
+
+class AssistantDrafter:
+    """Drafts k tokens per round with a Gemma 4 assistant over the target runner's shared K/V states."""
+
+    name = "assistant"
+    free_to_propose = False  # every drafted token is a pass of the assistant
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
+        check_assistant(target, draft)
+        self.assistant = draft.model
+        self.embed = target.model.get_input_embeddings()
+        self.target_runner = target_runner
+        target_runner.record_outputs(shared_kv=True)
+        self.device = target.device
+        self._sampling = SamplingConfig()
+        self._generator: torch.Generator | None = None
+
+    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self._sampling = sampling
+        self._generator = generator
+
+    def _inputs(self, context_ids: list[int]):
+        """The target's states the first step reads: its hidden state at the last cached position and its
+        shared K/V states cut to the cached positions."""
+        n_cached = len(context_ids) - 1
+        runner = self.target_runner
+        hidden = runner.hidden.rows(n_cached - 1) if runner.hidden is not None else None
+        shared_kv = runner.shared_kv_states(n_cached)
+        if hidden is None or hidden.shape[0] != 1 or shared_kv is None:
+            raise RuntimeError("the target runner did not keep the states the assistant drafts from")
+        return hidden.view(1, 1, -1), shared_kv
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        if k < 1 or len(context_ids) < 2:
+            return Proposal.empty()
+        hidden, shared_kv = self._inputs(context_ids)
+        position = torch.tensor([[len(context_ids) - 1]], device=self.device)
+        token = context_ids[-1]
+        draft_ids, rows = [], []
+        for _ in range(k):
+            embedding = self.embed(torch.tensor([[token]], device=self.device))
+            out = self.assistant(inputs_embeds=torch.cat([embedding, hidden], dim=-1), position_ids=position,
+                                 shared_kv_states=shared_kv, use_cache=False)
+            logits = out.logits[0, -1].float()
+            if self._sampling.greedy:
+                token = int(torch.argmax(logits))
+                rows.append(logits)
+            else:
+                probs = probabilities(logits, self._sampling)
+                token = int(sample(probs, self._generator))
+                rows.append(probs)
+            draft_ids.append(token)
+            hidden = out.last_hidden_state
+        stacked = torch.stack(rows)
+        return Proposal(draft_ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+
+    def observe(self, n_accepted: int) -> None:
+        pass  # no state of its own: the next round reads the target's states again
+
+    def release(self) -> None:
+        pass  # the K/V states are the target runner's
