@@ -18,7 +18,6 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from engine.compare import SweepPoint, SweepSummary, strict_engine, sweep_specs, sweep_summary, with_plain_first
 from engine.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,

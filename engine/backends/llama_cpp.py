@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from engine.backends import LoadedModel, common_prefix_length
-from engine.backends.gguf_file import GgufHeader, read_header
+from engine.backends.gguf_file import read_header
 from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
 from engine.errors import ConfigError, ModelLoadError, OutOfMemoryError, PromptTooLongError, SpecScopeError
 
