@@ -2,7 +2,8 @@
 
 `HistoryRecorder` writes a conversation as it happens: the conversation on its first message, each user
 message, each reply's rounds as they arrive (one short transaction each, on the GUI thread: ~0.1 ms), and the
-reply's end. `turns_from_conversation` turns a stored conversation back into session turns and tokens, so a
+reply's end; a busy database queues the write (`pending`) instead of blocking, and a conversation another
+window writes is read-only here. `turns_from_conversation` turns a stored conversation back into session turns and tokens, so a
 past chat re-renders coloured exactly as it was drawn live: stored rounds become `engine.tokens` display
 tokens, the same fold the live view uses. Touches the store and the session model's records; no Qt.
 """
@@ -15,7 +16,8 @@ import time
 from engine.stats import GenerationStats
 from engine.tokens import DisplayToken, fill_replacements
 from gui.session_model import Token, Turn
-from gui.store import COMPLETE, INTERRUPTED, Conversation, HistoryError, HistoryStore, StoredRound
+from gui.store import (COMPLETE, INTERRUPTED, Conversation, HistoryBusyError, HistoryError, HistoryStore,
+                       StoredRound)
 
 TITLE_CHARS = 60
 _STATS_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats))
@@ -83,86 +85,168 @@ def turns_from_conversation(conversation: Conversation, first_serial: int = 0) -
     return turns, tokens
 
 
+class _Ref:
+    """The id of a row that may not be written yet (its write waits in the retry queue): later writes hold the
+    reference and read the id when they run."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, row_id: int | None = None) -> None:
+        self.id = row_id
+
+
 class HistoryRecorder:
     """Writes the chat window's conversation to the store as it happens. Every method swallows store errors
     into `last_error` (a broken history must never stop a chat); `write_seconds` sums the time spent writing
-    rounds, `rounds_written` counts them."""
+    rounds, `rounds_written` counts them.
+
+    A busy database (another SpecScope writing) never holds the GUI thread past the store's short timeout
+    and never loses a round: the write waits in `pending` and runs, in order, before the next one (or at
+    `flush`). A conversation another window is writing is opened read-only here (`read_only_reason`)."""
 
     def __init__(self, store: HistoryStore | None) -> None:
         self.store = store
-        self.conversation_id: int | None = None
-        self.message_id: int | None = None  # the reply being written
-        self.user_message_id: int | None = None  # the message it answers
+        self._conversation = _Ref()
+        self._reply: _Ref | None = None  # the reply being written
+        self._user: _Ref | None = None  # the message it answers
+        self.pending: list = []  # writes that found the database busy, oldest first
+        self.read_only_reason: str | None = None  # this conversation is live in another window
         self.last_error: str | None = None
         self.rounds_written = 0
         self.write_seconds = 0.0
 
     @property
+    def conversation_id(self) -> int | None:
+        return self._conversation.id
+
+    @property
+    def message_id(self) -> int | None:
+        return self._reply.id if self._reply is not None else None
+
+    @property
+    def user_message_id(self) -> int | None:
+        return self._user.id if self._user is not None else None
+
+    @property
     def enabled(self) -> bool:
-        return self.store is not None and not self.store.read_only
+        return self.store is not None and not self.store.read_only and self.read_only_reason is None
 
     def _guard(self, action, *args, **kwargs):
+        """Run a write now, after the ones still waiting; a busy database queues it instead."""
         if not self.enabled:
             return None
+        write = lambda: action(*args, **kwargs)  # noqa: E731
+        if self.pending and not self.flush():
+            self.pending.append(write)
+            return None
         try:
-            return action(*args, **kwargs)
+            return write()
+        except HistoryBusyError:
+            self.pending.append(write)
         except HistoryError as exc:
             self.last_error = str(exc)
-            return None
+        return None
+
+    def flush(self) -> bool:
+        """Run the waiting writes in order; True when none is left (False: still busy, they wait on)."""
+        while self.pending:
+            try:
+                self.pending[0]()
+            except HistoryBusyError:
+                return False
+            except HistoryError as exc:
+                self.last_error = str(exc)
+            self.pending.pop(0)
+        return True
+
+    def _switch(self, conversation_id: int | None) -> None:
+        self.flush()
+        if self.store is not None and self.conversation_id is not None and self.conversation_id != conversation_id:
+            self.store.release(self.conversation_id)
+        self._conversation, self._reply, self._user = _Ref(conversation_id), None, None
+        self.read_only_reason = None
 
     def new_chat(self) -> None:
-        self.conversation_id = self.message_id = self.user_message_id = None
+        self._switch(None)
 
     def open(self, conversation_id: int) -> None:
-        self.conversation_id, self.message_id, self.user_message_id = conversation_id, None, None
+        """Write on into a stored conversation, or show it read-only when another window writes it."""
+        self._switch(conversation_id)
+        if self.store is not None and not self.store.read_only and not self.store.claim(conversation_id):
+            self.read_only_reason = ("This chat is open in another SpecScope window, which is writing it; here it "
+                                     "is read-only (a new message starts a new chat).")
 
     def user_message(self, text: str, settings: dict) -> None:
+        if self.read_only_reason is not None:  # another window's live chat: what is typed here is a new one
+            self._switch(None)
+        conversation, user = self._conversation, _Ref()
+        self._user = user
+
         def write():
-            if self.conversation_id is None:
-                self.conversation_id = self.store.create_conversation(title_from(text), settings)
+            if conversation.id is None:
+                conversation.id = self.store.create_conversation(title_from(text), settings)
+                self.store.claim(conversation.id)
             else:
-                self.store.update_conversation_settings(self.conversation_id, settings)
-            self.user_message_id = self.store.add_user_message(self.conversation_id, text, settings)
+                self.store.update_conversation_settings(conversation.id, settings)
+            user.id = self.store.add_user_message(conversation.id, text, settings)
         self._guard(write)
 
     def reply_started(self, settings: dict) -> None:
-        if self.conversation_id is None:
+        if not self.enabled:
             return
-        self.message_id = self._guard(self.store.start_assistant_message, self.conversation_id, settings)
+        conversation, reply = self._conversation, _Ref()
+        self._reply = reply
+
+        def write():
+            if conversation.id is not None:
+                reply.id = self.store.start_assistant_message(conversation.id, settings)
+        self._guard(write)
+
+    def _on_reply(self, action, *args, **kwargs) -> None:
+        """A write about the reply being written (skipped when its start could not be written)."""
+        reply = self._reply
+
+        def write():
+            if reply.id is not None:
+                action(reply.id, *args, **kwargs)
+        self._guard(write)
 
     def round_verified(self, event) -> None:
-        if self.message_id is None:
+        if self._reply is None:
             return
         started = time.perf_counter()
-        self._guard(self.store.append_round, self.message_id, event)
+        self._on_reply(self.store.append_round, event)
         self.write_seconds += time.perf_counter() - started
         self.rounds_written += 1
 
     def reply_finished(self, event) -> None:
-        if self.message_id is not None:
-            self._guard(self.store.finish_from_event, self.message_id, event)
-        self.message_id = None
+        if self._reply is not None:
+            self._on_reply(self.store.finish_from_event, event)
+        self._reply = None
 
     def reply_stopped(self, stop_reason: str, stats: dict | None) -> None:
         """The window ended the reply (a new chat, closing SpecScope): what it wrote stays, complete, ended by
         `stop_reason` with its figures so far; not an error."""
-        if self.message_id is not None:
-            self._guard(self.store.finish_assistant_message, self.message_id, stats=stats, stop_reason=stop_reason)
-        self.message_id = None
+        if self._reply is not None:
+            self._on_reply(self.store.finish_assistant_message, stats=stats, stop_reason=stop_reason)
+        self._reply = None
 
     def reply_failed(self, message: str, *, taken_back: bool) -> None:
         """The request failed: with nothing generated (`taken_back`: the user message went back to the message
         box) both messages go; otherwise the partial reply stays, marked interrupted, with the error."""
         if taken_back:
-            for message_id in (self.message_id, self.user_message_id):
-                if message_id is not None:
-                    self._guard(self.store.delete_message, message_id)
-            conversation = self._guard(self.store.load_conversation, self.conversation_id) \
-                if self.conversation_id is not None else None
-            if conversation is not None and not conversation.messages:  # its only message was taken back
-                self._guard(self.store.delete_conversation, self.conversation_id)
-                self.conversation_id = None
-        elif self.message_id is not None:
-            self._guard(self.store.finish_assistant_message, self.message_id, error=message, state=INTERRUPTED,
-                        stop_reason="error")
-        self.message_id = None
+            conversation, refs = self._conversation, [r for r in (self._reply, self._user) if r is not None]
+
+            def take_back():
+                for ref in refs:
+                    if ref.id is not None:
+                        self.store.delete_message(ref.id)
+                if conversation.id is not None and not self.store.load_conversation(conversation.id).messages:
+                    self.store.delete_conversation(conversation.id)  # its only message was taken back
+                    self.store.release(conversation.id)
+                    conversation.id = None
+            self._guard(take_back)
+        elif self._reply is not None:
+            self._on_reply(self.store.finish_assistant_message, error=message, state=INTERRUPTED,
+                           stop_reason="error")
+        self._reply = None

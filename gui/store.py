@@ -14,6 +14,16 @@ Partial replies are kept: a reply whose writer died is found in state "streaming
 opened (by a writable store), turned into "interrupted", and its text rebuilt from the rounds it committed.
 The GUI shows it with an "interrupted" mark; nothing is thrown away.
 
+Several windows: one writer per conversation. A store `claim`s a conversation before writing a reply into it
+(an OS file lock, `history.sqlite3.locks/c<id>.lock`, released when the writer ends or dies), so a second
+SpecScope never relabels a reply that is still streaming in another one, and can tell a conversation that
+is live elsewhere (`claimed_elsewhere`) to open it read-only. A database another process keeps busy makes a
+write fail after BUSY_TIMEOUT_S with HistoryBusyError (the GUI thread never waits longer); the recorder
+(gui.history) keeps such writes and replays them when the database frees.
+
+Privacy: the database, its -wal/-shm files, the locks and the migration backup are created owner-only (0600,
+umask 077 around their creation, chmod after).
+
 Schema versions (PRAGMA user_version): 1 had conversations and plain-text messages; 2 (current) adds per-
 message settings, stats, state and the rounds table. Older databases are migrated in place after a backup
 copy (`history.sqlite3.v1.bak`); a database from a newer SpecScope is opened read-only with a message
@@ -25,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from contextlib import contextmanager
@@ -91,6 +102,47 @@ class HistoryError(Exception):
 
 class HistoryReadOnlyError(HistoryError):
     """A write to a history opened read-only (written by a newer SpecScope)."""
+
+
+class HistoryBusyError(HistoryError):
+    """Another process holds the database's write lock (longer than BUSY_TIMEOUT_S): try the write again."""
+
+
+class HistoryLockedError(HistoryError):
+    """The conversation is being written by another SpecScope (its writer lock is held)."""
+
+
+BUSY_TIMEOUT_S = 0.25  # the longest a write waits for another process's lock (it runs on the GUI thread)
+PRIVATE = stat.S_IRUSR | stat.S_IWUSR
+
+
+@contextmanager
+def owner_only() -> Iterator[None]:
+    """Files created inside are owner-only (umask 077): sqlite's own -wal/-shm files and copies included."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def make_private(*paths: Path) -> None:
+    """chmod 0600 the files of `paths` that exist (POSIX; elsewhere a no-op)."""
+    if os.name != "posix":
+        return
+    for path in paths:
+        try:
+            if path.exists():
+                os.chmod(path, PRIVATE)
+        except OSError:
+            pass
+
+
+def write_private(path: str | os.PathLike, text: str) -> None:
+    """Write an export of a chat owner-only (0600), whole or not at all (a temporary file, then a rename)."""
+    from engine.validation import write_text_atomic
+    with owner_only():
+        write_text_atomic(path, text, mode=PRIVATE)
 
 
 def default_data_dir() -> Path:
@@ -253,9 +305,20 @@ class HistoryStore:
         self.read_only = False
         self.read_only_reason: str | None = None
         self._lock = threading.RLock()
-        self._conn = self._open()
+        self._claims: dict[int, int] = {}  # conversation id -> the fd of its writer lock, held by this store
+        with owner_only():
+            self._conn = self._open()
+        make_private(*self.private_files())
         if recover and not self.read_only:
-            self.recover_interrupted()
+            try:
+                self.recover_interrupted()
+            except HistoryBusyError:  # another SpecScope is writing: its replies are live; next start retries
+                pass
+
+    def private_files(self) -> list[Path]:
+        """The database and the files beside it that hold chat text."""
+        return [self.path, *(self.path.with_name(self.path.name + suffix) for suffix in ("-wal", "-shm")),
+                *self.path.parent.glob(f"{self.path.name}.v*.bak")]
 
     # -- opening, versions, migrations
     def _open(self) -> sqlite3.Connection:
@@ -298,21 +361,17 @@ class HistoryStore:
             conn.close()
             raise HistoryError(f"the chat history {self.path} could not be upgraded ({exc}); it was left as it "
                                "is") from None
-        if is_new and os.name == "posix":
-            try:
-                os.chmod(self.path, 0o600)  # private: chats are nobody else's business
-            except OSError:
-                pass
         return conn
 
     def _connect(self, *, read_only: bool) -> sqlite3.Connection:
         if read_only:
             conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                                   check_same_thread=False, timeout=5)
+                                   check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         else:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=5)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=BUSY_TIMEOUT_S)
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         if not read_only:
             conn.execute("PRAGMA synchronous=NORMAL")
         conn.create_function("specscope_contains", 2, _contains, deterministic=True)
@@ -322,11 +381,13 @@ class HistoryStore:
         target = self.path.with_name(f"{self.path.name}.v{version}.bak")
         if target.exists():
             return
-        backup = sqlite3.connect(target)
-        try:
-            conn.backup(backup)
-        finally:
-            backup.close()
+        with owner_only():
+            backup = sqlite3.connect(target)
+            try:
+                conn.backup(backup)
+            finally:
+                backup.close()
+        make_private(target)
 
     @property
     def schema_version(self) -> int:
@@ -335,9 +396,63 @@ class HistoryStore:
 
     def close(self) -> None:
         with self._lock:
+            for conversation_id in list(self._claims):
+                self.release(conversation_id)
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        make_private(*self.private_files())
+
+    # -- one writer per conversation
+    def _lock_file(self, conversation_id: int) -> Path:
+        folder = self.path.with_name(self.path.name + ".locks")
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return folder / f"c{int(conversation_id)}.lock"
+
+    def _try_lock(self, conversation_id: int) -> int | None:
+        """An fd holding the conversation's writer lock, or None when another writer holds it."""
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks (Windows): one writer is not enforced there
+            return -1
+        with owner_only():
+            fd = os.open(self._lock_file(conversation_id), os.O_RDWR | os.O_CREAT, PRIVATE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def claim(self, conversation_id: int) -> bool:
+        """Become the one writer of a conversation (until release/close, or this process ends). False when
+        another SpecScope (or another store) is writing it."""
+        with self._lock:
+            if conversation_id in self._claims:
+                return True
+            fd = self._try_lock(conversation_id)
+            if fd is None:
+                return False
+            self._claims[conversation_id] = fd
+            return True
+
+    def release(self, conversation_id: int | None) -> None:
+        with self._lock:
+            fd = self._claims.pop(conversation_id, None) if conversation_id is not None else None
+            if fd is not None and fd >= 0:
+                os.close(fd)
+
+    def claimed_elsewhere(self, conversation_id: int) -> bool:
+        """Whether another writer (another window, another SpecScope) holds the conversation now."""
+        with self._lock:
+            if conversation_id in self._claims:
+                return False
+            fd = self._try_lock(conversation_id)
+            if fd is None:
+                return True
+            if fd >= 0:
+                os.close(fd)
+            return False
 
     def __enter__(self) -> "HistoryStore":
         return self
@@ -356,8 +471,16 @@ class HistoryStore:
         with self._lock:
             if self._conn is None:
                 raise HistoryError("the chat history is closed")
-            with _transaction(self._conn):
-                yield self._conn
+            try:
+                with _transaction(self._conn):
+                    yield self._conn
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise HistoryBusyError(f"the chat history is busy (another SpecScope is writing it): {exc}") \
+                        from None
+                raise HistoryError(f"the chat history could not be written ({exc})") from None
+            except sqlite3.DatabaseError as exc:
+                raise HistoryError(f"the chat history could not be written ({exc})") from None
 
     def _read(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -435,7 +558,10 @@ class HistoryStore:
         return self.add_message(conversation_id, "user", content, settings)
 
     def start_assistant_message(self, conversation_id: int, settings: dict | None = None) -> int:
-        """An empty reply in state "streaming"; rounds are appended as they come."""
+        """An empty reply in state "streaming"; rounds are appended as they come. This store claims the
+        conversation first (HistoryLockedError when another writer holds it)."""
+        if not self.claim(conversation_id):
+            raise HistoryLockedError("this chat is being written by another SpecScope window; it is read-only here")
         now = time.time()
         with self._write() as conn:
             cursor = conn.execute(
@@ -488,7 +614,10 @@ class HistoryStore:
         """Replies left "streaming" by a writer that died: mark them "interrupted" with the text of the rounds
         they committed. Returns their ids."""
         with self._write() as conn:
-            ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE state = ?", (STREAMING,))]
+            rows = conn.execute("SELECT id, conversation_id FROM messages WHERE state = ?", (STREAMING,)).fetchall()
+            # a reply whose conversation has a live writer (here or in another SpecScope) is still streaming
+            ids = [message_id for message_id, conversation_id in rows
+                   if conversation_id not in self._claims and not self.claimed_elsewhere(conversation_id)]
             for message_id in ids:
                 content = text_of(t for r in self._rounds(conn, message_id) for t in r.tokens)
                 conn.execute("UPDATE messages SET state = ?, content = ?, stop_reason = 'interrupted' WHERE id = ?",
@@ -617,10 +746,11 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 def _require(cursor: sqlite3.Cursor, conversation_id: int) -> None:
