@@ -32,6 +32,7 @@ class Method:
     uses_ngrams: bool  # reads `ngram_max` / `ngram_min`
     backends: tuple[str, ...]  # the backends (BACKENDS) that can serve it
     why_not: str = ""  # why the other backends can't, said when one is refused
+    reads_head: bool = False  # `draft=` / --draft names a trained head folder (eagle), not a model
 
     @property
     def speculative(self) -> bool:
@@ -65,6 +66,12 @@ METHOD_TABLE: tuple[Method, ...] = (
            needs_draft=True, uses_layers=False, uses_ngrams=False, backends=("transformers",),
            why_not="the assistant reads the target's key/value tensors, which only the transformers backend "
                    "exposes"),
+    Method("eagle", "EAGLE head (trained here)",
+           "A one-layer head trained on the target's own replies (specscope drafter train) drafts from the "
+           "target's last hidden states; --draft DIR names the head (default: the one trained for the model).",
+           needs_draft=False, uses_layers=False, uses_ngrams=False, backends=("transformers",), reads_head=True,
+           why_not="the head reads the target's hidden states and torch modules (embedding, output head), "
+                   "which only the transformers backend exposes"),
 )
 METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE)
 SPECULATIVE_METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE if m.speculative)
@@ -165,7 +172,7 @@ class SpecConfig:
             raise ConfigError(
                 f"n-gram sizes need 1 ≤ min ≤ max, got min={self.ngram_min} max={self.ngram_max}")
         notes = list(self.warnings)
-        if self.draft and not info.needs_draft:
+        if self.draft and not (info.needs_draft or info.reads_head):
             notes.append(f"a draft model is ignored by method {self.method}")
             object.__setattr__(self, "draft", None)
         if self.layers is not None and not info.uses_layers:
@@ -189,7 +196,7 @@ class SpecConfig:
             return f"none:{on}" if on else "none"
         info = self.info
         parts = [f"k={self.k}"]
-        if info.needs_draft:
+        if info.needs_draft or (info.reads_head and self.draft):
             parts.append(f"draft={self.draft}")
         if info.uses_layers and self.layers is not None:
             parts.append(f"layers={self.layers}")

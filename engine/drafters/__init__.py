@@ -29,6 +29,9 @@ def check_drafter(spec: SpecConfig, target: LoadedModel, draft: LoadedModel | No
     elif spec.method == "assistant":
         from engine.drafters.assistant import check_assistant
         check_assistant(target, draft)
+    elif spec.method == "eagle":
+        from engine.drafters.eagle import check_eagle
+        check_eagle(spec, target)
 
 
 def make_drafter(spec: SpecConfig, target: LoadedModel, draft: LoadedModel | None = None,
@@ -53,4 +56,9 @@ def make_drafter(spec: SpecConfig, target: LoadedModel, draft: LoadedModel | Non
             return MtpDrafter(target, target_runner)
         from engine.drafters.assistant import AssistantDrafter
         return AssistantDrafter(target, draft, target_runner)
+    if spec.method == "eagle":
+        if target_runner is None:
+            raise ValueError("eagle drafts from the target's runner; pass target_runner")
+        from engine.drafters.eagle import make_eagle_drafter
+        return make_eagle_drafter(spec, target, target_runner)
     raise ValueError(spec.method)

@@ -1,0 +1,155 @@
+"""Method `eagle`: a trained EAGLE-style head (arXiv 2401.15077, engine/eagle_head.py) drafts from the target's
+own last hidden states, which the verify pass computes anyway (the target's runner keeps them once this
+drafter attaches: TransformersRunner.record_outputs). Each draft step reads the features of the position
+before and the embedding of the token drafted last, predicts the next features and reads them out through
+the target's frozen output head over the head's draft vocabulary; p_draft is that distribution (zero
+outside the draft vocabulary), so verification is the usual lossless one.
+
+The head keeps a one-layer KV cache of its own for the positions with real (target) features, synced by
+common prefix like any runner; positions drafted from predicted features are dropped after each round.
+Transformers backend only (it reads the target's torch modules). Touches the target's embedding and output
+head read-only, the target runner's kept hidden states read-only, and its own cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from pathlib import Path
+
+from engine.backends import LoadedModel, common_prefix_length
+from engine.backends.transformers import TransformersRunner, crop_cache
+from engine.config import SamplingConfig, SpecConfig, check_backend
+from engine.drafters.base import Proposal
+from engine.eagle_head import (EagleHead, decoder_parts, default_head_dir, load_head, read_card, readout_weight,
+                               target_fingerprint)
+from engine.errors import ConfigError
+from engine.sampling import probabilities, sample
+
+# `specscope drafter train`'s default budget, data generation included; on this project's 2-core CPU it gives
+# the built-in model a head that accepts about half of first drafts (see README, EAGLE heads)
+TRAIN_MINUTES = 20
+
+
+def head_folder(spec: SpecConfig, target: LoadedModel) -> Path:
+    """The head `spec` names (--draft DIR), else the one trained for this target (its default folder)."""
+    return Path(spec.draft).expanduser() if spec.draft else default_head_dir(target_fingerprint(target.model))
+
+
+def no_head_message(target: LoadedModel) -> str:
+    """What to do when a model has no head yet: the command that trains one and how long it takes here."""
+    return (f"{target.label} has no eagle head yet: train one with `specscope drafter train --model {target.name} "
+            f"--minutes {TRAIN_MINUTES}` (about {TRAIN_MINUTES} minutes on this CPU, data generation included; "
+            "Ctrl+C keeps a checkpoint to resume), then pick eagle again, or give a head with --draft DIR")
+
+
+def check_eagle(spec: SpecConfig, target: LoadedModel) -> Path:
+    """The head folder for `target`: refused on another backend, when missing (with how to train one), or when
+    it was trained for another target."""
+    check_backend("eagle", target.backend)
+    folder = head_folder(spec, target)
+    if not spec.draft and not folder.is_dir():
+        raise ConfigError(no_head_message(target))
+    card = read_card(folder)
+    if card.fingerprint != target_fingerprint(target.model):
+        raise ConfigError(f"the eagle head in {folder} was trained for {card.target}, not {target.label} (the "
+                          "weights' fingerprints differ); train one for this model with `specscope drafter train`")
+    return folder
+
+
+def make_eagle_drafter(spec: SpecConfig, target: LoadedModel, target_runner) -> "EagleDrafter":
+    head, _card = load_head(check_eagle(spec, target), target.model, target.label)
+    return EagleDrafter(target, head, target_runner)
+
+
+def causal_mask(n_new: int, n_past: int, device: torch.device) -> torch.Tensor:
+    """A (1, 1, n_new, n_past + n_new) mask, True where allowed: new position i sees the past and new ones ≤ i."""
+    return torch.ones(n_new, n_past + n_new, dtype=torch.bool, device=device).tril(diagonal=n_past)[None, None]
+
+
+class EagleDrafter:
+    name = "eagle"
+    free_to_propose = False  # every drafted token is a pass of the head (and a readout)
+
+    def __init__(self, target: LoadedModel, head: EagleHead, target_runner: TransformersRunner) -> None:
+        check_backend("eagle", target.backend)
+        _, _, self.embed, output_head = decoder_parts(target.model)
+        dtype = output_head.weight.dtype
+        self.head = head.to(device=target.device, dtype=dtype).eval()
+        self.head.draft_vocab = self.head.draft_vocab.to(torch.long)
+        self.readout = readout_weight(output_head, self.head.draft_vocab)
+        self.vocab_size = target.vocab_size
+        self.target_runner: TransformersRunner | None = None
+        self.cache = None
+        self.ids: list[int] = []  # x_0…x_L: the head's cache holds entries 0…L−1 (entry i reads f_i, x_{i+1})
+        self._sampling = SamplingConfig()
+        self._generator: torch.Generator | None = None
+        self.attach(target_runner)
+
+    def attach(self, runner: TransformersRunner) -> None:
+        """Draft from this (the engine's target) runner's hidden states; it keeps them from now on."""
+        runner.record_outputs()
+        self.target_runner = runner
+        self.release()
+
+    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self._sampling = sampling
+        self._generator = generator
+
+    def _catch_up(self, context_ids: list[int]) -> torch.Tensor | None:
+        """Feed the head every position the target has features for that its cache lacks; the predicted
+        features after the last one (1, 1, H), or None where the target runner has no features to give."""
+        runner, n = self.target_runner, len(context_ids)
+        if runner is None or runner.hidden is None or runner.ids != context_ids[:n - 1] or n < 2:
+            return None
+        keep = max(0, min(len(self.ids) - 1, common_prefix_length(self.ids, context_ids) - 1, n - 2))
+        features = runner.hidden.rows(keep)
+        if features is None or features.shape[0] != n - 1 - keep:
+            keep, features = 0, runner.hidden.rows(0)
+            if features is None or features.shape[0] != n - 1:
+                return None
+        if self.cache is None or keep == 0:
+            self.cache = DynamicCache(config=self.head.config)
+        crop_cache(self.cache, keep)
+        device = self.readout.device
+        tokens = torch.tensor([context_ids[keep + 1:n]], dtype=torch.long, device=device)
+        positions = torch.arange(keep, n - 1, device=device)[None]
+        mask = causal_mask(n - 1 - keep, keep, device) if n - 1 - keep > 1 else None
+        predicted = self.head(features[None].to(self.readout.dtype), self.embed(tokens), positions, self.cache, mask)
+        self.ids = list(context_ids)
+        return predicted[:, -1:]
+
+    def _pick(self, predicted: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """The drafted id and its distribution over the target's vocabulary (0 outside the draft vocabulary)."""
+        logits = torch.full((self.vocab_size,), float("-inf"), device=self.readout.device)
+        logits[self.head.draft_vocab] = (predicted[0, -1] @ self.readout.T).float()
+        probs = probabilities(logits, self._sampling)
+        if self._sampling.greedy:
+            return int(torch.argmax(logits)), probs
+        return int(sample(probs, self._generator)), probs
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        predicted = self._catch_up(context_ids)
+        if predicted is None or k < 1:
+            return Proposal.empty()
+        n = len(context_ids)
+        draft_ids: list[int] = []
+        rows: list[torch.Tensor] = []
+        for step in range(k):
+            token, probs = self._pick(predicted)
+            draft_ids.append(token)
+            rows.append(probs)
+            if step + 1 < k:  # the next step reads the predicted features and the drafted token
+                tokens = torch.tensor([[token]], device=self.readout.device)
+                positions = torch.tensor([[n - 1 + step]], device=self.readout.device)
+                predicted = self.head(predicted, self.embed(tokens), positions, self.cache)
+        crop_cache(self.cache, n - 1)  # keep only the entries read from the target's own features
+        return Proposal(draft_ids, torch.stack(rows))
+
+    def observe(self, n_accepted: int) -> None:
+        pass  # the next propose() syncs by common prefix with the target's kept features
+
+    def release(self) -> None:
+        self.cache = None
+        self.ids = []
