@@ -29,7 +29,7 @@ from engine.events import Event, GenerationFinished, GenerationStarted, RoundVer
 from engine.remote_client import (ServerAddress, ServerClient, ServerInfo, StreamCut, detect_server, metrics,
                                   parse_server_url)
 from engine.server_metrics import (PREFIXES, SpecCounters, counters_from_metrics, counters_from_timings,
-                                   spec_settings_from_props)
+                                   spec_settings_from_props, speed_from_timings)
 from engine.stats import GenerationStats, ServerStats, StatsAccumulator
 
 BACKEND = "remote"
@@ -202,9 +202,11 @@ class RemoteEngine:
         after = self._counters() if before is not None else None
         timings = counters_from_timings(reply.timings)
         settings = spec_settings_from_props(self.server.props, self.server.slots)
+        prompt_seconds, server_tok_per_s = speed_from_timings(reply.timings)
         common = dict(server=self.server.kind, url=self.target.address.url, completion_tokens=reply.usage_tokens,
                       settings=settings, request_draft_tokens=timings[0] if timings else None,
-                      request_accepted_tokens=timings[1] if timings else None)
+                      request_accepted_tokens=timings[1] if timings else None,
+                      server_prompt_seconds=prompt_seconds, server_tok_per_s=server_tok_per_s)
         if after is not None:
             delta = after.minus(before)
             if delta.drafts or delta.draft_tokens or timings:
@@ -305,7 +307,7 @@ def server_figures_words(server: ServerStats) -> list[str]:
     """The server's own figures for one reply, each saying where it came from (the CLI's stats line, the
     window's status): the counts and the server's definitions, or what it exposes when it said nothing."""
     if not server.source:
-        return [f"{server.server}: {server.note}"]
+        return [f"{server.server}: {server.note}"] + server_speed_words(server)
     where = f"{server.server} {'/metrics' if server.source == 'metrics' else 'timings'}"
     parts = [f"server ({where}): {server.accepted_tokens}/{server.draft_tokens} drafted tokens accepted"]
     if server.acceptance_rate is not None:
@@ -316,4 +318,14 @@ def server_figures_words(server: ServerStats) -> list[str]:
         parts.append("per position " + " ".join(f"{p:.2f}" for p in server.per_position_acceptance))
     if server.settings:
         parts.append(", ".join(f"{k} = {v}" for k, v in server.settings))
+    return parts + server_speed_words(server)
+
+
+def server_speed_words(server: ServerStats) -> list[str]:
+    """The server's own timing of the reply, beside ours (their gap is the network and the client)."""
+    parts = []
+    if server.server_tok_per_s is not None:
+        parts.append(f"server's own timing: {server.server_tok_per_s:.1f} tok/s")
+    if server.server_prompt_seconds is not None:
+        parts.append(f"prompt {server.server_prompt_seconds:.2f} s on the server")
     return parts

@@ -118,6 +118,15 @@ def counters_from_timings(timings: dict | None) -> tuple[int, int] | None:
         return None
 
 
+def speed_from_timings(timings: dict | None) -> tuple[float | None, float | None]:
+    """(prompt seconds, decode tok/s) as the server timed them (llama-server `timings`), None where absent."""
+    if not isinstance(timings, dict):
+        return None, None
+    prompt_ms, per_second = timings.get("prompt_ms"), timings.get("predicted_per_second")
+    return (prompt_ms / 1000.0 if isinstance(prompt_ms, (int, float)) else None,
+            float(per_second) if isinstance(per_second, (int, float)) else None)
+
+
 _PROPS_KEYS = ("speculative.types", "speculative.n_max", "speculative.n_min", "speculative.p_min",
                "speculative.ngram_size_n", "speculative.ngram_size_m")
 

@@ -245,6 +245,8 @@ class ServerStats:
     note: str = ""
     request_draft_tokens: int | None = None  # the response's own figures (llama-server timings.draft_n)
     request_accepted_tokens: int | None = None  # … and timings.draft_n_accepted
+    server_prompt_seconds: float | None = None  # the server's own prompt time (timings.prompt_ms)
+    server_tok_per_s: float | None = None  # the server's own decode speed (timings.predicted_per_second)
 
     @property
     def acceptance_rate(self) -> float | None:

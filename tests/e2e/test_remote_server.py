@@ -74,6 +74,8 @@ def test_plain_server_chat_streams(plain_server):
     assert finished.server.completion_tokens == len(rounds) + (finished.stop_reason == "eos")
     assert finished.server.source == ""  # a plain server: no speculation to report
     assert finished.stats.drafted_tokens == 0 and finished.stats.ttft_seconds > 0
+    assert finished.server.server_prompt_seconds > 0 and finished.server.server_tok_per_s > 0
+    assert finished.server.settings == (("speculative", "off"), ("speculative.types", "none"))
 
 
 @needs_server

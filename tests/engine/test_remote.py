@@ -15,7 +15,7 @@ from engine.events import GenerationFinished, event_to_dict
 from engine.remote import RemoteEngine, RemoteTarget, _Reply, exposure_note, with_server_counts
 from engine.remote_client import ServerAddress, ServerClient, ServerInfo, error_text, parse_server_url
 from engine.server_metrics import (SpecCounters, counters_from_metrics, counters_from_timings, metric_prefixes,
-                                   parse_prometheus, spec_settings_from_props)
+                                   parse_prometheus, spec_settings_from_props, speed_from_timings)
 from engine.sources import is_server_url, resolve_source
 from engine.errors import ModelLoadError
 from engine.stats import ServerStats, StatsAccumulator
@@ -138,6 +138,8 @@ def test_delta_around_a_request():
 def test_timings_and_props():
     assert counters_from_timings({"predicted_n": 30, "draft_n": 12, "draft_n_accepted": 7}) == (12, 7)
     assert counters_from_timings({"predicted_n": 30}) is None and counters_from_timings(None) is None
+    assert speed_from_timings({"prompt_ms": 250.0, "predicted_per_second": 48.5}) == (0.25, 48.5)
+    assert speed_from_timings({"predicted_n": 3}) == (None, None) and speed_from_timings(None) == (None, None)
     props = {"default_generation_settings": {"n_ctx": 2048, "params": {"speculative.types": "ngram-simple",
                                                                         "temperature": 0.8}}}
     assert spec_settings_from_props(props) == (("speculative.types", "ngram-simple"),)
