@@ -159,6 +159,20 @@ class HistoryRecorder:
             self.pending.pop(0)
         return True
 
+    def close(self, wait_s: float = 5.0) -> int:
+        """Before the store closes (SpecScope quits): give the waiting writes up to `wait_s` for the database to
+        free, then release this window's conversation. Returns how many writes could not be made (said in
+        `last_error`)."""
+        deadline = time.monotonic() + wait_s
+        while not self.flush() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.pending:
+            self.last_error = (f"{len(self.pending)} change(s) to the chat history could not be saved: another "
+                               "SpecScope kept the database busy")
+        if self.store is not None and self.conversation_id is not None:
+            self.store.release(self.conversation_id)
+        return len(self.pending)
+
     def _switch(self, conversation_id: int | None) -> None:
         self.flush()
         if self.store is not None and self.conversation_id is not None and self.conversation_id != conversation_id:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QLineEdit
 
 from gui import theme
 from gui.settings import export_folder
-from gui.store import HistoryError, HistoryStore
+from gui.store import HistoryError, HistoryStore, write_private
 from gui.views.dialogs import ask_save_path, ask_text, ask_yes_no
 
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -304,7 +304,7 @@ class HistoryPanel(QWidget):
             text = (self.store.export_markdown(conversation_id) if fmt == "markdown"
                     else self.store.export_json(conversation_id))
             target = Path(path)
-            target.write_text(text, encoding="utf-8")
+            write_private(target, text)  # owner-only, whole or not at all
         except (HistoryError, OSError) as exc:
             self.show_notice(f"Not exported: {exc}")
             return None

@@ -12,6 +12,8 @@ chats), gui.settings (QSettings), the views' public methods. Never the engine's 
 
 from __future__ import annotations
 
+import sys
+
 from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox,
@@ -973,6 +975,8 @@ class MainWindow(QMainWindow):
         self.worker_thread.shutdown()
         self.session.abandon("closed")  # what it wrote is kept, marked as ended by closing (not an error)
         if self.store is not None:
+            if self.session.recorder.close():  # writes a busy database still held back
+                print(f"specscope: {self.session.recorder.last_error}", file=sys.stderr)
             self.store.close()
 
     def closeEvent(self, event) -> None:  # noqa: N802
