@@ -47,7 +47,7 @@ fi
 #   SPECSCOPE_SKIP_LLAMA_SERVER=1  do not build it (those tests then skip, saying why)
 LLAMA_SERVER_DIR="${SPECSCOPE_TOOLS_DIR:-$HOME/.cache/specscope-tools}/llama-server-0.3.36"
 if [ "${SPECSCOPE_SKIP_LLAMA_SERVER:-0}" != 1 ] && [ ! -x "$LLAMA_SERVER_DIR/llama-server" ]; then
-  echo "Building llama-server (llama.cpp's server target, CPU; about 12 min on 2 cores)…" >&2
+  echo "Building llama-server (llama.cpp's server target, CPU; about 4 min of 2 idle cores, 7.5 min CPU time)…" >&2
   command -v cmake >/dev/null 2>&1 || $PYTHON -m pip install -q cmake
   llama_work=$(mktemp -d)
   $PYTHON -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$llama_work"
