@@ -23,7 +23,7 @@ from engine.weights import read_json_dict, weight_files
 from engine.sources import (DEFAULT_LABEL, DTYPE_NAMES, cache_root, converted_folder, dtype_label, file_stamp, gguf_problem,
                             hub_cache_dir, resolve_device, resolve_dtype, resolve_source)
 
-__all__ = ["CatalogEntry", "MemoryEstimate", "list_models", "describe_default", "list_hub_cache", "describe_name",
+__all__ = ["CatalogEntry", "MemoryEstimate", "estimate_memory_on", "entry_backend", "list_models", "describe_default", "list_hub_cache", "describe_name",
            "describe_path", "weight_files", "needs_remote_code", "tokenizer_facts", "gguf_facts", "estimate_memory",
            "free_memory", "memory_check", "draft_difference", "compatible_drafts", "explain_mismatch",
            "entry_as_dict", "format_bytes", "format_parameters", "hub_cache_dir", "same_model", "is_smaller"]
@@ -439,6 +439,44 @@ def estimate_memory(entry: CatalogEntry, device: str = "auto", dtype=None,
     overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
     return MemoryEstimate(device=device, dtype=dtype_name, context_tokens=context_tokens, weights_bytes=weights,
                           kv_cache_bytes=kv, overhead_bytes=overhead, free_bytes=free_memory(device))
+
+
+LLAMA_CPP_KV_BYTES = 2  # llama.cpp's default KV cache type is F16 (engine.backends.llama_cpp)
+
+
+def entry_backend(entry: CatalogEntry, requested: str = "auto") -> str:
+    """The backend `entry` loads on when `requested` is "auto": GGUF files on llama.cpp where llama-cpp-python
+    is installed, the rest on transformers (engine.sources.backend_for's rule, from the entry's facts)."""
+    if requested != "auto":
+        return requested
+    import importlib.util
+    if entry.weights_format == "gguf" and importlib.util.find_spec("llama_cpp") is not None:
+        return "llama.cpp"
+    return "transformers"
+
+
+def estimate_memory_on(entry: CatalogEntry, backend: str, device: str = "auto", dtype=None,
+                       context_tokens: int | None = None) -> MemoryEstimate:
+    """The estimate for `entry` on `backend` ("auto" as engine.sources.backend_for decides it): on llama.cpp a
+    GGUF stays quantized, so its weights are its file size and its KV cache F16; on transformers (or for a
+    model that is not a GGUF) estimate_memory's, dequantized to `dtype`."""
+    if backend == "auto":
+        backend = entry_backend(entry)
+    if backend != "llama.cpp" or entry.weights_format != "gguf":
+        return estimate_memory(entry, device, dtype, context_tokens)
+    device = str(device or "auto").lower()
+    if device == "auto":
+        device = str(resolve_device("auto"))
+    if context_tokens is None:
+        context_tokens = min(DEFAULT_CONTEXT_TOKENS, entry.context_length or DEFAULT_CONTEXT_TOKENS)
+    kv = 0
+    if entry.n_layers and entry.n_kv_heads and entry.head_dim:
+        kv = 2 * entry.n_layers * entry.n_kv_heads * entry.head_dim * LLAMA_CPP_KV_BYTES * context_tokens
+    weights = entry.size_bytes
+    overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
+    return MemoryEstimate(device=device, dtype=entry.dtype or "GGUF", context_tokens=context_tokens,
+                          weights_bytes=weights, kv_cache_bytes=kv, overhead_bytes=overhead,
+                          free_bytes=free_memory(device))
 
 
 def free_memory(device: str = "cpu") -> int | None:
