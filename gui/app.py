@@ -163,6 +163,8 @@ def apply_args(window, args: argparse.Namespace) -> None:
     window.controls.apply(model=args.model, method=args.method, draft=args.draft, k=args.k, layers=args.layers,
                           temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                           max_new_tokens=args.max_new_tokens, system_prompt=args.system)
+    if args.backend is not None:  # --backend: the panel's choice, so the first load runs on it
+        window.set_backend(args.backend)
     if args.hide_rejected:
         window.set_show_rejected(False)
 

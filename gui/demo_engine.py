@@ -46,6 +46,7 @@ class DemoTarget:
     dtype: str
     n_layers: int | None
     context_length: int | None
+    backend: str = "transformers"  # the backend the recording ran on
 
     @property
     def dtype_label(self) -> str:
@@ -117,7 +118,8 @@ class DemoEngine:
         self.prompt = str(header.get("prompt", ""))
         self.target = DemoTarget(label=f"{header.get('model', 'model')} (recorded)",
                                  device=str(header.get("device", "cpu")), dtype=str(header.get("dtype", "")),
-                                 n_layers=header.get("n_layers"), context_length=header.get("context_length"))
+                                 n_layers=header.get("n_layers"), context_length=header.get("context_length"),
+                                 backend=str(header.get("backend", "transformers")))
         self.on_status = None  # the worker's status line; a replay has no slow step to report
 
     def validate(self, spec: SpecConfig) -> None:

@@ -39,9 +39,10 @@ class ModelInfo:
     dtype: str
     n_layers: int | None
     context_length: int | None
+    backend: str = "transformers"  # transformers | llama.cpp | remote (engine.config.BACKENDS, or a server)
 
     def describe(self) -> str:
-        parts = [self.name, self.device, self.dtype]
+        parts = [self.name, self.backend, self.device, self.dtype]
         if self.n_layers:
             parts.append(f"{self.n_layers} layers")
         return " · ".join(parts)
@@ -69,6 +70,7 @@ class ComparisonRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
     system: str | None = None
+    strict: bool = False  # in float32 on the CPU with transformers (engine.compare.strict_engine)
 
 
 Progress = Callable[[str], None]
@@ -85,18 +87,20 @@ class LoadOptions:
 
     device: str = "auto"
     dtype: str = "auto"
+    backend: str = "auto"  # auto | transformers | llama.cpp (engine.runtime.load_engine's backend)
     remote_code_allowed: frozenset[str] = frozenset()
     remote_code_refused: frozenset[str] = frozenset()
     pickle_allowed: frozenset[str] = frozenset()
     pickle_refused: frozenset[str] = frozenset()
 
     def loader_kwargs(self, name: str) -> dict:
-        return {"device": self.device, "dtype": None if self.dtype == "auto" else self.dtype,
+        return {"device": self.device, "dtype": None if self.dtype == "auto" else self.dtype, "backend": self.backend,
                 "trust_remote_code": name in self.remote_code_allowed, "allow_pickle": name in self.pickle_allowed}
 
     def key(self, name: str) -> tuple:
         """What makes a loaded model the one asked for."""
-        return name, self.device, self.dtype, name in self.remote_code_allowed, name in self.pickle_allowed
+        return (name, self.device, self.dtype, self.backend, name in self.remote_code_allowed,
+                name in self.pickle_allowed)
 
     def consent(self) -> ConsentAnswers:
         return ConsentAnswers(self.remote_code_allowed, self.remote_code_refused, self.pickle_allowed,
@@ -107,7 +111,7 @@ def model_info(engine, requested: str) -> ModelInfo:
     """What the window shows of the engine's loaded target (engine.models.LoadedModel)."""
     target = engine.target
     return ModelInfo(name=target.label, requested=requested, device=str(target.device), dtype=target.dtype_label,
-                     n_layers=target.n_layers, context_length=target.context_length)
+                     n_layers=target.n_layers, context_length=target.context_length, backend=target.backend)
 
 
 def error_message(exc: BaseException) -> str:
@@ -205,7 +209,8 @@ class EngineWorker(QObject):
                 return
             for index, event in comparison_events(self._engine, request.prompt, list(request.specs),
                                                   max_new_tokens=request.max_new_tokens, sampling=request.sampling,
-                                                  cancel=self.cancel, system=request.system):
+                                                  cancel=self.cancel, system=request.system,
+                                                  strict=request.strict):
                 self.comparison_advanced.emit(rid, index, event)
         except ConsentNeeded as exc:
             self.draft_consent_needed.emit(exc.model, exc.kind, str(exc))

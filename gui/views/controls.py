@@ -15,7 +15,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
                                QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
-from engine.config import MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check_layers, method_info
+from engine.config import (BACKENDS, MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check_backend, check_layers,
+                           method_info)
 from engine.errors import ConfigError
 from engine.pairs import DRAFT_IS_TARGET
 from gui.chat_session import Settings
@@ -33,6 +34,7 @@ def add_method_items(combo: QComboBox, methods=METHOD_TABLE) -> None:
 class ControlsPanel(QWidget):
     settings_changed = Signal()
     model_change_requested = Signal(str)
+    backend_change_requested = Signal(str)  # auto | transformers | llama.cpp: the target loads again on it
     models_requested = Signal()  # the model manager
     download_requested = Signal(str)  # a known-good draft's hub id (the model manager downloads it)
     saved_settings_requested = Signal()  # apply the settings a reopened chat ran with
@@ -41,6 +43,7 @@ class ControlsPanel(QWidget):
         super().__init__(parent)
         self._n_layers: int | None = None
         self._loaded_model: str | None = None
+        self._loaded_backend: str | None = None  # the backend the loaded target runs on
         self._runtime_problem: str | None = None
         self._target_aliases: set[str] = set()  # names of the loaded target's files ("default", its path)
         self._suggested_download: str | None = None
@@ -116,6 +119,7 @@ class ControlsPanel(QWidget):
         row.addWidget(self.model, 1)
         row.addWidget(browse)
         form.addRow("Target", row)
+        form.addRow("Backend", self._build_backend_choice())
         self.models_button = QToolButton()
         self.models_button.setText("Models…")
         self.models_button.setToolTip("Every model on this computer, pairing a draft, downloads (Ctrl+M)")
@@ -126,6 +130,18 @@ class ControlsPanel(QWidget):
         self.model_status.setWordWrap(True)
         form.addRow("", self.model_status)
         return box
+
+    def _build_backend_choice(self) -> QComboBox:
+        self.backend = QComboBox()
+        self.backend.setObjectName("backend_choice")
+        for name in ("auto",) + BACKENDS:
+            self.backend.addItem("auto (GGUF on llama.cpp, the rest on transformers)" if name == "auto" else name,
+                                 name)
+        self.backend.setToolTip("Where the target runs: llama.cpp keeps a GGUF quantized and fast; transformers "
+                                "runs every method (early exit, MTP, EAGLE) and loads a GGUF dequantized. "
+                                "Changing it loads the target again.")
+        self.backend.activated.connect(lambda _index: self._backend_chosen())
+        return self.backend
 
     def _build_spec_box(self) -> QGroupBox:
         box = QGroupBox("Speculation")
@@ -207,6 +223,9 @@ class ControlsPanel(QWidget):
         method = method_info(self.method_name())
         layers = (self.layers.value() or None) if method.uses_layers else None
         check_layers(layers, self._n_layers)
+        backend = self.effective_backend()
+        if backend is not None:
+            check_backend(method.name, backend)
         spec = SpecConfig(method=method.name, k=self.k.value(), draft=self.draft_name(), layers=layers)
         temperature = round(self.temperature.value(), 4)
         sampling = SamplingConfig(temperature=temperature, top_k=self.top_k.value(), top_p=self.top_p.value(),
@@ -217,6 +236,23 @@ class ControlsPanel(QWidget):
 
     def method_name(self) -> str:
         return self.method.currentData()
+
+    def backend_name(self) -> str:
+        """The backend chosen: auto, transformers or llama.cpp."""
+        return self.backend.currentData()
+
+    def effective_backend(self) -> str | None:
+        """The backend the next reply runs on: the one chosen, or under auto the loaded target's (None while
+        unknown, or for a model on a server)."""
+        chosen = self.backend_name()
+        if chosen != "auto":
+            return chosen
+        return self._loaded_backend if self._loaded_backend in BACKENDS else None
+
+    def set_backend(self, backend: str) -> None:
+        """Choose the backend without loading (the command line; the window loads after)."""
+        self.backend.setCurrentIndex(max(0, self.backend.findData(backend)))
+        self.revalidate()
 
     def draft_name(self) -> str | None:
         """The draft model, when the method uses one."""
@@ -272,10 +308,12 @@ class ControlsPanel(QWidget):
             self.system_prompt.setPlainText(system_prompt)
         self.revalidate()
 
-    def set_model_state(self, text: str, n_layers: int | None = None, loaded_name: str | None = None) -> None:
+    def set_model_state(self, text: str, n_layers: int | None = None, loaded_name: str | None = None,
+                        backend: str | None = None) -> None:
         self.model_status.setText(text)
         if loaded_name is not None:
             self._loaded_model = loaded_name
+            self._loaded_backend = backend
             self._n_layers = n_layers
             if n_layers:
                 self.layers.setToolTip(f"Early exit: how many of the target's layers draft, 1 to {n_layers - 1} "
@@ -372,6 +410,12 @@ class ControlsPanel(QWidget):
         name = self.model_name()
         if name != self._loaded_model:
             self.model_change_requested.emit(name)
+
+    def _backend_chosen(self) -> None:
+        self._runtime_problem = None
+        self.revalidate()
+        self.backend_change_requested.emit(self.backend_name())
+        self.settings_changed.emit()
 
     def _browse_model(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Choose a model folder")

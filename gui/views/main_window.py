@@ -192,6 +192,7 @@ class MainWindow(QMainWindow):
         self.controls.apply(model=model)
         self.controls.settings_changed.connect(self._on_settings_changed)
         self.controls.model_change_requested.connect(self.load_model)
+        self.controls.backend_change_requested.connect(self._on_backend_changed)
         self.controls.models_requested.connect(self.open_models)
         self.controls.download_requested.connect(self._download_suggested)
         self.controls.saved_settings_requested.connect(self.apply_saved_settings)
@@ -541,7 +542,8 @@ class MainWindow(QMainWindow):
     def _on_model_loaded(self, info: ModelInfo) -> None:
         self.session.model_loaded(info)
         self.progress.setVisible(self.session.generating)
-        self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested)
+        self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested,
+                                      backend=info.backend)
         self.transcript.setPlaceholderText(f"{info.name} is ready. Type a message below and press Enter.")
         self.message_box.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
         self.message_box.viewport().update()
@@ -796,7 +798,8 @@ class MainWindow(QMainWindow):
     def load_options(self) -> LoadOptions:
         answers = self.session.consent_answers(self.settings.consent_answers())
         device, dtype = self.session.device_override or (self.settings.device(), self.settings.dtype())
-        return LoadOptions(device=device, dtype=dtype, remote_code_allowed=answers.remote_code_allowed,
+        return LoadOptions(device=device, dtype=dtype, backend=self.controls.backend_name(),
+                           remote_code_allowed=answers.remote_code_allowed,
                            remote_code_refused=answers.remote_code_refused, pickle_allowed=answers.pickle_allowed,
                            pickle_refused=answers.pickle_refused)
 
@@ -811,6 +814,19 @@ class MainWindow(QMainWindow):
         else:
             self.session.device_override = (device, dtype)
         self._sync_load_options()
+
+    def set_backend(self, backend: str) -> None:
+        """The backend for the next load (--backend), without loading."""
+        self.controls.set_backend(backend)
+        self._sync_load_options()
+
+    def _on_backend_changed(self, _backend: str) -> None:
+        """The settings panel's backend changed: the target loads again on it (through the worker)."""
+        self._sync_load_options()
+        if self.model_manager is not None:
+            self.model_manager.set_backend(self.controls.backend_name())
+        info = self.session.model_info
+        self.load_model(info.requested if info is not None else self.controls.model_name(), force=True)
 
     def consent(self, kind: str, model: str) -> bool | None:
         return self.session.consent(kind, model, self.settings.consent(kind, model))
@@ -855,6 +871,7 @@ class MainWindow(QMainWindow):
                                               target=self.session.model_name(self.controls.model_name()),
                                               draft=self.controls.draft_name(), parent=self)
             self.model_manager.setWindowFlag(Qt.WindowType.Window, True)
+            self.model_manager.set_backend(self.controls.backend_name())
             self.model_manager.load_requested.connect(self._load_from_manager)
             self.model_manager.download_finished.connect(lambda _result: self._drafts_may_have_changed())
             self.model_manager.resize(self.model_manager.sizeHint())
@@ -863,7 +880,9 @@ class MainWindow(QMainWindow):
 
     def _load_from_manager(self, target: str, draft, device: str, dtype: str) -> None:
         options = self.load_options()
-        changed_device = (options.device, options.dtype) != (device, dtype)
+        backend = self.model_manager.backend_name()  # the Models window loads on its Backend choice
+        changed_device = (options.device, options.dtype, options.backend) != (device, dtype, backend)
+        self.controls.set_backend(backend)
         self.set_device(device, dtype)
         self._pending_pair = (target, draft)  # applied once the target has loaded (_apply_pending_pair)
         if self.session.model_info is not None and self.session.model_info.requested == target \

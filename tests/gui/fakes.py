@@ -39,6 +39,7 @@ class FakeModel:
     context_length: int = 8192
     model: object = None
     tokenizer: object = None
+    backend: str = "transformers"
 
     @property
     def label(self) -> str:

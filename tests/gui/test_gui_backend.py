@@ -1,0 +1,82 @@
+"""The backend in the settings panel: shown with the model, switching it loads the target again through the worker
+on that backend, and a method the backend can't serve (early exit on llama.cpp) is refused in place with the method
+table's reason; `specscope gui --backend` sets it before the first load."""
+
+from __future__ import annotations
+
+from engine.config import check_backend
+from engine.errors import ConfigError
+from fakes import FakeEngine, FakeModel
+from gui import app
+from gui.views.main_window import MainWindow
+
+WAIT_MS = 20_000
+
+
+def backend_loader(calls: list):
+    """A loader that records the backend asked for and gives an engine whose target runs on it (auto: llama.cpp,
+    as the built-in GGUF would)."""
+    def load(name, progress=None, **options):
+        calls.append(options.get("backend"))
+        backend = options.get("backend") or "auto"
+        return FakeEngine(target=FakeModel(name=name, backend="llama.cpp" if backend == "auto" else backend))
+    return load
+
+
+def open_window(qtbot, loader) -> MainWindow:
+    window = MainWindow(loader=loader, persist=False)
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
+        window.start()
+    return window
+
+
+def test_switching_the_backend_reloads_and_refuses_early_exit_on_llama_cpp(qtbot):
+    calls: list = []
+    window = open_window(qtbot, backend_loader(calls))
+    controls = window.controls
+    try:
+        assert calls == ["auto"] and "llama.cpp" in controls.model_status.text()  # shown with the model
+        controls.apply(method="early-exit")
+        refusal = controls.problem.text()
+        try:
+            check_backend("early-exit", "llama.cpp")
+        except ConfigError as exc:
+            reason = str(exc)
+        assert controls.problem.isVisible() and refusal == f"⚠ {reason}"
+        assert "transformers" in refusal and controls.config_problem() == reason
+        assert window.send("hello") is False  # refused in place: nothing sent
+
+        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
+            controls.backend.setCurrentIndex(controls.backend.findData("transformers"))
+            controls.backend.activated.emit(controls.backend.currentIndex())
+        assert calls == ["auto", "transformers"] and blocker.args[0].backend == "transformers"
+        assert "transformers" in controls.model_status.text() and controls.config_problem() is None
+        assert not controls.problem.isVisible()
+
+        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
+            controls.backend.setCurrentIndex(controls.backend.findData("llama.cpp"))
+            controls.backend.activated.emit(controls.backend.currentIndex())
+        assert calls[-1] == "llama.cpp" and blocker.args[0].backend == "llama.cpp"
+        assert controls.problem.isVisible() and "needs the transformers backend" in controls.problem.text()
+        controls.apply(method="prompt-lookup")  # a method llama.cpp serves
+        assert controls.config_problem() is None
+    finally:
+        window.shutdown()
+
+
+def test_gui_backend_option_sets_the_first_load(qtbot):
+    calls: list = []
+    args = app.build_parser().parse_args(["--backend", "transformers"])
+    window = MainWindow(loader=backend_loader(calls), persist=False)
+    qtbot.addWidget(window)
+    try:
+        app.apply_args(window, args)
+        window.show()
+        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
+            window.start()
+        assert calls == ["transformers"] and blocker.args[0].backend == "transformers"
+        assert window.controls.backend_name() == "transformers"
+    finally:
+        window.shutdown()
