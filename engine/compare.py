@@ -37,7 +37,8 @@ STRICT = {"device": "cpu", "dtype": "float32", "backend": "transformers"}  # whe
 
 def is_strict(target) -> bool:
     """Whether `target` already runs where greedy equality is exact (float32, CPU, transformers)."""
-    return (target.backend, target.device.type, target.dtype_label) == ("transformers", "cpu", "float32")
+    device_type = str(target.device).split(":")[0]
+    return (target.backend, device_type, target.dtype_label) == ("transformers", "cpu", "float32")
 
 
 def strict_engine(engine, progress=None):
