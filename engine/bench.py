@@ -191,14 +191,16 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
     specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
-    results = [ConfigResult(spec, diagnosed=sampling.greedy) for spec in specs] + \
+    on_server = engine.target.backend not in BACKENDS  # --model is a server: its figures are the server's
+    results = [ConfigResult(spec, diagnosed=sampling.greedy and not on_server,
+                            remote=engine if on_server else None) for spec in specs] + \
         [ConfigResult(SpecConfig(), remote=r) for r in remotes]
     progress = progress or (lambda done, total, label: None)
     for warm in (engine, *remotes):
         _run_one(warm, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
     total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons) + len(remotes)), 0
     for prompt in prompts:
-        ids = engine.prompt_ids(prompt.text)
+        ids = engine.prompt_ids(prompt.text) if compare_hf or comparisons else None  # a server's: never ours
         for result in results:
             rounds: list = []
             finished = _run_one(result.remote or engine, prompt, result.spec, sampling, max_new_tokens, rounds)

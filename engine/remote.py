@@ -57,6 +57,10 @@ class RemoteTarget:
     def device(self) -> str:
         return self.address.origin
 
+    @property
+    def device_label(self) -> str:
+        return f"{self.server.kind} at {self.address.url}"
+
 
 def api_key_for(address: ServerAddress) -> str | None:
     """The API key saved for this server's address (engine.secrets), else None."""
@@ -307,7 +311,7 @@ def server_figures_words(server: ServerStats) -> list[str]:
     """The server's own figures for one reply, each saying where it came from (the CLI's stats line, the
     window's status): the counts and the server's definitions, or what it exposes when it said nothing."""
     if not server.source:
-        return [f"{server.server}: {server.note}"] + server_speed_words(server)
+        return [f"{server.server}: no speculative decoding reported for this reply"] + server_speed_words(server)
     where = f"{server.server} {'/metrics' if server.source == 'metrics' else 'timings'}"
     parts = [f"server ({where}): {server.accepted_tokens}/{server.draft_tokens} drafted tokens accepted"]
     if server.acceptance_rate is not None:

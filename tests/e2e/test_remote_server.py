@@ -366,3 +366,19 @@ def test_bench_runs_a_server_beside_the_local_configs(spec_server, tmp_path, cap
     assert f"{label}: tok/s and TTFT measured here" in printed
     print(f"\nsame GGUF, greedy: SpecScope llama.cpp plain {local['tok_per_s']:.1f} tok/s, llama-server "
           f"(n-gram) {remote['tok_per_s']:.1f} tok/s, outputs identical {remote['identical_to_none']}/2")
+
+
+@needs_server
+def test_bench_with_the_server_as_the_model(plain_server, tmp_path, capsys):
+    from engine.cli import main
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three colours."}))
+    out = tmp_path / "out.json"
+    assert main(["bench", "--model", plain_server.url, "--prompts", str(prompts), "--max-new-tokens", "8",
+                 "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    (label, rows), = document["configs"].items()
+    assert label == f"remote:url={plain_server.url}" and "llama-server" in rows["all"]["figures_from"]
+    assert document["backend"] == "remote"
+    assert main(["bench", "--model", plain_server.url, "--prompts", str(prompts), "--config", "prompt-lookup:k=3"]) == 2
+    assert "runs on local models only" in capsys.readouterr().err
