@@ -21,7 +21,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import BACKENDS, SamplingConfig, SpecConfig
 from engine.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
 from engine.consent import ConsentAnswers, ConsentNeeded, safety_check
 from engine.errors import SpecScopeError
@@ -46,6 +46,16 @@ class ModelInfo:
         if self.n_layers:
             parts.append(f"{self.n_layers} layers")
         return " · ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class CostCurve:
+    """The measured cost of one target pass over n = 1…N tokens (engine.verify_cost), for the window."""
+
+    model: str
+    backend: str
+    device: str
+    cost: object  # engine.verify_cost.VerifyCost: seconds[n − 1] for one pass over n tokens, relative(n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +150,8 @@ class EngineWorker(QObject):
     comparison_advanced = Signal(int, int, object)  # request id, run index (0: plain), event
     comparison_finished = Signal(int)  # request id (also after Stop: the runs that finished stand)
     comparison_failed = Signal(int, str)  # request id, message
+    cost_measured = Signal(object)  # CostCurve: the loaded target's verify-cost curve on this machine
+    cost_failed = Signal(str)  # why there is no curve (a model on a server, ...)
 
     def __init__(self, loader: EngineLoader | None = None) -> None:
         super().__init__()
@@ -222,6 +234,27 @@ class EngineWorker(QObject):
             self.comparison_failed.emit(rid, error_message(exc))
             return
         self.comparison_finished.emit(rid)
+
+    @Slot(int)
+    def measure_cost(self, n_max: int) -> None:
+        """The loaded target's cost of verifying 1…n_max tokens in one pass (engine.verify_cost: cached per
+        model file, backend, device and threads; measured in about a second when not)."""
+        if self.closing.is_set() or self._engine is None:
+            return
+        target = self._engine.target
+        if target.backend not in BACKENDS:
+            self.cost_failed.emit(f"no verify-cost curve for a model on {target.backend}: its passes are not ours")
+            return
+        from engine.threads import engine_threads
+        from engine.verify_cost import verify_cost
+
+        try:
+            limit_torch_threads(import_torch=False)
+            cost = verify_cost(target, n_max, threads=engine_threads())
+        except Exception as exc:  # noqa: BLE001 — shown as a message, never a crash
+            self.cost_failed.emit(error_message(exc))
+            return
+        self.cost_measured.emit(CostCurve(target.label, target.backend, str(target.device), cost))
 
     # ------------------------------------------------------------------ helpers
     def _refused(self, specs) -> str | None:

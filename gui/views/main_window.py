@@ -33,6 +33,7 @@ from gui.views.history_panel import HistoryPanel
 from gui.views.message_box import MessageBox
 from gui.views.plots import PANELS, LivePlots
 from gui.views.stats import StatsStrip
+from gui.views.cost_curve import CostCurveView
 from gui.views.transcript import LegendBar, TranscriptView
 from gui.worker import REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
@@ -54,6 +55,8 @@ ABOUT = ("<b>SpecScope</b><br>Speculative decoding, running locally, that you ca
          "earns a bonus token.")
 
 
+COST_CURVE_TOKENS = 9  # the verify-cost curve up to k = 8 drafted tokens plus the target's own
+
 class MainWindow(QMainWindow):
     # what happened (tests and the scripted mode wait on these)
     reply_finished = Signal(object)  # Turn
@@ -65,6 +68,7 @@ class MainWindow(QMainWindow):
     consent_answered = Signal(str, str, bool)  # model, kind (remote-code | pickle), answer
     # asks, queued to the worker thread
     load_requested = Signal(str)
+    cost_requested = Signal(int)  # measure (or read) the loaded target's verify-cost curve up to n tokens
     generation_requested = Signal(object)
 
     def __init__(self, loader: EngineLoader | None = None, palette: theme.Palette | None = None,
@@ -122,6 +126,10 @@ class MainWindow(QMainWindow):
         worker.model_load_progressed.connect(self._set_status)
         worker.status_reported.connect(self._set_status)  # "Loading draft model…" and the like
         worker.model_loaded.connect(self._on_model_loaded)
+        self.cost_requested.connect(worker.measure_cost)
+        worker.model_loaded.connect(lambda _info: self.cost_requested.emit(COST_CURVE_TOKENS))
+        worker.cost_measured.connect(self.cost_curve.show_curve)
+        worker.cost_failed.connect(self.cost_curve.show_failure)
         worker.load_failed.connect(self._on_load_failed)
         worker.generation_started.connect(self._on_generation_started)
         worker.round_verified.connect(self._on_round_verified)
@@ -225,6 +233,8 @@ class MainWindow(QMainWindow):
         self.stats_strip = StatsStrip(self.palette_)
         self.stats_strip.baseline_requested.connect(self.measure_baseline)
         live_layout.addWidget(self.stats_strip)
+        self.cost_curve = CostCurveView()  # why speculation pays or doesn't here (engine.verify_cost)
+        live_layout.addWidget(self.cost_curve)
         self.plots = LivePlots(self.palette_)
         live_layout.addWidget(self.plots, 1)
         # a short screen scrolls the panel instead of raising the window's minimum height; a narrow dock

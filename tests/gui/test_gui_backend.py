@@ -80,3 +80,32 @@ def test_gui_backend_option_sets_the_first_load(qtbot):
         assert window.controls.backend_name() == "transformers"
     finally:
         window.shutdown()
+
+
+def test_the_cost_curve_view_shows_the_engines_figures(qtbot):
+    """The built-in model on its default backend: the window shows the verify-cost curve the engine measured
+    (engine.verify_cost's cached figures for this model file, backend, device and thread count)."""
+    from engine.threads import engine_threads
+    from engine.verify_cost import verify_cost
+    from gui.views.main_window import COST_CURVE_TOKENS
+    from gui.worker import load_real_engine
+
+    window = MainWindow(loader=load_real_engine, persist=False)
+    qtbot.addWidget(window)
+    try:
+        window.show()
+        with qtbot.waitSignal(window.worker_thread.worker.cost_measured, timeout=120_000) as blocker:
+            window.start()
+        curve = blocker.args[0]
+        view = window.cost_curve
+        assert view.curve is curve and curve.backend == window.session.model_info.backend
+        cached = verify_cost(window.worker_thread.worker._engine.target, COST_CURVE_TOKENS, threads=engine_threads())
+        assert curve.cost.seconds == cached.seconds  # the engine's figures, as measured and cached
+        assert view.headline.text() == (f"Verifying 4 tokens costs {cached.relative(4):.1f}× one on this machine "
+                                        f"({curve.backend}, {curve.device}).")
+        assert view.cells[(1, 4)].text() == f"{cached.seconds[3] * 1000:.1f}"
+        assert view.cells[(2, 8)].text() == f"{cached.relative(8):.2f}" and view.cells[(2, 1)].text() == "1.00"
+        print(f"\nverify cost ({curve.backend}): " + ", ".join(
+            f"n={n} {cached.relative(n):.2f}x" for n in range(1, cached.n_max + 1)))
+    finally:
+        window.shutdown()
