@@ -62,7 +62,8 @@ class RoundVerified:
     target_piece: str
     p_target: tuple[float, ...]  # per drafted position: target probability of the drafted token
     p_draft: tuple[float | None, ...]  # per drafted position; None for one-hot drafters (n-gram)
-    p_target_of_target_id: float  # the target's probability of its own token (1.0 if greedy argmax)
+    p_target_of_target_id: float | None  # the target's probability of its own token (1.0 if greedy argmax);
+    # None where it is not known (a server that does not give it: engine.remote)
     committed_ids: tuple[int, ...]  # what this round appended (a stop may cut it short)
     committed_pieces: tuple[str, ...]
     draft_seconds: float

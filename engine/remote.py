@@ -275,7 +275,7 @@ class _Reply:
             return []
         return [self._round(piece, token_id, p) for piece, token_id, p in _pieces(content, choice.get("logprobs"))]
 
-    def _round(self, piece: str, token_id: int, p_target: float) -> RoundVerified:
+    def _round(self, piece: str, token_id: int, p_target: float | None) -> RoundVerified:
         event = RoundVerified(
             index=self.n_tokens, drafter="server", draft_ids=(), draft_pieces=(), n_accepted=0,
             target_id=token_id, target_status=TokenStatus.PLAIN, target_piece=piece, p_target=(), p_draft=(),
@@ -295,16 +295,16 @@ class _Reply:
             self.finish_reason or "", self.finish_reason or "eos")
 
 
-def _pieces(content: str, logprobs) -> list[tuple[str, int, float]]:
+def _pieces(content: str, logprobs) -> list[tuple[str, int, float | None]]:
     """(text, id, probability) per token of a chunk: from llama-server's logprobs where their text adds up
-    to the chunk's, else the whole chunk as one piece of unknown id (probability NaN: not given)."""
+    to the chunk's, else the whole chunk as one piece of unknown id and probability (None: not given)."""
     entries = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
         pieces = [(str(e.get("token", "")), e.get("id"), e.get("logprob")) for e in entries]
         if "".join(p[0] for p in pieces) == content and all(isinstance(p[1], int) for p in pieces):
-            return [(text, token_id, math.exp(lp) if isinstance(lp, (int, float)) else math.nan)
+            return [(text, token_id, math.exp(lp) if isinstance(lp, (int, float)) else None)
                     for text, token_id, lp in pieces]
-    return [(content, UNKNOWN_ID, math.nan)]
+    return [(content, UNKNOWN_ID, None)]
 
 
 def server_figures_words(server: ServerStats) -> list[str]:

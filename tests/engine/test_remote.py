@@ -180,7 +180,7 @@ def test_vllm_chunks_become_plain_rounds_of_unknown_id():
     reply.take({"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
     assert [r.text for r in rounds] == ["Hel", "lo"]
     assert all(r.draft_ids == () and r.target_status.value == "plain" for r in rounds)
-    assert rounds[0].committed_ids == (-1,) and math.isnan(rounds[0].p_target_of_target_id)
+    assert rounds[0].committed_ids == (-1,) and rounds[0].p_target_of_target_id is None  # not given
     assert (reply.text, reply.usage_tokens, reply.stop_reason()) == ("Hello", 2, "max-new-tokens")
 
 
