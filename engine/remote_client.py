@@ -22,7 +22,6 @@ from typing import Iterator
 
 from engine.errors import ServerError
 from engine.server_metrics import metric_prefixes
-from engine.sources import is_server_url  # noqa: F401 -- the one check, re-exported for engine.remote
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 CONNECT_TIMEOUT = 10.0
