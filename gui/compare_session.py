@@ -5,7 +5,9 @@ compare pane renders exactly as the chat does. `CompareState` is the window's st
 comparison or sweep in flight, the ids that tell its events from a stopped one's stragglers, the last
 comparison and the last sweep with its summary. The summary table, the sweep's specs, points, theoretical
 curve and best k, the prompt sets: all come from `engine.compare` and `engine.prompts`, so the GUI and
-`specscope bench` agree on every figure. Export writes what the table shows.
+`specscope bench` agree on every figure. A greedy run that differs from plain decoding gets its diagnosis
+(engine.divergence: near-tie or mismatch) from the engine's event stream; a strict session reruns the
+comparison in float32 on the CPU with transformers ("Prove it in float32"). Export writes what the table shows.
 
 May touch: engine.compare, engine.prompts, engine configs and events (read), gui.session_model. Never Qt.
 """
@@ -23,6 +25,7 @@ from typing import Any, Callable
 from engine.compare import ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, sweep_summary, \
     with_plain_first
 from engine.config import SamplingConfig, SpecConfig, check_k
+from engine.divergence import Divergence
 from engine.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.prompts import Prompt, categories_of, load_prompts
 from gui.session_model import SessionModel, Token, Turn
@@ -32,7 +35,7 @@ RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "t
               "max_new_tokens")
 CSV_FIELDS = ("label", "method", "k", "draft", "layers", "tok_per_s", "speedup", "acceptance_rate",
               "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds",
-              "identical_to_plain", "first_difference", "tokens", "text") + RUN_FIELDS
+              "identical_to_plain", "first_difference", "equality", "tokens", "text") + RUN_FIELDS
 SWEEP_FIELDS = ("method", "k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio") + RUN_FIELDS
 COMPARE, SWEEP = "compare", "sweep"
 
@@ -44,6 +47,7 @@ class Run:
     session: SessionModel = field(default_factory=SessionModel)
     state: str = "waiting"  # waiting | running | done | stopped | failed
     finished: GenerationFinished | None = None
+    divergence: Divergence | None = None  # how its greedy output differs from plain decoding's, if it does
 
     @property
     def label(self) -> str:
@@ -58,8 +62,9 @@ class ComparisonSession:
     """Plain decoding and 1…n settings on one prompt, run one after another."""
 
     def __init__(self, specs: list[SpecConfig], prompt: str, sampling: SamplingConfig = SamplingConfig(),
-                 max_new_tokens: int = 128, kind: str = "compare", model: str = "") -> None:
+                 max_new_tokens: int = 128, kind: str = "compare", model: str = "", strict: bool = False) -> None:
         self.specs = list(specs)
+        self.strict = strict  # rerun in float32 on the CPU with transformers (engine.compare.STRICT)
         self.prompt = prompt
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
@@ -91,6 +96,9 @@ class ComparisonSession:
             return []
         if isinstance(event, RoundVerified):
             return run.session.apply_round(event)
+        if isinstance(event, Divergence):
+            run.divergence = event
+            return []
         if isinstance(event, GenerationFinished):
             run.session.finish(event)
             run.finished = event
@@ -124,7 +132,8 @@ class ComparisonSession:
         return {r.index: r.finished for r in self.runs if r.state == "done" and r.finished is not None}
 
     def rows(self) -> list[ComparisonRow]:
-        return summary_rows(self.specs, self.finished_runs(), self.greedy)
+        divergences = {r.index: r.divergence for r in self.runs if r.divergence is not None}
+        return summary_rows(self.specs, self.finished_runs(), self.greedy, divergences)
 
     def sweep_summary(self) -> SweepSummary:
         """The sweep of this session's method: one point per finished k, measured against its plain run."""
@@ -140,7 +149,7 @@ class CannotStart(Exception):
 class CompareState:
     """What the compare window is doing: at most one comparison or sweep in flight.
 
-    `make_request(request_id=, model=, prompt=, specs=, sampling=, max_new_tokens=)` builds the worker's
+    `make_request(request_id=, model=, prompt=, specs=, sampling=, max_new_tokens=, strict=)` builds the worker's
     request (the window passes `gui.worker.ComparisonRequest`)."""
 
     def __init__(self, make_request: Callable[..., Any]) -> None:
@@ -157,9 +166,9 @@ class CompareState:
         return self.active is not None
 
     def start(self, specs: list[SpecConfig], kind: str, prompt: str, sampling: SamplingConfig,
-              max_new_tokens: int, model: str, busy: str | None = None):
+              max_new_tokens: int, model: str, busy: str | None = None, strict: bool = False):
         """The new session and the request to send; CannotStart with the reason when it cannot start now
-        (`busy`: why the device is taken, from the chat)."""
+        (`busy`: why the device is taken, from the chat). `strict`: in float32 on the CPU (transformers)."""
         if self.active is not None:
             raise CannotStart("A comparison is running: stop it first.")
         if busy:
@@ -167,9 +176,11 @@ class CompareState:
         prompt = prompt.strip()
         if not prompt:
             raise CannotStart("Type a prompt or pick a preset first.")
-        session = ComparisonSession(specs, prompt, sampling, max_new_tokens, kind)
+        if strict and not sampling.greedy:
+            raise CannotStart("The float32 proof checks greedy equality: set the temperature to 0 first.")
+        session = ComparisonSession(specs, prompt, sampling, max_new_tokens, kind, strict=strict)
         request = self.make_request(request_id=self._next_id, model=model, prompt=prompt, specs=tuple(specs),
-                                    sampling=sampling, max_new_tokens=max_new_tokens)
+                                    sampling=sampling, max_new_tokens=max_new_tokens, strict=strict)
         self._next_id += 1
         self.active, self.active_id = session, request.request_id
         if kind == COMPARE:
@@ -229,6 +240,12 @@ class CompareState:
         """The status line once a session ended."""
         done = sum(r.state == "done" for r in session.runs)
         status = f"{'Stopped' if session.cancelled else 'Done'} · {done} of {len(session.runs)} runs finished"
+        if session.strict:
+            status += " · strict check in float32 on the CPU (transformers)"
+        kinds = [row.equality for row in session.rows()[1:]] if session.kind == COMPARE else []
+        for kind, words in (("near-tie", "near-tie"), ("mismatch", "MISMATCH")):
+            if kind in kinds:
+                status += f" · {kinds.count(kind)} {words}{'s' if kinds.count(kind) > 1 else ''}"
         best = self.sweep_summary.best if session.kind == SWEEP and self.sweep_summary else None
         if best is not None:
             status += f" · best k = {best.k} ({best.speedup:.2f}×)"
@@ -248,10 +265,13 @@ def run_settings(session: ComparisonSession | None) -> dict:
         backend = backend_for(resolve_source(session.model)) if session.model else ""
     except SpecScopeError:
         backend = ""
+    if session.strict:
+        backend = "transformers"
     sampling = session.sampling
     return {"prompt": session.prompt, "model": session.model, "backend": backend, "device": session.device,
             "dtype": session.dtype, "temperature": sampling.temperature, "top_p": sampling.top_p,
-            "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": session.max_new_tokens}
+            "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": session.max_new_tokens,
+            "strict": session.strict}
 
 
 def row_record(row: ComparisonRow) -> dict:

@@ -234,11 +234,17 @@ class CompareWindow(QMainWindow):
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Stop at the next round; runs that finished stay in the table (Esc)")
         self.stop_button.clicked.connect(self.stop)
+        self.strict_button = QPushButton("Prove it in float32")
+        self.strict_button.setToolTip("Run the same comparison again in float32 on the CPU with the transformers "
+                                      "backend, where greedy output must be identical to plain decoding: a check "
+                                      "of the algorithm itself, free of bf16/fp16/quantization rounding")
+        self.strict_button.clicked.connect(self.run_strict_comparison)
         row = QHBoxLayout()
         row.addWidget(self.add_button)
         row.addWidget(self.run_button)
         row.addWidget(self.stop_button)
         side.addLayout(row)
+        side.addWidget(self.strict_button)
         side.addStretch(1)
         top.addLayout(side, 2)
         return top
@@ -469,15 +475,23 @@ class CompareWindow(QMainWindow):
     def sweep_summary(self) -> SweepSummary | None:
         return self.state.sweep_summary
 
-    def run_comparison(self) -> bool:
-        """Run plain decoding and every setting on the prompt; returns whether it started."""
-        session = self._start(lambda **kw: self.state.start(self.specs(), COMPARE, **kw))
+    def run_comparison(self, strict: bool = False) -> bool:
+        """Run plain decoding and every setting on the prompt (`strict`: in float32 on the CPU with
+        transformers); returns whether it started."""
+        session = self._start(lambda **kw: self.state.start(self.specs(), COMPARE, strict=strict, **kw))
         if session is None:
             return False
         self._build_panes(session)
         self.table.setRowCount(0)
         self.diff_view.clear()
         return True
+
+    def run_strict_comparison(self) -> bool:
+        """"Prove it in float32": the same comparison where equality must be exact."""
+        started = self.run_comparison(strict=True)
+        if started:
+            self._set_status("Strict check: plain decoding in float32 on the CPU (transformers)…")
+        return started
 
     def run_sweep(self) -> bool:
         """Plain decoding once, then the sweep's method for k = 1…K."""
@@ -634,9 +648,10 @@ class CompareWindow(QMainWindow):
                 if 0 < c < 8:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if c == 8 and row.identical_to_plain is False:
-                    item.setForeground(QColor(self.palette_.error))
-                    item.setToolTip("Greedy output differs from plain decoding (e.g. bf16/fp16 numerics); "
-                                    "select the row to see the diff")
+                    near_tie = row.equality == "near-tie"
+                    item.setForeground(QColor(self.palette_.warning if near_tie else self.palette_.error))
+                    item.setToolTip(row.divergence.explanation() if row.divergence is not None else
+                                    "Greedy output differs from plain decoding; select the row to see the diff")
                 item.setData(Qt.ItemDataRole.UserRole, r)
                 self.table.setItem(r, c, item)
 
@@ -677,7 +692,8 @@ class CompareWindow(QMainWindow):
                                   "decoding token for token, so they are not compared.",
                                   theme.text_format(p, dim=True))
             elif len(rows) > 1:
-                cursor.insertText(f"✓ All {len(rows) - 1} settings: output identical to plain decoding, "
+                where = " in float32 on the CPU (strict check)" if self.session and self.session.strict else ""
+                cursor.insertText(f"✓ All {len(rows) - 1} settings: output identical to plain decoding{where}, "
                                   "token for token. Speculation changed nothing.", theme.text_format(p, bold=True))
             return
         if row.identical_to_plain:
@@ -688,10 +704,13 @@ class CompareWindow(QMainWindow):
             cursor.insertText(f"{row.label}: sampled output (not compared with plain decoding).",
                               theme.text_format(p, dim=True))
             return
-        cursor.insertText(f"✗ {row.label} differs from plain decoding at token {row.first_difference} "
-                          f"(of {len(plain.output_ids)} / {len(row.output_ids)}).",
-                          theme.text_format(p, bold=True, color=p.error))
+        near_tie = row.equality == "near-tie"
+        cursor.insertText(f"{'≈' if near_tie else '✗'} {row.label} differs from plain decoding at token "
+                          f"{row.first_difference} (of {len(plain.output_ids)} / {len(row.output_ids)}).",
+                          theme.text_format(p, bold=True, color=p.warning if near_tie else p.error))
         cursor.insertBlock()
+        if row.divergence is not None:
+            self._insert_divergence(cursor, row.divergence)
         cursor.insertText("struck through: only in plain · underlined: only in this setting",
                           theme.text_format(p, small=True, dim=True))
         cursor.insertBlock()
@@ -703,6 +722,16 @@ class CompareWindow(QMainWindow):
             fmt = {"equal": theme.text_format(p), "plain": only_plain, "other": only_other}[op]
             cursor.insertText(text, fmt)
         view.moveCursor(QTextCursor.MoveOperation.Start)
+
+    def _insert_divergence(self, cursor: QTextCursor, divergence) -> None:
+        """A near-tie in one sentence; a mismatch loudly, with what is needed to report it."""
+        p = self.palette_
+        if divergence.is_near_tie:
+            cursor.insertText(divergence.explanation() + " “Prove it in float32” checks the algorithm itself.",
+                              theme.text_format(p))
+        else:
+            cursor.insertText(divergence.explanation(), theme.text_format(p, bold=True, color=p.error))
+        cursor.insertBlock()
 
     def diff_text(self) -> str:
         return self.diff_view.toPlainText()
@@ -809,6 +838,7 @@ class CompareWindow(QMainWindow):
         idle = not self.state.running
         has_prompt = bool(self.prompt.toPlainText().strip())
         self.run_button.setEnabled(idle and has_prompt and bool(self.setting_rows))
+        self.strict_button.setEnabled(idle and has_prompt and bool(self.setting_rows))
         self.sweep_button.setEnabled(idle and has_prompt)
         self.stop_button.setEnabled(not idle)
         self.sweep_stop.setEnabled(not idle)

@@ -36,10 +36,14 @@ def times_text(row: ComparisonRow) -> str:
 
 
 def identical_text(row: ComparisonRow) -> str:
+    """The "identical to plain" cell: identical, a near-tie at token N (margin, discrepancy, the two tokens),
+    a MISMATCH, or a difference not diagnosed; sampled rows are not compared."""
     if row.identical_to_plain is None:
-        return "— (sampling)"
+        return "— (sampling: not compared)"
     if row.identical_to_plain:
         return "✓ identical"
+    if row.divergence is not None:
+        return row.divergence.short()
     return f"✗ differs at token {row.first_difference}"
 
 

@@ -5,9 +5,11 @@ import csv
 import json
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 import pytest
+import torch
 from PySide6.QtGui import QImage
 
 from engine.compare import SweepPoint, best_k, sweep_points, sweep_summary
@@ -15,7 +17,7 @@ from engine.config import SpecConfig, parse_spec
 from engine.events import GenerationFinished, TokenStatus
 from gui import theme
 from gui.compare_session import load_prompt_choices
-from fakes import FakeEngine
+from fakes import FakeEngine, FakeModel
 from gui.resources import app_icon, asset_path
 from test_gui_scripted import ROOT, default_model_available, status_pixels, subprocess_env
 
@@ -23,19 +25,63 @@ WAIT_MS = 10_000
 SPEC_BENCH = ROOT.parent / "shared" / "benchmarks" / "spec_bench_questions.jsonl"
 
 
+PLANTED_ID = 99_999
+
+
+class PlantedRunner:
+    """The planted difference's target, as engine.divergence sees it (a Runner): plain decoding's token at
+    10.0 and the planted one just below it in a one-token pass but just above it in a batched pass (a bf16
+    near-tie); with `mismatch`, the planted token far below either way (a real error)."""
+
+    def __init__(self, engine: "PlantedDifference") -> None:
+        self.engine, self.ids, self.device = engine, [], torch.device("cpu")
+
+    def forward(self, new_ids, n_logits):
+        self.ids.extend(new_ids)
+        rows = torch.zeros(n_logits, PLANTED_ID + 1)
+        rows[:, self.engine.plain_id] = 10.0
+        rows[:, PLANTED_ID] = 2.0 if self.engine.mismatch else (9.9375 if len(new_ids) == 1 else 10.03125)
+        return rows
+
+    def rollback(self, length):
+        del self.ids[length:]
+
+    def reset(self):
+        self.ids = []
+
+    release = reset
+
+
+@dataclass
+class PlantedTarget(FakeModel):
+    backend: str = "fake"
+    engine: object = None
+    tokenizer: object = field(default_factory=lambda: SimpleNamespace(
+        decode=lambda ids, skip_special_tokens=False: "CHANGED" if ids == [PLANTED_ID] else "plain-word"))
+
+    def new_runner(self):
+        return PlantedRunner(self.engine)
+
+
 class PlantedDifference(FakeEngine):
     """Every run gives the same tokens, except `differs` (a SPEC label), whose token `at` is changed: what
-    bf16 numerics can do to a greedy speculative run."""
+    bf16 numerics can do to a greedy speculative run (diagnosed a near-tie), or with `mismatch` a real error."""
 
-    def __init__(self, differs: str, at: int = 5, **kwargs) -> None:
+    def __init__(self, differs: str, at: int = 5, mismatch: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.differs, self.at = differs, at
+        self.target = PlantedTarget(engine=self)
+        self.differs, self.at, self.mismatch, self.plain_id = differs, at, mismatch, None
+
+    def prompt_ids(self, conversation, system=None):
+        return list(range(1, len(str(conversation).split()) + 2))
 
     def generate(self, conversation, *, spec=SpecConfig(), **kwargs):
         for event in super().generate(conversation, spec=spec, **kwargs):
+            if isinstance(event, GenerationFinished) and not spec.speculative:
+                self.plain_id = event.output_ids[self.at]
             if isinstance(event, GenerationFinished) and spec.label() == self.differs:
                 ids = list(event.output_ids)
-                ids[self.at] = 99_999
+                ids[self.at] = PLANTED_ID
                 words = event.text.split(" ")
                 words[self.at] = "CHANGED"
                 event = replace(event, output_ids=tuple(ids), text=" ".join(words))
@@ -103,13 +149,19 @@ def test_a_planted_difference_shows_its_position_and_a_diff(make_compare, qtbot)
     rows = session.rows()
     assert rows[1].identical_to_plain is True
     assert rows[2].identical_to_plain is False and rows[2].first_difference == 5
-    assert compare.table.item(2, 8).text() == "✗ differs at token 5"
+    # diagnosed (engine.divergence on the planted runner): a near-tie, with margin, discrepancy and both tokens
+    near_tie = "≈ near-tie at token 5 (margin 0.0625, discrepancy 0.0938, 'plain-word' vs 'CHANGED')"
+    assert rows[2].equality == "near-tie" and compare.table.item(2, 8).text() == near_tie
+    assert "rounding difference" in compare.table.item(2, 8).toolTip()
     assert compare.table.item(1, 8).text() == "✓ identical"
-    assert compare.panes[2].state.text() == "✗ differs at token 5"
-    # the differing row is selected and its diff shown: the plain word struck, the new one underlined
+    assert compare.panes[2].state.text() == near_tie
+    # the differing row is selected and its diff shown, the near-tie explained in one sentence: the plain
+    # word struck, the new one underlined
     assert compare.selected_row().label == "early-exit:k=2"
     text = compare.diff_text()
     assert "differs from plain decoding at token 5" in text and "CHANGED" in text
+    assert "a rounding difference, not a speculation error" in text and "Prove it in float32" in text
+    assert "1 near-tie" in compare.status_label.text()
     plain_word = rows[0].text.split(" ")[5]
     doc = compare.diff_view.document()
     formats = {}
@@ -123,6 +175,40 @@ def test_a_planted_difference_shows_its_position_and_a_diff(make_compare, qtbot)
         block = block.next()
     assert formats["CHANGED"].fontUnderline() or formats["CHANGED"].underlineStyle() != 0
     assert formats[plain_word.strip()].fontStrikeOut()
+
+
+def test_a_planted_error_is_a_mismatch_shown_loudly(make_compare, qtbot):
+    window, compare = make_compare(PlantedDifference("prompt-lookup:k=3", at=3, mismatch=True))
+    compare.set_specs([parse_spec("prompt-lookup:k=3")])
+    compare.prompt.setPlainText("Explain it")
+    compare.max_new_tokens.setValue(16)
+    session = run_and_wait(qtbot, compare)
+    row = session.rows()[1]
+    assert row.equality == "mismatch" and row.divergence.replayed
+    assert compare.table.item(1, 8).text() == "✗ MISMATCH at token 3 ('plain-word' vs 'CHANGED')"
+    text = compare.diff_text()
+    assert "MISMATCH at token 3" in text and "please report it" in text and "verification batch" in text
+    assert "1 MISMATCH" in compare.status_label.text()
+
+
+@dataclass
+class StrictTarget(FakeModel):
+    backend: str = "transformers"  # with the fake's cpu and float32: already where the strict check runs
+
+
+def test_prove_it_in_float32_sends_a_strict_request(make_compare, qtbot):
+    window, compare = make_compare(FakeEngine(target=StrictTarget()))
+    compare.set_specs([parse_spec("prompt-lookup:k=3")])
+    compare.prompt.setPlainText("Go")
+    requests = []
+    compare.comparison_requested.connect(requests.append)
+    with qtbot.waitSignal(compare.comparison_finished, timeout=WAIT_MS) as blocker:
+        assert compare.strict_button.isEnabled() and compare.run_strict_comparison()
+    assert requests[-1].strict is True and blocker.args[0].strict
+    assert "strict check in float32 on the CPU" in compare.status_label.text()
+    assert "in float32 on the CPU (strict check)" in compare.diff_text()
+    compare.temperature.setValue(0.7)
+    assert not compare.run_strict_comparison() and "temperature to 0" in compare.status_label.text()
 
 
 def test_export_writes_csv_json_and_png_that_read_back(make_compare, qtbot, tmp_path):
@@ -286,7 +372,8 @@ def test_scripted_compare_prints_one_json_line_and_saves_the_compare_view(tmp_pa
     assert all(r["identical_to_plain"] is True and r["tokens"] == 16 for r in rows)
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["acceptance_rate"] > 0
     assert {"tok_per_s", "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds",
-            "verify_seconds", "first_difference"} <= set(rows[1])
+            "verify_seconds", "first_difference", "divergence", "equality"} <= set(rows[1])
+    assert all(r["divergence"] is None for r in rows)  # identical: nothing to diagnose
     assert QImage(str(png)).width() >= 1000
     assert "QThread" not in result.stderr and "Traceback" not in result.stderr
 
@@ -300,15 +387,26 @@ def test_scripted_compare_refuses_a_bad_spec():
 @pytest.mark.skipif(not default_model_available(), reason="the built-in default model is not installed")
 def test_real_comparison_of_two_settings_gives_outputs_identical_to_plain(tmp_path):
     png = tmp_path / "real-compare.png"
-    result = run_gui("gui", "--theme", "light", "--compare", "prompt-lookup:k=4", "early-exit:k=3",
+    # early exit needs the transformers backend (the built-in runs on llama.cpp by default); float32, where
+    # greedy equality is exact (auto is bf16 on CPUs with native bf16)
+    result = run_gui("gui", "--theme", "light", "--backend", "transformers", "--dtype", "float32",
+                     "--compare", "prompt-lookup:k=4", "early-exit:k=3",
                      "--prompt", "List the days of the week, then list them again in reverse order.",
                      "--max-new-tokens", "32", "--screenshot", str(png), "--quit-when-done", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])
     assert [r["method"] for r in rows] == ["none", "prompt-lookup", "early-exit"]
     assert all(r["tokens"] > 10 and r["tok_per_s"] > 0 for r in rows)
-    assert [r["identical_to_plain"] for r in rows] == [True, True, True]
-    assert rows[1]["text"] == rows[0]["text"] == rows[2]["text"]
+    # transformers in auto dtype: bf16 on a CPU that computes it natively, where a near-tie may flip a token;
+    # anything else than identical must come diagnosed as a near-tie, never a mismatch
+    assert rows[0]["equality"] == "identical" and rows[0]["divergence"] is None
+    for row in rows[1:]:
+        if row["identical_to_plain"]:
+            assert row["text"] == rows[0]["text"] and row["divergence"] is None
+        else:
+            assert row["equality"] == "near-tie" and row["divergence"]["kind"] == "near-tie", row["divergence"]
+            assert row["divergence"]["position"] == row["first_difference"]
+            assert row["divergence"]["top2_margin"] <= row["divergence"]["pass_discrepancy"]
     assert rows[2]["acceptance_rate"] > 0
 
 
