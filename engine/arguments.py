@@ -43,7 +43,8 @@ def add_model_args(parser: argparse.ArgumentParser, *, unset: bool = False, dtyp
                                    "llama-cpp-python is installed, else transformers), transformers, llama.cpp",
                                    unset, "the last one chosen"))
     if dtype:
-        parser.add_argument("--dtype", default=None, help="float32 (CPU default), bf16 (CUDA default), fp16; "
+        parser.add_argument("--dtype", default=None, help="float32, bf16, fp16 (default: bf16 on CUDA and on CPUs with native "
+                            "bf16 (AVX512-BF16/AMX), float32 on other CPUs); "
                             "transformers backend only (GGUF weights on llama.cpp stay as quantized)")
 
 
