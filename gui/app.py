@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     own), each None when not given, which keeps the window's last setting."""
     parser = OneLineParser(prog="specscope gui", description="Open the SpecScope chat window.")
     add_model_args(parser, unset=True, dtype=False)
+    parser.add_argument("--dtype", default=None, type=dtype_name,
+                        help="float32, bfloat16 or float16 for this run (transformers backend only; GGUF weights on "
+                             "llama.cpp stay as quantized); default: the last one chosen")
     add_spec_args(parser, unset=True)
     add_sampling_args(parser, unset=True)
     add_generation_args(parser, unset=True)
@@ -70,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare these settings (1-4 SPECs such as prompt-lookup:k=5) with plain decoding on "
                              "--prompt, in the compare window")
     return parser
+
+
+def dtype_name(text: str) -> str:
+    """--dtype: one of engine.sources' names, as the Models window's dtype picker names it (argparse's type)."""
+    from engine.sources import DTYPE_NAMES
+    name = DTYPE_NAMES.get(text.strip().lower())
+    if name is None:
+        raise argparse.ArgumentTypeError(f"expected float32, bfloat16 or float16, got {text!r}")
+    return name
 
 
 def window_size(text: str) -> tuple[int, int]:
@@ -369,8 +381,9 @@ def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> 
     """Set the window up from the options, show it, run the event loop; the exit status."""
     from PySide6.QtCore import QTimer
 
-    if args.device is not None or not persist:  # for this run only
-        window.set_device(args.device or "auto", window.settings.dtype() if persist else "auto", remember=False)
+    if args.device is not None or args.dtype is not None or not persist:  # for this run only
+        dtype = args.dtype or (window.settings.dtype() if persist else "auto")
+        window.set_device(args.device or "auto", dtype, remember=False)
     apply_args(window, args)
     problem = held_problem(window, args)
     if problem is not None:

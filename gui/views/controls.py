@@ -161,7 +161,7 @@ class ControlsPanel(QWidget):
         self.draft_download.setObjectName("draft_download")
         self.draft_download.clicked.connect(lambda: self.download_requested.emit(self._suggested_download or ""))
         self.draft_download.hide()
-        form.addRow("", self.draft_download)
+        form.addRow(self.draft_download)  # a row of its own: a hub id is long, the dock narrow
         self.k = QSpinBox()
         self.k.setRange(1, SPIN_CEILING)  # the range is engine.config's check_k: out of it, refused with it
         self.k.setValue(4)
@@ -332,7 +332,7 @@ class ControlsPanel(QWidget):
         self.draft.setEditText(current if current else (names[0] if names else ""))
         self.draft.blockSignals(False)
         self._suggested_download = download
-        self.draft_download.setText(f"Download {download}" if download else "")
+        self.draft_download.setText(f"Download {download.rsplit('/', 1)[-1]}" if download else "")  # tip: full id
         self.draft_download.setToolTip(f"Download {download} from the Hugging Face Hub in the Models window"
                                        if download else "")
         self._draft_note_text = note

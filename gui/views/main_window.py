@@ -890,7 +890,8 @@ class MainWindow(QMainWindow):
 
     def _load_from_manager(self, target: str, draft, device: str, dtype: str) -> None:
         options = self.load_options()
-        backend = self.model_manager.backend_name()  # the Models window loads on its Backend choice
+        # the Models window loads on its Backend choice
+        backend = self.model_manager.backend_name() if self.model_manager is not None else options.backend
         changed_device = (options.device, options.dtype, options.backend) != (device, dtype, backend)
         self.controls.set_backend(backend)
         self.set_device(device, dtype)

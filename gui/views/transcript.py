@@ -367,7 +367,7 @@ class TranscriptView(QTextEdit):
 def footer_text(turn: Turn) -> str:
     stats = turn.stats
     reason = {"eos": "end of reply", "stop-string": "stop string", "max-new-tokens": "token limit reached",
-              "cancelled": "stopped", "context-full": "context full", "out-of-memory": "out of memory",
+              "cancelled": "stopped", "closed": "stopped: SpecScope was closed", "context-full": "context full", "out-of-memory": "out of memory",
               "interrupted": "interrupted", "error": "ended by an error"}.get(turn.stop_reason, turn.stop_reason)
     parts = [reason]
     if stats is not None:

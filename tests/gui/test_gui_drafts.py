@@ -41,7 +41,8 @@ def test_no_compatible_smaller_draft_is_said_with_the_known_pair(make_window, qt
     assert "No compatible, smaller draft is installed for SmolLM2-135M-Instruct (built-in)" in note
     assert "load HuggingFaceTB/SmolLM2-1.7B-Instruct as the target" in note
     assert controls.draft_download.isVisibleTo(controls)
-    assert controls.draft_download.text() == "Download HuggingFaceTB/SmolLM2-1.7B-Instruct"
+    assert controls.draft_download.text() == "Download SmolLM2-1.7B-Instruct"  # the repo's name; the tip's the id
+    assert "HuggingFaceTB/SmolLM2-1.7B-Instruct" in controls.draft_download.toolTip()
     # typing the target itself as the draft: the settings panel says what the Models window says
     controls.apply(draft="default")
     assert controls.draft_note.text() == f"⚠ {DRAFT_IS_TARGET}"

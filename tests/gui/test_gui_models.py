@@ -246,7 +246,8 @@ def test_remote_code_is_asked_once_per_model_and_remembered(qtbot, tmp_path):
         with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
             window.load_model(folder)
         assert len(questions) == 1 and "custom-model" in questions[0] and "own Python code" in questions[0]
-        assert loads[-1] == (folder, {"device": "auto", "dtype": None, "trust_remote_code": True, "allow_pickle": False})
+        assert loads[-1] == (folder, {"device": "auto", "dtype": None, "backend": "auto", "trust_remote_code": True,
+                                     "allow_pickle": False})
         with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
             window.load_model("default")
         with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
@@ -258,7 +259,8 @@ def test_remote_code_is_asked_once_per_model_and_remembered(qtbot, tmp_path):
     again, loads, questions = recording_window(qtbot, engine, [])
     try:
         assert again.model_info.requested == folder
-        assert questions == [] and loads == [(folder, {"device": "auto", "dtype": None, "trust_remote_code": True, "allow_pickle": False})]
+        assert questions == [] and loads == [(folder, {"device": "auto", "dtype": None, "backend": "auto",
+                                                       "trust_remote_code": True, "allow_pickle": False})]
     finally:
         again.shutdown()
 

@@ -13,6 +13,7 @@ from gui.history import turns_from_conversation
 from gui.store import HistoryStore
 from gui.views.main_window import MainWindow
 from gui.views.settings_dialog import SettingsDialog
+from gui.views.transcript import footer_text
 
 WAIT_MS = 10_000
 
@@ -66,6 +67,8 @@ def test_closing_mid_reply_is_closed_and_a_new_chat_stopped_never_an_error(qtbot
             assert reply.stats["committed_tokens"] > 0  # its figures so far are kept
             turns, _ = turns_from_conversation(store.load_conversation(cid))
             assert turns[-1].error is None and turns[-1].stop_reason == reason
+            words = footer_text(turns[-1])  # the transcript's footer, in words
+            assert words.startswith("stopped: SpecScope was closed · " if reason == "closed" else "stopped · ")
 
 
 def test_plurals_theme_check_settings_shortcut_and_help(make_window, qtbot, tmp_path, monkeypatch):

@@ -66,7 +66,8 @@ def test_loading_and_draft_loading_reach_the_status_line(qtbot, worker_thread, t
     with qtbot.waitSignal(worker.model_loaded, timeout=WAIT_MS) as loaded:
         worker_thread.window.load_requested.emit(target)
     assert loaded.args[0].requested == target and loaded.args[0].device == "cpu"
-    assert worker_thread.loads == [(target, {"device": "cpu", "dtype": None, "trust_remote_code": False, "allow_pickle": False})]
+    assert worker_thread.loads == [(target, {"device": "cpu", "dtype": None, "backend": "auto",
+                                             "trust_remote_code": False, "allow_pickle": False})]
     assert statuses == [f"Loading {target}…"]
     request = GenerationRequest(request_id=1, model=target, conversation="hello",
                                 spec=SpecConfig(method="draft-model", k=2, draft=draft), max_new_tokens=6)
