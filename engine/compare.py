@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from engine.config import SamplingConfig, SpecConfig
-from engine.divergence import Divergence, diagnose
+from engine.divergence import Divergence, diagnose, first_difference
 from engine.events import Event, GenerationFinished, RoundVerified
 from engine.stats import GenerationStats, efficiency, speedup, theoretical_speedup
 
@@ -95,14 +95,6 @@ def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens
                     yield index, divergence
                 continue
             yield index, event
-
-
-def first_difference(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
-    """Index of the first token where the two outputs differ (or where one ends), None if identical."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def text_diff(plain: str, other: str) -> str:

@@ -116,6 +116,14 @@ def _pass_words(d: Divergence) -> str:
 
 # ------------------------------------------------------------------ locating the round
 
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first token where the two outputs differ (or where one ends), None if identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 @dataclass(frozen=True, slots=True)
 class _Batch:
     round_index: int
@@ -216,7 +224,6 @@ def diagnose(target: LoadedModel, prompt_ids: Sequence[int], plain_ids: Sequence
              rounds: Sequence[RoundVerified]) -> Divergence | None:
     """None when the greedy outputs are identical; else the first differing position, diagnosed on a fresh
     runner of `target` (released before returning). `rounds`: the speculative run's round events."""
-    from engine.compare import first_difference
     position = first_difference(tuple(plain_ids), tuple(spec_ids))
     if position is None:
         return None
@@ -254,5 +261,5 @@ def _text(target: LoadedModel, token: int | None) -> str:
     return target.tokenizer.decode([token], skip_special_tokens=False)
 
 
-__all__ = ["Divergence", "PassResult", "NEAR_TIE", "MISMATCH", "SAMPLING_NOTE", "diagnose", "classify",
+__all__ = ["first_difference", "Divergence", "PassResult", "NEAR_TIE", "MISMATCH", "SAMPLING_NOTE", "diagnose", "classify",
            "locate", "quick_logits", "replayed_logits"]
