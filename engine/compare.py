@@ -70,10 +70,12 @@ def diagnose_run(engine, prompt, system: str | None, plain: GenerationFinished |
 
 def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens: int = 128,
                       sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None,
-                      system: str | None = None, strict: bool = False) -> Iterator[tuple[int, Event | Divergence]]:
+                      system: str | None = None, strict: bool = False, diagnosis: bool = True
+                      ) -> Iterator[tuple[int, Event | Divergence]]:
     """Yield (index into with_plain_first(specs), event) for every run in turn. Each run starts from an
     empty KV cache, so none profits from another's prefill. A greedy run whose output differs from plain
-    decoding's is followed by its diagnosis, (index, Divergence). `strict`: on strict_engine(engine)."""
+    decoding's is followed by its diagnosis, (index, Divergence), unless `diagnosis` is False (a caller that
+    only times the runs). `strict`: on strict_engine(engine)."""
     cancel = cancel or threading.Event()
     if strict:
         engine = strict_engine(engine, engine.on_status)
@@ -89,7 +91,8 @@ def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens
                 rounds.append(event)
             elif isinstance(event, GenerationFinished):
                 plain = plain or event
-                divergence = diagnose_run(engine, prompt, system, plain, event, rounds, sampling.greedy)
+                greedy = sampling.greedy and diagnosis
+                divergence = diagnose_run(engine, prompt, system, plain, event, rounds, greedy)
                 yield index, event
                 if divergence is not None:
                     yield index, divergence
