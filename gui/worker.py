@@ -158,6 +158,7 @@ class EngineWorker(QObject):
         self._loader = loader or load_real_engine
         self._engine = None
         self._loaded_key: tuple | None = None
+        self._router = None  # engine.backend_router.BackendRouter: the loaded model on other backends too
         # set from the GUI thread (one reference assignment of a frozen value), read here before each load
         self.load_options = LoadOptions()
         self.cancel = threading.Event()
@@ -215,11 +216,12 @@ class EngineWorker(QObject):
         try:
             limit_torch_threads(import_torch=False)
             self._engine.consent = self.load_options.consent()
-            refused = self._refused(request.specs)
+            engine = self._comparison_engine(request)
+            refused = self._refused(request.specs, engine)
             if refused:
                 self.comparison_failed.emit(rid, refused)
                 return
-            for index, event in comparison_events(self._engine, request.prompt, list(request.specs),
+            for index, event in comparison_events(engine, request.prompt, list(request.specs),
                                                   max_new_tokens=request.max_new_tokens, sampling=request.sampling,
                                                   cancel=self.cancel, system=request.system,
                                                   strict=request.strict):
@@ -257,11 +259,28 @@ class EngineWorker(QObject):
         self.cost_measured.emit(CostCurve(target.label, target.backend, str(target.device), cost))
 
     # ------------------------------------------------------------------ helpers
-    def _refused(self, specs) -> str | None:
+    def _comparison_engine(self, request: ComparisonRequest):
+        """The loaded engine, or, when a spec asks for another backend (`backend=`), a router that runs each
+        spec on the same model loaded on its backend (loaded once, kept with the target)."""
+        own = self._engine.target.backend
+        if all(spec.backend in (None, own) for spec in request.specs):
+            return self._engine
+        if self._router is None:
+            from engine.backend_router import BackendRouter
+
+            def load_on(backend: str):
+                self.status_reported.emit(f"Loading {request.model} on {backend}…")
+                kwargs = {**self.load_options.loader_kwargs(request.model), "backend": backend}
+                return self._loader(request.model, self.model_load_progressed.emit, **kwargs)
+            self._router = BackendRouter(self._engine, load_on)
+        return self._router
+
+    def _refused(self, specs, engine=None) -> str | None:
         """The first spec the engine can't run, as "label: reason"; None when all can run."""
+        engine = engine or self._engine
         for spec in specs:
             try:
-                self._engine.validate(spec)
+                engine.validate(spec)
             except ConsentNeeded:
                 raise
             except SpecScopeError as exc:
@@ -288,6 +307,7 @@ class EngineWorker(QObject):
             return False
         engine.on_status = self.status_reported.emit  # slow steps later on: loading a draft model
         self._engine = engine
+        self._router = None  # a comparison on another backend loads the new model there
         self._loaded_key = options.key(name)
         self.model_loaded.emit(model_info(engine, name))
         return True

@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QSpinBox, QToolButton, QVBoxLayout, QWidget
 
 from engine.compare import ComparisonRow, SweepSummary
-from engine.config import MAX_K, METHOD_TABLE, SpecConfig, method_info
+from engine.config import BACKENDS, MAX_K, METHOD_TABLE, SpecConfig, method_info
 from engine.errors import ConfigError
 from gui import theme
 from gui.views.controls import add_method_items
@@ -78,6 +78,13 @@ class SettingRow(QWidget):
         self.layers.setSpecialValueText("layers: auto")
         self.layers.setPrefix("layers = ")
         self.layers.setToolTip("Early exit: how many of the target's layers draft (auto: the engine chooses)")
+        self.backend = QComboBox()
+        self.backend.setObjectName("row_backend")
+        self.backend.addItem("as loaded", None)
+        for name in BACKENDS:
+            self.backend.addItem(f"on {name}", name)
+        self.backend.setToolTip("The backend this setting runs on: as the target was loaded, or the same model "
+                                "loaded on the other backend too (the same method on both, side by side)")
         self.remove = QToolButton()
         self.remove.setText("✕")
         self.remove.setToolTip("Remove this setting")
@@ -88,10 +95,11 @@ class SettingRow(QWidget):
         layout.addWidget(self.draft, 1)
         layout.addWidget(self.k)
         layout.addWidget(self.layers)
+        layout.addWidget(self.backend)
         layout.addWidget(self.remove)
         layout.addStretch(0)
         for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.layers.valueChanged,
-                       self.draft.currentTextChanged):
+                       self.draft.currentTextChanged, self.backend.currentIndexChanged):
             signal.connect(self._changed)
         if spec is not None:
             self.set_spec(spec)
@@ -101,7 +109,8 @@ class SettingRow(QWidget):
         method = method_info(self.method.currentData())
         return SpecConfig(method=method.name, k=self.k.value(),
                           draft=(self.draft.currentText().strip() or None) if method.needs_draft else None,
-                          layers=(self.layers.value() or None) if method.uses_layers else None)
+                          layers=(self.layers.value() or None) if method.uses_layers else None,
+                          backend=self.backend.currentData())
 
     def set_spec(self, spec: SpecConfig) -> None:
         index = self.method.findData(spec.method)
@@ -114,6 +123,7 @@ class SettingRow(QWidget):
             self.draft.setCurrentText(spec.draft)
         self.k.setValue(min(spec.k, self.k.maximum()))
         self.layers.setValue(spec.layers or 0)
+        self.backend.setCurrentIndex(max(0, self.backend.findData(spec.backend)))
         self._refresh_enabled()
 
     def _changed(self, *_args) -> None:

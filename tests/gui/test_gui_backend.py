@@ -109,3 +109,49 @@ def test_the_cost_curve_view_shows_the_engines_figures(qtbot):
             f"n={n} {cached.relative(n):.2f}x" for n in range(1, cached.n_max + 1)))
     finally:
         window.shutdown()
+
+
+def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot):
+    """A setting row's backend choice: the same method as loaded (llama.cpp) and on transformers; the worker loads
+    the model on transformers for that row only, and the table has a row per run with its backend."""
+    from engine.config import parse_spec
+
+    calls: list = []
+    engines: dict = {}
+
+    def load(name, progress=None, **options):
+        engine = backend_loader(calls)(name, progress, **options)
+        engines[engine.target.backend] = engine
+        return engine
+
+    window = open_window(qtbot, load)
+    compare = window.open_compare()
+    qtbot.addWidget(compare)
+    try:
+        compare.set_specs([parse_spec("prompt-lookup:k=3"), parse_spec("prompt-lookup:k=3")])
+        row = compare.setting_rows[1]
+        row.backend.setCurrentIndex(row.backend.findData("transformers"))
+        assert [r.spec().backend for r in compare.setting_rows] == [None, "transformers"]
+        compare.prompt.setPlainText("Say it twice: speculative decoding.")
+        compare.max_new_tokens.setValue(20)
+        with qtbot.waitSignal(compare.comparison_finished, timeout=WAIT_MS) as blocker:
+            assert compare.run_comparison()
+        session = blocker.args[0]
+        assert calls == ["auto", "transformers"]  # the model loaded once more, on transformers, for that row
+        assert [c.spec.label() for c in engines["llama.cpp"].calls] == ["none", "prompt-lookup:k=3"]
+        assert [c.spec.label() for c in engines["transformers"].calls] == ["prompt-lookup:k=3,backend=transformers"]
+        table = compare.table
+        labels = [table.item(r, 0).text() for r in range(table.rowCount())]
+        assert labels == ["plain decoding", "prompt-lookup:k=3", "prompt-lookup:k=3,backend=transformers"]
+        assert [run.state for run in session.runs] == ["done"] * 3
+        # a method the other backend can't serve is refused in the row, with the method table's reason
+        row.method.setCurrentIndex(row.method.findData("early-exit"))
+        row.backend.setCurrentIndex(row.backend.findData("llama.cpp"))
+        try:
+            row.spec()
+        except ConfigError as exc:
+            assert "needs the transformers backend" in str(exc)
+        else:
+            raise AssertionError("early exit on llama.cpp was not refused")
+    finally:
+        window.shutdown()
