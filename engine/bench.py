@@ -117,6 +117,12 @@ def _hf_kwargs(spec: SpecConfig, engine) -> dict:
         return {"assistant_early_exit": spec.layers or default_early_exit_layers(engine.target.n_layers),
                 "num_assistant_tokens": spec.k, "num_assistant_tokens_schedule": "constant",
                 "assistant_confidence_threshold": 0.0}
+    if spec.method == "mtp":  # transformers drafts one token per MTP layer (and loads them on every call)
+        return {"use_mtp": True}
+    if spec.method == "assistant":  # its candidate generator reads k from the assistant's own config
+        assistant = engine.draft_model(spec.draft).model
+        assistant.generation_config.num_assistant_tokens = spec.k
+        return {"assistant_model": assistant}
     return {}
 
 

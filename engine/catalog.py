@@ -61,6 +61,7 @@ class CatalogEntry:
     needs_remote_code: bool = False  # config.json (or tokenizer_config.json) has an auto_map
     complete: bool = True  # False for a download that has not finished (or lost files)
     problem: str | None = None  # why it cannot be used, in plain words; None when usable
+    n_mtp_layers: int = 0  # multi-token-prediction layers its config declares: it drafts for itself (mtp)
     repo_id: str | None = None  # hub-cache entries
     revision: str | None = None  # hub-cache entries: the snapshot's commit
 
@@ -227,6 +228,27 @@ def _text_config(config: dict) -> dict:
     return {**config, **text} if isinstance(text, dict) else config
 
 
+def _mtp_layers(text: dict) -> int:
+    """MTP layers a config declares (transformers' num_mtp_layers; DeepSeek/GLM checkpoints say
+    num_nextn_predict_layers)."""
+    value = text.get("num_mtp_layers", text.get("num_nextn_predict_layers"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def own_drafter(entry: CatalogEntry) -> tuple[str, str] | None:
+    """(method, words) when a model drafts for itself: MTP layers in its config (method mtp), or a known
+    assistant drafter for its family (method assistant, engine.pairs); None otherwise."""
+    if entry.n_mtp_layers:
+        plural = "s" if entry.n_mtp_layers > 1 else ""
+        return "mtp", (f"drafts for itself: {entry.n_mtp_layers} MTP layer{plural} (method mtp, "
+                       f"k ≤ {entry.n_mtp_layers})")
+    from engine.pairs import pairs_for
+    for pair in pairs_for(entry.name, entry.label, entry.repo_id):
+        if pair.method == "assistant":
+            return "assistant", f"drafts with its assistant {pair.draft} (method assistant)"
+    return None
+
+
 def _normalize_dtype(value) -> str | None:
     if not value or not isinstance(value, str):
         return None
@@ -320,6 +342,7 @@ def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tok
         n_kv_heads=text.get("num_key_value_heads") or n_heads,
         head_dim=head_dim,
         context_length=text.get("max_position_embeddings"),
+        n_mtp_layers=_mtp_layers(text),
         weights_format=weights_format,
         needs_remote_code=needs_remote_code(folder),
         complete=complete,
@@ -630,6 +653,8 @@ def entry_as_dict(entry: CatalogEntry, estimate: MemoryEstimate | None = None) -
     out = {name: getattr(entry, name) for name in entry.__slots__}
     out["path"] = str(entry.path)
     out["usable"] = entry.usable
+    own = own_drafter(entry)
+    out["own_drafter"] = None if own is None else {"method": own[0], "words": own[1]}
     if estimate is not None:
         out["memory"] = {"device": estimate.device, "dtype": estimate.dtype,
                          "context_tokens": estimate.context_tokens, "weights_bytes": estimate.weights_bytes,

@@ -155,8 +155,11 @@ def _models_list(args) -> int:
             memory = catalog.format_bytes(estimate.total_bytes)
             if estimate.fits is False:
                 memory += f" [red](only {catalog.format_bytes(estimate.free_bytes)} free)[/]"
-        name = entry.label if entry.name in ("default", entry.repo_id) else entry.name
-        table.add_row(escape(name), entry.kind, escape(entry.architecture or "?"),
+        name = escape(entry.label if entry.name in ("default", entry.repo_id) else entry.name)
+        own = catalog.own_drafter(entry)
+        if own is not None:  # a model with its own drafter (MTP layers, a Gemma 4 assistant) says so
+            name += f"\n[green]{escape(own[1])}[/]"
+        table.add_row(name, entry.kind, escape(entry.architecture or "?"),
                       catalog.format_parameters(entry.n_parameters),
                       catalog.format_bytes(entry.size_bytes), f"{entry.vocab_size:,}" if entry.vocab_size else "?",
                       escape(entry.dtype or "?"), memory)

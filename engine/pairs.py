@@ -27,6 +27,7 @@ class KnownPair:
     draft: str  # the draft's hub id (what to download)
     target_pattern: str  # a regex on a lower-cased model name that says "this is one of the targets"
     note: str = ""
+    method: str = "draft-model"  # the method the draft is used with (Gemma 4 assistants: assistant)
 
 
 KNOWN_PAIRS: tuple[KnownPair, ...] = (
@@ -40,7 +41,7 @@ KNOWN_PAIRS: tuple[KnownPair, ...] = (
     # Gemma 4: each size has its own assistant drafter (a small MTP model that reads the target's cache)
     *(KnownPair("Gemma 4", (f"google/gemma-4-{size}-it",), f"google/gemma-4-{size}-it-assistant",
                 rf"gemma[-_ ]?4[-_ ]?{size.lower()}(?!.*assistant)",
-                "its assistant drafter; gated on the Hugging Face Hub (licence and token)")
+                "its assistant drafter; gated on the Hugging Face Hub (licence and token)", method="assistant")
       for size in ("E2B", "E4B", "26B-A4B")),
 )
 
@@ -80,7 +81,8 @@ def suggestion(*names: str | None) -> str:
 
 def known_pairs_table() -> list[dict]:
     """Every known pair, JSON-ready (for `specscope models list`)."""
-    return [{"family": p.family, "targets": list(p.targets), "draft": p.draft, "note": p.note} for p in KNOWN_PAIRS]
+    return [{"family": p.family, "targets": list(p.targets), "draft": p.draft, "note": p.note, "method": p.method}
+            for p in KNOWN_PAIRS]
 
 
 __all__ = ["DRAFT_IS_TARGET", "KnownPair", "KNOWN_PAIRS", "pairs_for", "pairs_drafted_by", "suggestion", "known_pairs_table"]

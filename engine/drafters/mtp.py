@@ -53,6 +53,10 @@ def load_mtp_model(target: LoadedModel):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise ConfigError(f"method mtp: {target.label} declares {mtp_layer_count(target)} MTP layer(s) but its "
                           f"checkpoint has no usable MTP weights ({first})") from None
+    if not all(bool(torch.isfinite(p).all()) for p in mtp.parameters()):
+        # a checkpoint key the conversion did not map leaves its tensor uninitialized instead of missing
+        raise ConfigError(f"method mtp: the MTP weights of {target.label} did not load cleanly (non-finite "
+                          "values); its checkpoint layout is not one transformers' MtpModel converts")
     return mtp.eval()
 
 
@@ -93,6 +97,7 @@ class MtpDrafter:
         valid while the tokens up to p+i+1 are unchanged; crop every used layer back to that position."""
         same = common_prefix_length(self._seen, context_ids)
         start = min(min(self._layer_length(i), max(0, same - i - 1)) for i in range(k))
+        start = min(start, len(context_ids) - 2)  # the last position is always run: its output drafts
         for layer in range(min(k, len(self.cache.layers))):
             self.cache.layers[layer].crop(-(self._layer_length(layer) - start))
         return start
@@ -118,7 +123,8 @@ class MtpDrafter:
         draft_ids, rows = [], []
         for layer in range(k):
             # layer `layer` at position p reads the token layer+1 ahead, at RoPE position p+layer+1
-            tokens = torch.tensor([sequence[start + layer + 1:n_cached + layer + 1]], device=self.device)
+            tokens = torch.tensor([sequence[start + layer + 1:n_cached + layer + 1]], dtype=torch.long,
+                                  device=self.device)
             positions = torch.arange(start + layer + 1, n_cached + layer + 1, device=self.device).unsqueeze(0)
             hidden = self.mtp.forward_layer(layer, hidden, positions, self.cache, input_ids=tokens)
             logits = self.mtp._project_to_logits(hidden[:, -1:, :])[0, -1].float()

@@ -29,12 +29,12 @@ def deepseek_config(tokenizer, n_layers: int = 2, n_mtp: int = MTP_LAYERS):
         tie_word_embeddings=False)
 
 
-def save_mtp_model(folder: Path, tokenizer, seed: int = 0, n_mtp: int = MTP_LAYERS, with_mtp_weights=True,
-                   mtp_scale: float = 1.0) -> Path:
+def save_mtp_model(folder: Path, tokenizer, seed: int = 0, n_mtp: int = MTP_LAYERS,
+                   with_mtp_weights: bool = True) -> Path:
     """A float32 tiny DeepSeek-V3 whose checkpoint also holds `n_mtp` MTP layers (random, fixed seed). The
     MTP layers are built by transformers' MtpModel and renamed to the released layout, so loading them back
-    goes through MtpModel.from_pretrained's own conversion. `mtp_scale` scales the MTP projection (0 makes
-    every MTP layer see only its hidden state and embedding through norms: drafts then rarely match)."""
+    goes through MtpModel.from_pretrained's own conversion (MTP layers are mixture-of-experts layers, kept
+    one tensor per expert as released)."""
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
     from transformers.modeling_layers import MtpModel
@@ -46,15 +46,29 @@ def save_mtp_model(folder: Path, tokenizer, seed: int = 0, n_mtp: int = MTP_LAYE
     if not with_mtp_weights:
         return folder
     mtp = MtpModel(model, n_mtp)
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # MtpModel leaves its experts' fused tensors as allocated (torch.empty): fill them
+        for name, parameter in mtp.named_parameters():
+            if ".experts." in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
     weights = load_file(str(folder / "model.safetensors"))
     n_layers = config.num_hidden_layers
     for key, value in mtp.state_dict().items():
         if not key.startswith("layers."):
             continue  # embedding and head are the main model's
         index, rest = key.split(".", 2)[1:]
-        if rest.startswith("eh_proj."):
-            value = value * mtp_scale
-        weights[f"model.layers.{n_layers + int(index)}.{rest.replace('mtp_block.', '')}"] = value.contiguous()
+        prefix = f"model.layers.{n_layers + int(index)}."
+        rest = rest.replace("mtp_block.", "")
+        if rest.endswith("mlp.experts.gate_up_proj"):  # the released layout keeps one tensor per expert
+            gate, up = value.chunk(2, dim=1)
+            for e in range(value.shape[0]):
+                weights[f"{prefix}mlp.experts.{e}.gate_proj.weight"] = gate[e].contiguous()
+                weights[f"{prefix}mlp.experts.{e}.up_proj.weight"] = up[e].contiguous()
+        elif rest.endswith("mlp.experts.down_proj"):
+            for e in range(value.shape[0]):
+                weights[f"{prefix}mlp.experts.{e}.down_proj.weight"] = value[e].contiguous()
+        else:
+            weights[prefix + rest] = value.contiguous()
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 
