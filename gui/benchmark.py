@@ -29,6 +29,8 @@ DEFAULT_PROMPT = "List the days of the week, then list them again in reverse ord
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specscope bench-gui", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="default")
+    parser.add_argument("--backend", default="auto", choices=("auto", "transformers", "llama.cpp"),
+                        help="where the model runs (auto: the built-in model and GGUF files on llama.cpp)")
     parser.add_argument("--method", default="prompt-lookup")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--draft", default=None)
@@ -52,7 +54,7 @@ def _env() -> dict:
 
 
 def _spec_args(args) -> list[str]:
-    out = ["--method", args.method, "--k", str(args.k)]
+    out = ["--backend", args.backend, "--method", args.method, "--k", str(args.k)]
     if args.draft:
         out += ["--draft", args.draft]
     if args.layers is not None:
@@ -119,7 +121,7 @@ def measure_responsiveness(args, window) -> dict:
 
     from gui.app import apply_args
 
-    gui_args = argparse.Namespace(model=None, method=args.method, draft=args.draft, k=args.k, layers=args.layers,
+    gui_args = argparse.Namespace(model=None, backend=args.backend, method=args.method, draft=args.draft, k=args.k, layers=args.layers,
                                   temperature=None, top_p=None, top_k=None, seed=None,
                                   max_new_tokens=args.max_new_tokens, system=None, hide_rejected=False)
     apply_args(window, gui_args)
@@ -138,7 +140,10 @@ def measure_responsiveness(args, window) -> dict:
     return {"tok_per_s": turn.stats.tok_per_s if turn.stats else 0.0, "ticks": len(ticks),
             "gap_p50_ms": _percentile(gaps, 0.50), "gap_p99_ms": _percentile(gaps, 0.99),
             "gap_max_ms": max(gaps) if gaps else 0.0, "committed_tokens": turn.stats.committed_tokens,
-            "gui_thread_cpu_share": gui_cpu / wall if wall > 0 else 0.0}
+            "gui_thread_cpu_share": gui_cpu / wall if wall > 0 else 0.0,
+            "rounds": turn.stats.rounds if turn.stats else 0,
+            "rounds_per_s": turn.stats.decode_rounds / turn.stats.decode_seconds
+            if turn.stats and turn.stats.decode_seconds > 0 else 0.0}
 
 
 def measure_long_conversation(window, total_tokens: int, paragraphs: bool = True) -> dict:
@@ -228,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     theme.apply(app, theme.LIGHT)
     window = MainWindow(loader=load_real_engine, palette=theme.LIGHT, model=args.model)
     window.set_device("auto", "auto", remember=False)
+    window.set_backend(args.backend)
     window.resize(1440, 900)
     window.show()
     try:
@@ -239,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             figures["responsiveness"] = result
             print(f"   event-loop gap  p50 {result['gap_p50_ms']:.1f} ms · p99 {result['gap_p99_ms']:.1f} ms · "
                   f"max {result['gap_max_ms']:.1f} ms  over {result['ticks']} ticks (target p99 < 30 ms)")
-            print(f"   tok/s in the window: {result['tok_per_s']:.2f} · GUI thread busy "
-                  f"{result['gui_thread_cpu_share']:.0%} of the time", flush=True)
+            print(f"   tok/s in the window: {result['tok_per_s']:.2f} · {result['rounds_per_s']:.0f} rounds/s "
+                  f"({result['rounds']} rounds) · GUI thread busy {result['gui_thread_cpu_share']:.0%} of the time",
+                  flush=True)
 
         print(f"\n3. Long conversation: {args.long_tokens:,} tokens appended round by round", flush=True)
         for label, paragraphs in (("with paragraphs", True), ("one paragraph per reply", False)):

@@ -150,7 +150,6 @@ class ModelManager(QDialog):
     download_cancelled = Signal(str)
     # asks
     load_requested = Signal(str, object, str, str)  # target, draft (None: none), device, dtype
-    backend_chosen = Signal(str)  # auto | transformers | llama.cpp, emitted before load_requested
 
     def __init__(self, settings: AppSettings, palette: theme.Palette, *, target: str = "default",
                  draft: str | None = None, parent=None) -> None:
@@ -580,7 +579,6 @@ class ModelManager(QDialog):
         if not target:
             return
         self.settings.set_device(self.device_name(), self.dtype_name())
-        self.backend_chosen.emit(self.backend_name())
         self.load_requested.emit(target, self.draft.currentData(), self.device_name(), self.dtype_name())
 
     # ------------------------------------------------------------------ added paths
