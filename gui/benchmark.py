@@ -146,6 +146,66 @@ def measure_responsiveness(args, window) -> dict:
             if turn.stats and turn.stats.decode_seconds > 0 else 0.0}
 
 
+FAST_ROUNDS_PER_S = 175.0  # llama.cpp speed on the built-in model (169-197 tok/s plain on 1-2 threads)
+
+
+def bare_replay_seconds(engine, spec, max_new_tokens: int) -> float:
+    """Wall time of the replay consumed by a plain loop, no window: what the engine side costs alone."""
+    started = time.perf_counter()
+    for _event in engine.generate([{"role": "user", "content": "x"}], spec=spec, max_new_tokens=max_new_tokens):
+        pass
+    return time.perf_counter() - started
+
+
+def measure_fast_rounds(replies: int = 6) -> dict:
+    """Rounds at llama.cpp speed: the --demo recording of plain decoding on the built-in model replayed at
+    FAST_ROUNDS_PER_S into a window of its own (the same worker, signals, session and views as a live reply),
+    `replies` times, while a 10 ms timer measures the GUI thread's gaps. The visualiser's cost is how much
+    longer the replies take in the window than the same replay consumed by a bare loop."""
+    from PySide6.QtCore import QTimer
+
+    from engine.config import SpecConfig
+    from gui import theme
+    from gui.demo_engine import DemoEngine
+    from gui.views.main_window import MainWindow
+
+    spec = SpecConfig()
+    probe = DemoEngine()
+    recording = probe.recordings[spec.label()]
+    pace = FAST_ROUNDS_PER_S * recording.finished.stats.elapsed_seconds / len(recording.rounds)
+    bare = statistics.median(bare_replay_seconds(DemoEngine(pace=pace), spec, 256) for _ in range(3))
+    window = MainWindow(loader=lambda name, progress=None, **options: DemoEngine(pace=pace), palette=theme.LIGHT,
+                        persist=False)
+    window.resize(1440, 900)
+    window.show()
+    try:
+        window.start()
+        _wait(window.model_ready, 60)
+        window.controls.apply(method="none", max_new_tokens=256)
+        ticks: list[float] = []
+        timer = QTimer()
+        timer.setInterval(10)
+        timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+        seconds, rounds = [], 0
+        timer.start()
+        for _ in range(replies):
+            started = time.perf_counter()
+            if not window.send("x"):
+                raise RuntimeError(window.controls.config_problem() or "the message could not be sent")
+            (turn,) = _wait(window.reply_finished, 60)
+            seconds.append(time.perf_counter() - started)
+            rounds += turn.stats.rounds
+        timer.stop()
+    finally:
+        window.close()
+        window.shutdown()
+    gaps = [(b - a) * 1000 for a, b in zip(ticks, ticks[1:])]
+    in_window = statistics.median(seconds)
+    return {"rounds_per_s": rounds / sum(seconds), "replay_rounds_per_s": len(recording.rounds) / bare,
+            "rounds": rounds, "visualiser_cost": in_window / bare - 1, "gap_p50_ms": _percentile(gaps, 0.50),
+            "gap_p99_ms": _percentile(gaps, 0.99), "gap_max_ms": max(gaps) if gaps else 0.0, "ticks": len(ticks)}
+
+
 def measure_long_conversation(window, total_tokens: int, paragraphs: bool = True) -> dict:
     """Feed `total_tokens` of recorded rounds (the --demo recording, gui/demo_engine.py, replayed as fast as it
     goes) into the transcript, turn after turn, as a live reply would."""
@@ -248,6 +308,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   tok/s in the window: {result['tok_per_s']:.2f} · {result['rounds_per_s']:.0f} rounds/s "
                   f"({result['rounds']} rounds) · GUI thread busy {result['gui_thread_cpu_share']:.0%} of the time",
                   flush=True)
+
+        print(f"\n2b. Rounds at llama.cpp speed ({FAST_ROUNDS_PER_S:.0f}/s: the built-in model's recorded plain "
+              f"decoding replayed into the window)", flush=True)
+        fast = measure_fast_rounds()
+        figures["fast_rounds"] = fast
+        print(f"   {fast['rounds_per_s']:.0f} rounds/s in the window ({fast['replay_rounds_per_s']:.0f}/s bare) · "
+              f"visualiser cost {fast['visualiser_cost']:+.1%} (target < 5 %) · event-loop gap p50 "
+              f"{fast['gap_p50_ms']:.1f} ms · p99 {fast['gap_p99_ms']:.1f} ms · max {fast['gap_max_ms']:.1f} ms "
+              f"(target p99 < 30 ms)", flush=True)
 
         print(f"\n3. Long conversation: {args.long_tokens:,} tokens appended round by round", flush=True)
         for label, paragraphs in (("with paragraphs", True), ("one paragraph per reply", False)):
