@@ -98,6 +98,7 @@ def test_the_cost_curve_view_shows_the_engines_figures(qtbot):
             window.start()
         curve = blocker.args[0]
         view = window.cost_curve
+        qtbot.waitUntil(lambda: view.curve is not None, timeout=WAIT_MS)  # the view's queued slot, after ours
         assert view.curve is curve and curve.backend == window.session.model_info.backend
         cached = verify_cost(window.worker_thread.worker._engine.target, COST_CURVE_TOKENS, threads=engine_threads())
         assert curve.cost.seconds == cached.seconds  # the engine's figures, as measured and cached
