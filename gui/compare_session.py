@@ -278,6 +278,8 @@ def row_record(row: ComparisonRow) -> dict:
     """A table row with its setting in full; plain decoding has no k (it drafts nothing)."""
     record = row.as_dict()
     record.update(k=row.spec.k if row.spec.speculative else None, draft=row.spec.draft, layers=row.spec.layers)
+    if row.spec.backend is not None:  # a row on the other backend (the same model loaded there) says so
+        record["backend"] = row.spec.backend
     return record
 
 
@@ -287,7 +289,9 @@ def write_rows_csv(rows: list[ComparisonRow], path: str | Path, session: Compari
         writer = csv.DictWriter(file, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in {**row_record(row), **shared}.items()})
+            record = row_record(row)
+            own = {"backend": record["backend"]} if "backend" in record else {}
+            writer.writerow({k: "" if v is None else v for k, v in {**record, **shared, **own}.items()})
 
 
 def write_rows_json(session: ComparisonSession, path: str | Path) -> None:

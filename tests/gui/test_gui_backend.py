@@ -112,7 +112,7 @@ def test_the_cost_curve_view_shows_the_engines_figures(qtbot):
         window.shutdown()
 
 
-def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot):
+def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_path):
     """A setting row's backend choice: the same method as loaded (llama.cpp) and on transformers; the worker loads
     the model on transformers for that row only, and the table has a row per run with its backend."""
     from engine.config import parse_spec
@@ -145,6 +145,14 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot):
         labels = [table.item(r, 0).text() for r in range(table.rowCount())]
         assert labels == ["plain decoding", "prompt-lookup:k=3", "prompt-lookup:k=3,backend=transformers"]
         assert [run.state for run in session.runs] == ["done"] * 3
+        # the export says which backend each row ran on (the shared one, or the row's own)
+        import csv
+        from gui.compare_session import write_rows_csv
+        path = tmp_path / "rows.csv"
+        write_rows_csv(session.rows(), path, session)
+        with open(path, newline="", encoding="utf-8") as file:
+            backends = [record["backend"] for record in csv.DictReader(file)]
+        assert backends[2] == "transformers" and backends[0] == backends[1] != "transformers"
         # a method the other backend can't serve is refused in the row, with the method table's reason
         row.method.setCurrentIndex(row.method.findData("early-exit"))
         row.backend.setCurrentIndex(row.backend.findData("llama.cpp"))
