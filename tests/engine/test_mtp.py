@@ -147,3 +147,15 @@ def test_a_checkpoint_without_mtp_weights_is_refused(tmp_path, tiny_tokenizer):
 def test_mtp_on_llama_cpp_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match="transformers backend.*MTP context"):
         check_backend("mtp", "llama.cpp")
+
+
+def test_the_catalog_marks_a_model_that_drafts_for_itself(tmp_path, tiny_tokenizer, tiny_dir):
+    from engine import catalog
+    folder = save_mtp_model(tmp_path / "tiny-mtp", tiny_tokenizer, with_mtp_weights=False)
+    method, words = catalog.own_drafter(catalog.describe_path(folder))
+    assert method == "mtp" and f"{MTP_LAYERS} MTP layers" in words
+    assert catalog.own_drafter(catalog.describe_path(tiny_dir)) is None
+    gemma = catalog.CatalogEntry(name="google/gemma-4-E2B-it", label="gemma-4-E2B-it", kind="hub-cache",
+                                 path=tmp_path, repo_id="google/gemma-4-E2B-it")
+    assert catalog.own_drafter(gemma) == ("assistant", "drafts with its assistant "
+                                          "google/gemma-4-E2B-it-assistant (method assistant)")
