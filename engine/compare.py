@@ -184,9 +184,13 @@ class SweepPoint:
     cost_ratio: float
 
 
-def theoretical_curve(alpha: float, cost_ratio: float, ks: list[int]) -> list[float]:
-    """Speed-up predicted for each k from one α and one cost ratio c (arXiv 2211.17192 eq. 1)."""
-    return [theoretical_speedup(alpha, k, cost_ratio) for k in ks]
+def theoretical_curve(alpha: float, cost_ratio: float, ks: list[int], curve=None,
+                      draft_seconds_per_token: float | None = None) -> list[float]:
+    """Speed-up predicted for each k from one α and the draft cost (engine.stats.theoretical_speedup): on the
+    target's measured verify-cost curve where one is given (engine.verify_cost.VerifyCost; the draft cost
+    then in seconds per drafted token), else on the free-verification fallback with one cost ratio c."""
+    return [theoretical_speedup(alpha, k, cost_ratio, curve=curve, draft_seconds_per_token=draft_seconds_per_token)
+            for k in ks]
 
 
 def pooled_alpha_and_cost(points: list[SweepPoint]) -> tuple[float, float]:
@@ -195,6 +199,14 @@ def pooled_alpha_and_cost(points: list[SweepPoint]) -> tuple[float, float]:
         return 0.0, 0.0
     return (sum(p.acceptance_rate for p in points) / len(points),
             sum(p.cost_ratio for p in points) / len(points))
+
+
+def pooled_draft_seconds(points: list[SweepPoint], curve) -> float:
+    """Draft seconds per drafted token pooled over the sweep, on a measured curve: each point's c is draft
+    cost over its mean verify pass, a pass over k+1 tokens, so d ≈ c × cost(k+1)."""
+    if not points:
+        return 0.0
+    return sum(p.cost_ratio * curve.cost(p.k + 1) for p in points) / len(points)
 
 
 def best_k(points: list[SweepPoint]) -> SweepPoint | None:
@@ -233,14 +245,16 @@ class SweepSummary:
                            for p, t in zip(self.points, self.theory)]}
 
 
-def sweep_summary(method: str, points: Iterable[SweepPoint]) -> SweepSummary:
-    """The whole sweep pipeline on measured points: sort by k, pool α and c, predict each k, pick the best."""
+def sweep_summary(method: str, points: Iterable[SweepPoint], curve=None) -> SweepSummary:
+    """The whole sweep pipeline on measured points: sort by k, pool α and c, predict each k (on the
+    target's measured verify-cost curve `curve` where known, else assuming verification free), pick the best."""
     points = sorted(points, key=lambda p: p.k)
     alpha, cost = pooled_alpha_and_cost(points)
-    theory = theoretical_curve(alpha, cost, [p.k for p in points])
+    draft = None if curve is None else pooled_draft_seconds(points, curve)
+    theory = theoretical_curve(alpha, cost, [p.k for p in points], curve, draft)
     return SweepSummary(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
 
 
 __all__ = ["comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
-           "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "best_k", "sweep_specs",
+           "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "pooled_draft_seconds", "best_k", "sweep_specs",
            "sweep_points", "SweepSummary", "sweep_summary"]

@@ -6,6 +6,10 @@ The policy learns both sides as it runs:
 - per-position acceptance: P(draft token i is kept | tokens before it were kept), per drafter-supplied
   bucket (prompt lookup: the matched n-gram size), Beta(1, 1)-smoothed and slowly forgetting;
 - the cost of a round that verifies n tokens (target pass + drafting), as moving averages per n.
+When the target's verify-cost curve has been measured (engine.verify_cost: cost(n), one pass over n tokens
+against one), the pass cost comes from that curve instead, scaled to this run's own one-token passes where
+some have been seen: a length whose verification grows steeply is never tried on the optimistic guess. The
+fallback where no curve is known: unmeasured lengths cost what the longest measured shorter one does.
 It then picks the length L ≤ k that maximises expected committed tokens per second,
 E(L) / cost(L), with E(L) = 1 + Σ_{i ≤ L} Π_{j ≤ i} q_j (arXiv 2211.17192 §3.5 picks k the same way,
 from α and c, once; this does it every round from measured figures). Output is unaffected: only how many
@@ -19,8 +23,10 @@ COST_SMOOTHING = 0.3
 
 
 class DraftLengthPolicy:
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, curve=None) -> None:
+        """curve: the target's measured VerifyCost (engine.verify_cost), or None (fallback: learnt per n)."""
         self.k = k
+        self.curve = curve
         self._kept: dict[tuple[int, int], float] = {}
         self._tried: dict[tuple[int, int], float] = {}
         self._verify_cost: dict[int, float] = {}  # tokens verified → seconds per pass
@@ -31,6 +37,10 @@ class DraftLengthPolicy:
         return (self._kept.get(key, 0.0) + 1.0) / (self._tried.get(key, 0.0) + 2.0)
 
     def _verify_seconds(self, n_tokens: int) -> float | None:
+        if self.curve is not None:
+            seen = self._verify_cost.get(1)
+            scale = 1.0 if seen is None else seen / self.curve.cost(1)  # this run's passes against the curve's
+            return self.curve.cost(n_tokens) * scale
         known = [n for n in self._verify_cost if n <= n_tokens]
         # Unmeasured lengths are assumed as cheap as the longest measured shorter one: optimism explores.
         return self._verify_cost[max(known)] if known else None

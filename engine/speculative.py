@@ -31,6 +31,8 @@ from engine.models import LoadedModel, load_model
 from engine.sources import resolve_source
 from engine.sampling import make_generator, probabilities, sample
 from engine.stats import StatsAccumulator
+from engine.threads import engine_threads
+from engine.verify_cost import VerifyCost, cached_verify_cost
 
 
 # ------------------------------------------------------------------ verification (pure functions)
@@ -169,6 +171,7 @@ class Engine:
         self._drafter_key: tuple | None = None
         self._policy: DraftLengthPolicy | None = None  # adaptive draft length; learns across messages
         self._active: Iterator[Event] | None = None  # the generation in progress, if any
+        self._curves: dict[int, VerifyCost] = {}  # the target's measured verify-cost curve, by n_max
 
     # ---- settings
 
@@ -223,8 +226,21 @@ class Engine:
             self._drafter_key = key
             self._policy = None
         if spec.adaptive and (self._policy is None or self._policy.k != spec.k):
-            self._policy = DraftLengthPolicy(spec.k)
+            self._policy = DraftLengthPolicy(spec.k, self.verify_curve(spec.k))
         return self._drafter
+
+    def verify_curve(self, k: int) -> VerifyCost | None:
+        """The target's measured cost of verifying 1…k+1 tokens (engine.verify_cost), read from its cache
+        (kept once found); None where it has not been measured (`specscope bench` measures and caches it):
+        the theory then assumes verification free. Never measures: a generation's start stays as fast."""
+        if k <= 0:
+            return None
+        if k not in self._curves:
+            curve = cached_verify_cost(self.target, k + 1, threads=engine_threads())
+            if curve is None:
+                return None
+            self._curves[k] = curve
+        return self._curves[k]
 
     def release(self) -> None:
         """Free the KV caches (memory) kept between messages."""
@@ -298,7 +314,12 @@ class Engine:
         drafter.begin(sampling, generator)
         return _Generation(ids=list(prompt), feed=self.runner.sync(prompt),
                            detok=IncrementalDetokenizer(self.target.tokenizer, prompt),
-                           stats=StatsAccumulator(spec.k), generator=generator, started=time.perf_counter())
+                           stats=StatsAccumulator(spec.k, self._curve_seconds(spec)), generator=generator,
+                           started=time.perf_counter())
+
+    def _curve_seconds(self, spec: SpecConfig) -> tuple[float, ...]:
+        curve = self.verify_curve(spec.k) if spec.speculative else None
+        return () if curve is None else curve.seconds
 
     def _room(self, state: _Generation, cancel: threading.Event, max_new_tokens: int) -> int:
         """How many tokens this round may still commit; ≤ 0 with the stop reason set when none."""

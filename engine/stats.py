@@ -3,11 +3,16 @@
 - acceptance rate α = accepted draft tokens / drafted tokens
 - mean accepted length = committed tokens / target forward passes (the prefill counts as one)
 - tok/s = committed tokens after the first / time after the first token; time to first token apart
-- theoretical speed-up (Leviathan et al., arXiv 2211.17192, §3.4): (1 − α^(k+1)) / ((1 − α)(1 + k·c)),
-  with c = draft cost per drafted token / target cost per forward pass. Rounds where the drafter had
-  nothing to offer (a prompt-lookup miss) are plain steps: with f the share of rounds that drafted, the
-  expected tokens per pass are f·(1 − α^(k+1))/(1 − α) + (1 − f) at a cost of 1 + f·k·c (f = 1 gives the
-  formula above). k is the mean draft length of the drafting rounds.
+- theoretical speed-up, in ONE place (`speedup_on_curve`): E[tokens per pass] × cost(1) /
+  (cost(k+1) + k · draft cost per token), with cost(n) the measured cost of one target pass over n tokens
+  (engine.verify_cost: verifying 4 tokens can cost 3× one on a CPU). E[tokens per pass] = (1 − α^(k+1)) /
+  (1 − α) (Leviathan et al., arXiv 2211.17192, eq. 1). Rounds where the drafter had nothing to offer (a
+  prompt-lookup miss) are plain steps: with f the share of rounds that drafted, the tokens are
+  f·E + (1 − f) at a cost of f·(cost(k+1) + k·d) + (1 − f)·cost(1). k is the mean draft length of the
+  drafting rounds (a fractional k reads the curve between its neighbours).
+  Fallback where no curve has been measured: verification is assumed free (cost(n) = cost(1)), with
+  c = draft cost per drafted token / target cost per pass, which gives arXiv 2211.17192 §3.4's
+  (1 − α^(k+1)) / ((1 − α)(1 + k·c)).
 - speed-up = tok/s of a setting / tok/s of plain decoding on the same prompt in the same run;
   efficiency = measured speed-up / theoretical speed-up.
 
@@ -26,13 +31,41 @@ def expected_tokens_per_pass(alpha: float, k: float) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def theoretical_speedup(alpha: float, k: float, cost_ratio: float, drafting_share: float = 1.0) -> float:
-    """Expected speed-up over plain decoding (arXiv 2211.17192 eq. 1, with plain rounds mixed in)."""
+class FlatCost:
+    """The fallback cost curve where none has been measured: every pass costs one unit, whatever it verifies."""
+
+    def cost(self, n: float) -> float:
+        return 1.0
+
+
+FLAT = FlatCost()
+
+
+def speedup_on_curve(tokens_per_pass: float, k: float, curve, draft_cost_per_token: float,
+                     drafting_share: float = 1.0) -> float:
+    """The one formula: tokens_per_pass × cost(1) / (f·(cost(k+1) + k·d) + (1 − f)·cost(1)), where
+    tokens_per_pass already counts the plain rounds. `curve` has cost(n) (engine.verify_cost.VerifyCost, or
+    FLAT); d is in the curve's units (seconds for a measured one, target passes for FLAT)."""
+    if k <= 0 or drafting_share <= 0:
+        return tokens_per_pass
+    base = curve.cost(1)
+    pass_cost = drafting_share * (curve.cost(k + 1) + k * draft_cost_per_token) + (1.0 - drafting_share) * base
+    return tokens_per_pass * base / pass_cost
+
+
+def theoretical_speedup(alpha: float, k: float, cost_ratio: float, drafting_share: float = 1.0,
+                        curve=None, draft_seconds_per_token: float | None = None) -> float:
+    """Expected speed-up over plain decoding for per-token acceptance α and draft length k. With a
+    measured `curve` (engine.verify_cost.VerifyCost) the draft cost is `draft_seconds_per_token` (seconds;
+    when None, cost_ratio × cost(1)). Without one (fallback), verification is assumed free and the draft
+    costs cost_ratio target passes per token."""
     if k <= 0 or drafting_share <= 0:
         return 1.0
     tokens = drafting_share * expected_tokens_per_pass(alpha, k) + (1.0 - drafting_share)
-    cost = 1.0 + drafting_share * k * cost_ratio
-    return tokens / cost
+    if curve is None:
+        return speedup_on_curve(tokens, k, FLAT, cost_ratio, drafting_share)
+    draft = cost_ratio * curve.cost(1) if draft_seconds_per_token is None else draft_seconds_per_token
+    return speedup_on_curve(tokens, k, curve, draft, drafting_share)
 
 
 def speedup(tok_per_s: float, baseline_tok_per_s: float) -> float | None:
@@ -84,8 +117,16 @@ class _Rates:
 
     @property
     def theoretical_speedup(self) -> float:
+        """On the measured verify-cost curve when these figures carry one (verify_cost_seconds), else on
+        the free-verification fallback."""
+        seconds = getattr(self, "verify_cost_seconds", ())
+        if not seconds:
+            return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
+                                       self.drafting_share)
+        from engine.verify_cost import VerifyCost  # a dataclass over these seconds; imports no model code
+        draft = self.draft_seconds / self.drafted_tokens if self.drafted_tokens else 0.0
         return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
-                                   self.drafting_share)
+                                   self.drafting_share, VerifyCost(tuple(seconds)), draft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +144,7 @@ class GenerationStats(_Rates):
     verify_seconds: float
     per_position_acceptance: tuple[float, ...]  # position 1…max drafted: accepted / drafted there
     accept_length_histogram: tuple[int, ...]  # rounds that drafted, by n_accepted 0…max
+    verify_cost_seconds: tuple[float, ...] = ()  # the target's measured cost curve, where known (engine.verify_cost)
 
     @property
     def decode_tokens(self) -> int:
@@ -124,14 +166,17 @@ class GenerationStats(_Rates):
             out[name] = getattr(self, name)
         out["per_position_acceptance"] = list(self.per_position_acceptance)
         out["accept_length_histogram"] = list(self.accept_length_histogram)
+        out["verify_cost_seconds"] = list(self.verify_cost_seconds)
         return out
 
 
 class StatsAccumulator:
     """Folds round events into GenerationStats; cheap enough to call once per round."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, verify_cost_seconds: tuple[float, ...] = ()) -> None:
+        """verify_cost_seconds: the target's measured cost curve (VerifyCost.seconds), () where none is known."""
         self.k = k
+        self.verify_cost_seconds = tuple(verify_cost_seconds)
         self.committed_tokens = 0
         self.target_passes = 0
         self.rounds = 0
@@ -185,7 +230,8 @@ class StatsAccumulator:
             accepted_tokens=self.accepted_tokens, ttft_seconds=self.ttft_seconds,
             elapsed_seconds=self.elapsed_seconds, draft_seconds=self.draft_seconds,
             verify_seconds=self.verify_seconds, per_position_acceptance=per_position,
-            accept_length_histogram=tuple(histogram) if self.drafting_rounds else ())
+            accept_length_histogram=tuple(histogram) if self.drafting_rounds else (),
+            verify_cost_seconds=self.verify_cost_seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.sources import cache_root, file_stamp
+from engine.stats import expected_tokens_per_pass, speedup_on_curve  # noqa: F401 (re-exported)
 
 CACHE_VERSION = 1
 CONTEXT_TOKENS = 64  # the passes are timed after this much context, as a verification would be
@@ -55,18 +56,11 @@ class VerifyCost:
         return {"seconds": list(self.seconds), "relative": [self.relative(n) for n in range(1, self.n_max + 1)]}
 
 
-def expected_tokens_per_pass(alpha: float, k: int) -> float:
-    """E[tokens per pass] for k drafted tokens each kept with probability α, plus the target's own
-    (Leviathan et al., arXiv 2211.17192, eq. 1): (1 − α^(k+1)) / (1 − α)."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
 def theoretical_speedup(tokens_per_pass: float, k: int, cost: VerifyCost, draft_seconds_per_token: float) -> float:
     """Speed-up over plain decoding predicted from the measured cost curve: tokens_per_pass × cost(1) /
-    (cost(k+1) + k × draft seconds per drafted token). k = 0 is plain decoding (1.0 for one token a pass)."""
-    return tokens_per_pass * cost.cost(1) / (cost.cost(k + 1) + k * draft_seconds_per_token)
+    (cost(k+1) + k × draft seconds per drafted token). k = 0 is plain decoding (1.0 for one token a pass).
+    The formula itself is engine.stats.speedup_on_curve (theory in one place)."""
+    return speedup_on_curve(tokens_per_pass, k, cost, draft_seconds_per_token)
 
 
 def theoretical_from_stats(stats, cost: VerifyCost) -> float | None:
@@ -77,7 +71,7 @@ def theoretical_from_stats(stats, cost: VerifyCost) -> float | None:
     drafted_per_pass = stats.drafted_tokens / stats.decode_rounds
     draft_per_token = stats.draft_seconds / stats.drafted_tokens if stats.drafted_tokens else 0.0
     tokens_per_pass = stats.decode_tokens / stats.decode_rounds
-    return tokens_per_pass * cost.cost(1) / (cost.cost(1 + drafted_per_pass) + drafted_per_pass * draft_per_token)
+    return speedup_on_curve(tokens_per_pass, drafted_per_pass, cost, draft_per_token)
 
 
 def measure(runner, vocab_size: int, n_max: int, repeats: int = REPEATS) -> VerifyCost:
@@ -113,17 +107,34 @@ def cache_file(model, threads: int) -> Path:
     return cache_root() / "verify-cost" / name
 
 
+def _read_cache(path: Path, n_max: int) -> VerifyCost | None:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") == CACHE_VERSION and len(data["seconds"]) >= n_max:
+            return VerifyCost(tuple(float(s) for s in data["seconds"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no cache yet, or an unreadable one
+    return None
+
+
+def cached_verify_cost(model, n_max: int, *, threads: int) -> VerifyCost | None:
+    """The curve of `model` from the cache only (one small file read, never a measurement): None where it
+    has not been measured up to n_max tokens (`specscope bench` measures and caches it), or where the model
+    has no file of its own to key the cache on."""
+    try:
+        path = cache_file(model, threads)
+    except (AttributeError, OSError, TypeError, ValueError):
+        return None
+    return _read_cache(path, n_max)
+
+
 def verify_cost(model, n_max: int, *, threads: int, refresh: bool = False) -> VerifyCost:
     """The cost curve of `model` up to n_max tokens: from the cache when it covers n_max, else measured
     on a runner of its own (released afterwards) and cached."""
     path = cache_file(model, threads)
-    if not refresh:
-        try:
-            data = json.loads(path.read_text())
-            if data.get("version") == CACHE_VERSION and len(data["seconds"]) >= n_max:
-                return VerifyCost(tuple(float(s) for s in data["seconds"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # no cache yet, or an unreadable one: measure
+    cached = None if refresh else _read_cache(path, n_max)
+    if cached is not None:
+        return cached
     runner = model.new_runner()
     try:
         cost = measure(runner, model.vocab_size, n_max)

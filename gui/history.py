@@ -20,7 +20,7 @@ from gui.store import (COMPLETE, INTERRUPTED, Conversation, HistoryBusyError, Hi
                        StoredRound)
 
 TITLE_CHARS = 60
-_STATS_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats))
+_STATS_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats) if f.default is dataclasses.MISSING)
 
 
 def title_from(text: str) -> str:
@@ -37,6 +37,7 @@ def stats_from_dict(data: dict | None) -> GenerationStats | None:
         return None
     values["per_position_acceptance"] = tuple(values["per_position_acceptance"] or ())
     values["accept_length_histogram"] = tuple(values["accept_length_histogram"] or ())
+    values["verify_cost_seconds"] = tuple(data.get("verify_cost_seconds") or ())  # absent in older histories
     return GenerationStats(**values)
 
 

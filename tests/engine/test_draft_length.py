@@ -1,5 +1,7 @@
 """The adaptive draft length picks the length that maximises expected tokens per second."""
 
+import pytest
+
 from engine.draft_length import DraftLengthPolicy
 
 
@@ -53,3 +55,37 @@ def test_old_evidence_fades():
     train(policy, 0, 2, 2, costs, rounds=150)
     assert low < 0.05
     assert policy.acceptance(0, 0) > 0.9
+
+
+def train_acceptance(policy, rounds=200):
+    """The first drafted token is kept 7 times in 10; once it is, the next ones always are. Drafting is free."""
+    for i in range(rounds):
+        policy.record(0, 4, 4 if i % 10 < 7 else 0, 0.0, 0.005)
+
+
+def test_a_measured_curve_that_grows_steeply_drafts_fewer_tokens():
+    from engine.verify_cost import VerifyCost
+    flat = DraftLengthPolicy(k=4, curve=VerifyCost((0.005,) * 5))
+    steep = DraftLengthPolicy(k=4, curve=VerifyCost((0.005, 0.0055, 0.006, 0.012, 0.020)))
+    train_acceptance(flat)
+    train_acceptance(steep)
+    assert flat.best_length() == 4
+    # E(L) ≈ 1.7, 2.39, 3.06, 3.73 for L = 1…4: per second 309, 397, 255, 187 against 200 for plain steps
+    assert steep.best_length() == 2
+    assert steep.best_length(limit=1) == 1
+
+
+def test_with_a_curve_no_plain_step_is_needed_first():
+    from engine.verify_cost import VerifyCost
+    assert DraftLengthPolicy(k=3, curve=VerifyCost((0.005,) * 4)).best_length() == 3
+    # a second token costing 3× the first never pays at the prior's acceptance (0.5): 1.5 / 0.015 < 1 / 0.005
+    assert DraftLengthPolicy(k=3, curve=VerifyCost((0.005, 0.015, 0.025, 0.035))).best_length() == 0
+
+
+def test_the_curve_is_scaled_to_this_runs_own_passes():
+    """A run twice as slow as the measurement: drafting (measured in this run's seconds) weighs half as much."""
+    from engine.verify_cost import VerifyCost
+    curve = VerifyCost((0.005, 0.006, 0.007))
+    policy = DraftLengthPolicy(k=2, curve=curve)
+    policy.record(0, 0, 0, 0.0, 0.010)  # a plain step: 10 ms here against 5 ms measured
+    assert policy._verify_seconds(3) == pytest.approx(0.014)

@@ -108,3 +108,61 @@ def test_accumulator_without_drafts():
     assert stats.theoretical_speedup == 1.0
     empty = StatsAccumulator(k=2).snapshot()
     assert empty.tok_per_s == 0.0 and empty.mean_accepted_length == 0.0
+
+
+class CannedCurve:
+    """A measured verify-cost curve with round numbers: seconds for one pass over 1…5 tokens."""
+
+    seconds = (0.005, 0.010, 0.013, 0.016, 0.020)
+
+    def cost(self, n):
+        from engine.verify_cost import VerifyCost
+        return VerifyCost(self.seconds).cost(n)
+
+
+def test_theoretical_speedup_on_a_measured_curve():
+    curve = CannedCurve()
+    # α = 0.5, k = 3: E = 1 + 0.5 + 0.25 + 0.125 = 1.875 tokens a pass; d = 1 ms a drafted token
+    # 1.875 × 0.005 / (cost(4) + 3 × 0.001) = 0.009375 / 0.019
+    assert theoretical_speedup(0.5, 3, 0.0, curve=curve, draft_seconds_per_token=0.001) == pytest.approx(
+        0.009375 / 0.019)
+    # half the rounds drafted: tokens 0.5 × 1.875 + 0.5 = 1.4375 at 0.5 × 0.019 + 0.5 × 0.005 = 0.012 a round
+    assert theoretical_speedup(0.5, 3, 0.0, 0.5, curve=curve, draft_seconds_per_token=0.001) == pytest.approx(
+        1.4375 * 0.005 / 0.012)
+    # the draft cost as a ratio c of one pass (no seconds given): d = c × cost(1) = 0.2 × 0.005
+    assert theoretical_speedup(0.5, 3, 0.2, curve=curve) == pytest.approx(0.009375 / (0.016 + 3 * 0.001))
+    # α = 1, k = 4, draft free: 5 tokens for cost(5) / cost(1) = 4 passes' worth
+    assert theoretical_speedup(1.0, 4, 0.0, curve=curve, draft_seconds_per_token=0.0) == pytest.approx(5 / 4)
+    assert theoretical_speedup(0.5, 0, 0.0, curve=curve) == 1.0  # plain decoding
+
+
+def test_the_fallback_is_free_verification():
+    """Without a curve, every pass costs one, whatever it verifies: the same as a flat measured curve."""
+    class Flat:
+        def cost(self, n):
+            return 0.005
+    for alpha, k, c, f in [(0.6, 4, 0.05, 1.0), (0.3, 2, 0.1, 0.5), (0.9, 7, 0.0, 0.8)]:
+        assert theoretical_speedup(alpha, k, c, f) == pytest.approx(
+            theoretical_speedup(alpha, k, c, f, curve=Flat()))
+    assert theoretical_speedup(0.6, 4, 0.05, curve=CannedCurve()) < theoretical_speedup(0.6, 4, 0.05)
+
+
+def test_the_accumulator_uses_the_curve_it_was_given():
+    acc = StatsAccumulator(k=4, verify_cost_seconds=CannedCurve.seconds)
+    for r in [make_round(0, [], 0, [1], elapsed=0.5, verify_s=0.5),
+              make_round(1, [2, 3], 2, [2, 3, 4], elapsed=1.0, draft_s=0.004),  # both kept + bonus
+              make_round(2, [5, 6], 0, [7], elapsed=1.5, draft_s=0.004)]:  # rejected at position 0
+        acc.add_round(r)
+    stats = acc.snapshot()
+    assert stats.verify_cost_seconds == CannedCurve.seconds
+    assert stats.as_dict()["verify_cost_seconds"] == list(CannedCurve.seconds)
+    # α = 2/4 = 0.5, k = 2, every decode round drafted, d = 0.008 / 4 = 2 ms:
+    # E = 1 + 0.5 + 0.25 = 1.75 tokens at cost(3) + 2 × 0.002 = 0.017 s against 0.005 s a plain token
+    assert stats.theoretical_speedup == pytest.approx(1.75 * 0.005 / 0.017)
+    plain = StatsAccumulator(k=4)
+    for r in [make_round(0, [], 0, [1], elapsed=0.5, verify_s=0.5),
+              make_round(1, [2, 3], 2, [2, 3, 4], elapsed=1.0, draft_s=0.004),
+              make_round(2, [5, 6], 0, [7], elapsed=1.5, draft_s=0.004)]:
+        plain.add_round(r)
+    assert plain.snapshot().verify_cost_seconds == ()
+    assert plain.snapshot().theoretical_speedup > stats.theoretical_speedup  # free verification is optimistic

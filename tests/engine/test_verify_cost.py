@@ -79,3 +79,58 @@ def test_theoretical_from_pooled_stats():
     assert theoretical_from_stats(stats, cost) == pytest.approx(2 * 0.005 / (0.016 + 0.003))
     plain = AggregateStats(1, 11, 10, 1.0, 1.0, 11, 0, 0, 0, 10, 0.0, 0.5)
     assert theoretical_from_stats(plain, cost) == pytest.approx(1.0)
+
+
+def test_the_sweep_curve_follows_the_measured_cost():
+    from engine.compare import SweepPoint, sweep_summary
+    curve = VerifyCost((0.005, 0.010, 0.013, 0.016, 0.020))
+    points = [SweepPoint(k, 1.0, 0.5, 0.0) for k in (1, 2, 4)]  # α = 0.5 at every k, drafting free
+    on_curve = sweep_summary("prompt-lookup", points, curve)
+    # E[tokens per pass] × cost(1) / cost(k+1): 1.5 × 5 / 10, 1.75 × 5 / 13, 1.9375 × 5 / 20
+    assert on_curve.theory == pytest.approx((0.75, 1.75 * 5 / 13, 0.484375))
+    assert sweep_summary("prompt-lookup", points).theory == pytest.approx((1.5, 1.75, 1.9375))  # fallback: free
+    # a drafted token's cost: each point's c is over its own pass of k+1 tokens, so d = c × cost(k+1)
+    costly = [SweepPoint(k, 1.0, 0.5, 0.1) for k in (1, 3)]  # d = 0.1 × 0.010 and 0.1 × 0.016: 1.3 ms pooled
+    theory = sweep_summary("draft-model", costly, curve).theory
+    assert theory == pytest.approx((1.5 * 0.005 / (0.010 + 0.0013), 1.875 * 0.005 / (0.016 + 3 * 0.0013)))
+
+
+def test_the_cache_alone_is_read_without_measuring(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(verify_cost, "measure", lambda *a, **k: pytest.fail("cached_verify_cost measured"))
+    assert verify_cost.cached_verify_cost(tiny_model, 5, threads=1) is None
+    path = verify_cost.cache_file(tiny_model, 1)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": %d, "seconds": [0.005, 0.01, 0.013, 0.016, 0.02]}' % verify_cost.CACHE_VERSION)
+    assert verify_cost.cached_verify_cost(tiny_model, 5, threads=1).seconds == (0.005, 0.01, 0.013, 0.016, 0.02)
+    assert verify_cost.cached_verify_cost(tiny_model, 6, threads=1) is None  # too short for k = 5
+    path.write_text("not json")
+    assert verify_cost.cached_verify_cost(tiny_model, 5, threads=1) is None
+
+
+def test_the_engine_reports_the_theory_on_the_cached_curve(tiny_model, tmp_path, monkeypatch):
+    from engine.config import SpecConfig
+    from engine.events import GenerationFinished
+    from engine.speculative import Engine
+    from engine.stats import theoretical_speedup as on_curve
+    from engine.threads import engine_threads
+    monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    spec = SpecConfig(method="prompt-lookup", k=3)
+    prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
+
+    def finished(engine):
+        return [e for e in engine.generate_ids(prompt, spec=spec, max_new_tokens=24)
+                if isinstance(e, GenerationFinished)][0].stats
+
+    before = finished(Engine(tiny_model))
+    assert before.verify_cost_seconds == ()  # nothing measured yet: the free-verification fallback
+    cost = verify_cost.verify_cost(tiny_model, 4, threads=engine_threads())  # what `specscope bench` does
+    engine = Engine(tiny_model)
+    stats = finished(engine)
+    assert stats.verify_cost_seconds == cost.seconds and engine.verify_curve(3) == cost
+    assert stats.drafted_tokens > 0
+    draft = stats.draft_seconds / stats.drafted_tokens
+    assert stats.theoretical_speedup == pytest.approx(on_curve(
+        stats.acceptance_rate, stats.mean_draft_length, stats.cost_ratio, stats.drafting_share, cost, draft))
+    assert finished(engine).verify_cost_seconds == cost.seconds  # kept: read once per engine
+    assert Engine(tiny_model).verify_curve(0) is None
