@@ -428,7 +428,7 @@ def run(args) -> int:
     print_sources(summary)
     print_divergences(summary)
     if sweep:
-        print_sweep(summary)
+        print_sweep(summary, cost)
     strict = _strict(engine, prompts, specs, args, sampling) if args.strict else None
     if args.json_out:
         _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict)
@@ -531,8 +531,9 @@ def _verify_cost(engine, specs: list[SpecConfig], refresh: bool = False):
     return cost
 
 
-def sweep_summaries(summary: dict) -> list[SweepSummary]:
-    """Per method, the sweep (engine.compare.sweep_summary) of a bench summary's overall rows."""
+def sweep_summaries(summary: dict, cost=None) -> list[SweepSummary]:
+    """Per method, the sweep (engine.compare.sweep_summary) of a bench summary's overall rows, its theory on
+    the measured verify-cost curve `cost` where there is one."""
     points: dict[str, list[SweepPoint]] = defaultdict(list)
     for label, rows in summary.items():
         if label.startswith(REMOTE_PREFIX):
@@ -543,13 +544,13 @@ def sweep_summaries(summary: dict) -> list[SweepSummary]:
         row = rows["all"]
         points[spec.method].append(SweepPoint(spec.k, row["speedup"] or 0.0, row["acceptance_rate"],
                                               row["cost_ratio"]))
-    return [sweep_summary(method, method_points) for method, method_points in points.items()]
+    return [sweep_summary(method, method_points, cost) for method, method_points in points.items()]
 
 
-def print_sweep(summary: dict) -> None:
+def print_sweep(summary: dict, cost=None) -> None:
     from rich.table import Table
     console = _table_console()
-    for sweep in sweep_summaries(summary):
+    for sweep in sweep_summaries(summary, cost):
         table = Table(title=f"k sweep: {sweep.method} (pooled α = {sweep.alpha:.0%}, c = {sweep.cost_ratio:.3f})",
                       title_justify="left")
         for column in ("k", "speed-up", "theory", "accept"):

@@ -134,3 +134,15 @@ def test_the_engine_reports_the_theory_on_the_cached_curve(tiny_model, tmp_path,
         stats.acceptance_rate, stats.mean_draft_length, stats.cost_ratio, stats.drafting_share, cost, draft))
     assert finished(engine).verify_cost_seconds == cost.seconds  # kept: read once per engine
     assert Engine(tiny_model).verify_curve(0) is None
+
+
+def test_the_bench_sweep_uses_the_measured_curve():
+    from engine.bench import sweep_summaries
+    curve = VerifyCost((0.005, 0.010, 0.013, 0.016, 0.020))
+    row = {"speedup": 1.0, "acceptance_rate": 0.5, "cost_ratio": 0.0}
+    summary = {"none": {"all": {**row, "speedup": 1.0}}, "prompt-lookup:k=1": {"all": row},
+               "prompt-lookup:k=4": {"all": row}}
+    (sweep,) = sweep_summaries(summary, curve)
+    assert sweep.method == "prompt-lookup" and sweep.theory == pytest.approx((0.75, 0.484375))
+    (free,) = sweep_summaries(summary)
+    assert free.theory == pytest.approx((1.5, 1.9375))
