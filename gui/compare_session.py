@@ -32,7 +32,7 @@ from gui.session_model import SessionModel, Token, Turn
 
 # every setting of the run, on every exported row (a row read alone says how it was made)
 RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "top_p", "top_k", "seed",
-              "max_new_tokens")
+              "max_new_tokens", "strict")
 CSV_FIELDS = ("label", "method", "k", "draft", "layers", "tok_per_s", "speedup", "acceptance_rate",
               "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds",
               "identical_to_plain", "first_difference", "equality", "tokens", "text") + RUN_FIELDS
