@@ -1,4 +1,4 @@
-"""The engine's commands: `specscope generate`, `bench` and `models` (gui/launch.py hands them over; the
+"""The engine's commands: `specscope generate`, `bench`, `models` and `drafter` (gui/launch.py hands them over; the
 window's commands, `gui` and `bench-gui`, never come here: they are only listed in --help when the launcher
 names them).
 
@@ -23,7 +23,7 @@ from engine.errors import SpecScopeError
 from engine.validation import MAX_COUNT, check_int, decode_argument, parse_int
 
 EXIT_BAD_INPUT = 2
-ENGINE_COMMANDS = ("generate", "bench", "models")
+ENGINE_COMMANDS = ("generate", "bench", "models", "drafter")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -326,12 +326,14 @@ def build_parser(other_commands: Mapping[str, str] | None = None) -> argparse.Ar
     for name, help_text in (other_commands or {}).items():
         sub.add_parser(name, help=help_text, add_help=False)
     _add_models(sub)
+    from engine.drafter_cli import add_drafter_args
+    add_drafter_args(sub, _Parser)
     return parser
 
 
 def _run_command(args) -> int:
     from engine.runtime import quiet_libraries
-    handlers = {"generate": cmd_generate, "models": cmd_models, "bench": _bench}
+    handlers = {"generate": cmd_generate, "models": cmd_models, "bench": _bench, "drafter": _drafter}
     from engine.consent import ConsentNeeded
     try:
         quiet_libraries()
@@ -347,6 +349,11 @@ def _run_command(args) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _drafter(args) -> int:
+    from engine.drafter_cli import run
+    return run(args)
 
 
 def _bench(args) -> int:

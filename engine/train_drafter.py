@@ -354,6 +354,23 @@ def train_head(target, head: EagleHead, data: dict[str, torch.Tensor], options: 
     saved = load_checkpoint(out, head, optimizer)
     loop = _Loop(**{**saved, "acceptance": tuple(saved.get("acceptance", ()))}) if saved else _Loop()
     train, held_out = _stream(data, False), _stream(data, True)
+    started, base = time.monotonic(), loop.seconds
+    try:
+        _steps(head, embed, readout, optimizer, (train, held_out), options, out, loop, (begun, until), report,
+               cancel)
+    except KeyboardInterrupt:  # Ctrl+C: keep where it got to, so the same command resumes from here
+        loop.seconds = base + time.monotonic() - started
+        save_checkpoint(out, head, optimizer, loop.__dict__)
+        raise
+    loop.seconds = base + time.monotonic() - started
+    save_checkpoint(out, head, optimizer, loop.__dict__)
+    return loop
+
+
+def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out: Path, loop: _Loop,
+           budget: tuple[float, float], report: Report, cancel: threading.Event) -> None:
+    """Optimizer steps until the budget's end or cancel; an evaluation and a checkpoint every ~40 s."""
+    (train, held_out), (begun, until) = streams, budget
     rng, started, last_eval, base = random.Random(options.seed + loop.step), time.monotonic(), 0.0, loop.seconds
     steps_eval = max(3, options.steps_unrolled)
     while not cancel.is_set() and time.monotonic() < until:
@@ -368,7 +385,7 @@ def train_head(target, head: EagleHead, data: dict[str, torch.Tensor], options: 
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         loop.step, loop.tokens_seen = loop.step + 1, loop.tokens_seen + batch.ids.numel()
-        loop.loss = float(loss) if loop.loss is None else 0.9 * loop.loss + 0.1 * float(loss)
+        loop.loss = float(loss.detach()) if loop.loss is None else 0.9 * loop.loss + 0.1 * float(loss.detach())
         now = time.monotonic()
         if now - last_eval > 40 or now >= until:
             loop.seconds = base + now - started
@@ -378,9 +395,6 @@ def train_head(target, head: EagleHead, data: dict[str, torch.Tensor], options: 
             last_eval = time.monotonic()
         fraction = min(1.0, (now - begun) / max(1e-9, until - begun))
         report(TrainProgress("training", fraction, f"step {loop.step}", loop.step, loop.loss, loop.acceptance))
-    loop.seconds = base + time.monotonic() - started
-    save_checkpoint(out, head, optimizer, loop.__dict__)
-    return loop
 
 
 # ---------------------------------------------------------------- the run
