@@ -24,6 +24,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyCost:
+    """seconds[n − 1]: the median time of one target pass over n new tokens."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def n_max(self) -> int:
+        return len(self.seconds)
+
+    def cost(self, n: float) -> float:
+        """Seconds for a pass over n tokens: a fractional n (a mean pass size) between its neighbours;
+        past the measured range, extended along its last step."""
+        if n < 1:
+            raise ValueError(f"a pass verifies at least 1 token, got {n}")
+        if n <= self.n_max:
+            low = int(n)
+            high = min(low + 1, self.n_max)
+            return self.seconds[low - 1] + (self.seconds[high - 1] - self.seconds[low - 1]) * (n - low)
+        step = self.seconds[-1] - self.seconds[-2] if self.n_max > 1 else self.seconds[-1]
+        return self.seconds[-1] + max(0.0, step) * (n - self.n_max)
+
+    def relative(self, n: int) -> float:
+        """cost(n) / cost(1): "verifying 4 tokens costs 3.2× one on this machine"."""
+        return self.cost(n) / self.seconds[0]
+
+    def as_dict(self) -> dict:
+        return {"seconds": list(self.seconds), "relative": [self.relative(n) for n in range(1, self.n_max + 1)]}
+
+
+
 def expected_tokens_per_pass(alpha: float, k: float) -> float:
     """(1 − α^(k+1)) / (1 − α): tokens one verification yields for per-token acceptance α."""
     if alpha >= 1.0:
@@ -123,7 +154,6 @@ class _Rates:
         if not seconds:
             return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                        self.drafting_share)
-        from engine.verify_cost import VerifyCost  # a dataclass over these seconds; imports no model code
         draft = self.draft_seconds / self.drafted_tokens if self.drafted_tokens else 0.0
         return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                    self.drafting_share, VerifyCost(tuple(seconds)), draft)

@@ -15,45 +15,14 @@ import json
 import random
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from engine.sources import cache_root, file_stamp
-from engine.stats import expected_tokens_per_pass, speedup_on_curve  # noqa: F401 (re-exported)
+from engine.stats import VerifyCost, expected_tokens_per_pass, speedup_on_curve  # noqa: F401 (re-exported)
 
 CACHE_VERSION = 1
 CONTEXT_TOKENS = 64  # the passes are timed after this much context, as a verification would be
 REPEATS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyCost:
-    """seconds[n − 1]: the median time of one target pass over n new tokens."""
-
-    seconds: tuple[float, ...]
-
-    @property
-    def n_max(self) -> int:
-        return len(self.seconds)
-
-    def cost(self, n: float) -> float:
-        """Seconds for a pass over n tokens: a fractional n (a mean pass size) between its neighbours;
-        past the measured range, extended along its last step."""
-        if n < 1:
-            raise ValueError(f"a pass verifies at least 1 token, got {n}")
-        if n <= self.n_max:
-            low = int(n)
-            high = min(low + 1, self.n_max)
-            return self.seconds[low - 1] + (self.seconds[high - 1] - self.seconds[low - 1]) * (n - low)
-        step = self.seconds[-1] - self.seconds[-2] if self.n_max > 1 else self.seconds[-1]
-        return self.seconds[-1] + max(0.0, step) * (n - self.n_max)
-
-    def relative(self, n: int) -> float:
-        """cost(n) / cost(1): "verifying 4 tokens costs 3.2× one on this machine"."""
-        return self.cost(n) / self.seconds[0]
-
-    def as_dict(self) -> dict:
-        return {"seconds": list(self.seconds), "relative": [self.relative(n) for n in range(1, self.n_max + 1)]}
 
 
 def theoretical_speedup(tokens_per_pass: float, k: int, cost: VerifyCost, draft_seconds_per_token: float) -> float:
