@@ -70,9 +70,10 @@ def _measure(runner, vocab_size: int, n_max: int, repeats: int) -> VerifyCost:
 
 
 def cache_file(model, threads: int) -> Path:
-    """Where the curve of `model` (a LoadedModel) on this backend, device and thread count is kept."""
+    """Where the curve of `model` (a LoadedModel) on this backend, device, dtype and thread count is kept."""
     stamp = file_stamp(model.source.file)
-    name = f"{model.source.file.stem}-{stamp}-{model.backend}-{model.device.type}-{threads}t.json"
+    name = (f"{model.source.file.stem}-{stamp}-{model.backend}-{model.device.type}-{model.dtype_label}-"
+            f"{threads}t.json")
     return cache_root() / "verify-cost" / name
 
 

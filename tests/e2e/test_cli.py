@@ -147,7 +147,7 @@ def test_bench_compare_llama(tmp_path, capsys):
     assert "verify cost on this machine (llama.cpp): n=1" in out and "ours/theirs" in out
     assert "verify cost on this machine (transformers): n=1" in out
     document = json.loads(out_json.read_text())
-    assert document["backend"] == "llama.cpp" and len(document["verify_cost"]["seconds"]) == 8
+    assert document["backend"] == "llama.cpp" and len(document["verify_cost"]["seconds"]) >= 8  # n = 1…8 at least
     configs = document["configs"]
     for label in ("none", "prompt-lookup:k=2"):
         overall = configs[label]["all"]
@@ -222,4 +222,4 @@ def test_engine_cli_runs_only_the_engine_commands(capsys):
     code, out, err = run_cli(capsys, "gui")
     assert code == 2 and "invalid choice: 'gui'" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(capsys)
-    assert code == 2 and err.strip() == "specscope: error: no command given; choose generate, bench, models"
+    assert code == 2 and err.strip() == "specscope: error: no command given; choose generate, bench, models, drafter"

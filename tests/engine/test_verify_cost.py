@@ -146,3 +146,12 @@ def test_the_bench_sweep_uses_the_measured_curve():
     assert sweep.method == "prompt-lookup" and sweep.theory == pytest.approx((0.75, 0.484375))
     (free,) = sweep_summaries(summary)
     assert free.theory == pytest.approx((1.5, 1.9375))
+
+
+def test_another_dtype_is_another_curve(tiny_model, tmp_path, monkeypatch):
+    """bf16 and float32 passes cost differently: a curve measured in one is never read for the other."""
+    import dataclasses
+    monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    as_bf16 = dataclasses.replace(tiny_model, dtype_label="bfloat16")
+    assert verify_cost.cache_file(tiny_model, 1) != verify_cost.cache_file(as_bf16, 1)
+    assert tiny_model.dtype_label in verify_cost.cache_file(tiny_model, 1).name
