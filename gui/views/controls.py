@@ -6,7 +6,8 @@ why the combination is refused. The methods, their labels, help lines and what e
 engine.config's method table. The window reads the panel when a message is sent, so a change applies from
 the next message.
 
-May touch: engine.config (read), gui.chat_session.Settings (what it returns). No state beyond its widgets.
+May touch: engine.config (read), engine.catalog.own_drafter and engine.pairs (a described target's own
+drafter, no file read), gui.chat_session.Settings (what it returns). No state beyond its widgets.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
                                QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
+from engine import catalog
 from engine.config import (BACKENDS, MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check_backend, check_layers,
                            method_info)
 from engine.errors import ConfigError
-from engine.pairs import DRAFT_IS_TARGET
+from engine.pairs import DRAFT_IS_TARGET, pairs_for
 from gui.chat_session import Settings
 
 SPIN_CEILING = 9999  # what a spin box lets one type, so an out-of-range value is refused with its range
@@ -48,6 +50,7 @@ class ControlsPanel(QWidget):
         self._target_aliases: set[str] = set()  # names of the loaded target's files ("default", its path)
         self._suggested_download: str | None = None
         self._draft_note_text = ""
+        self._method_chosen = False  # the user (or a remembered setting) chose the method: kept as it is
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(8)
@@ -66,6 +69,7 @@ class ControlsPanel(QWidget):
                        self.seed.valueChanged, self.max_new_tokens.valueChanged, self.draft.currentTextChanged,
                        self.system_prompt.textChanged):
             signal.connect(self._changed)
+        self.method.activated.connect(self._method_picked)
         self.model.activated.connect(lambda _index: self._model_chosen())
         self.model.lineEdit().editingFinished.connect(self._model_chosen)
         self._refresh_enabled()
@@ -149,6 +153,8 @@ class ControlsPanel(QWidget):
         self.method = QComboBox()
         add_method_items(self.method)
         form.addRow("Method", self.method)
+        self.own_note = self._note("own_drafter_note")
+        form.addRow(self.own_note)
         self.draft = QComboBox()
         self.draft.setObjectName("draft_choice")
         self.draft.setEditable(True)
@@ -287,6 +293,7 @@ class ControlsPanel(QWidget):
         if model is not None:
             self._set_combo_text(self.model, model)
         if method is not None:
+            self._method_chosen = True
             self.method.setCurrentIndex(self.method.findData(method_info(method).name))
         if draft is not None:
             self._set_combo_text(self.draft, draft)
@@ -319,6 +326,30 @@ class ControlsPanel(QWidget):
                 self.layers.setToolTip(f"Early exit: how many of the target's layers draft, 1 to {n_layers - 1} "
                                        "for this model (auto: the engine chooses)")
             self.revalidate()
+
+    def set_own_drafter(self, entry: catalog.CatalogEntry | None) -> None:
+        """The loaded target's catalog entry (None: unknown): when it drafts for itself (engine.catalog's
+        own_drafter), its method comes first in the list with a one-line note, and unless a method was
+        chosen it is selected, k capped at the MTP layers (mtp) or the assistant draft filled in."""
+        own = catalog.own_drafter(entry) if entry is not None else None
+        if own is None and not self.own_note.text():
+            return  # nothing was offered: nothing changes
+        current = self.method_name()
+        first = own[0] if own else METHOD_TABLE[0].name
+        self.method.blockSignals(True)
+        self.method.clear()
+        add_method_items(self.method, sorted(METHOD_TABLE, key=lambda m: m.name != first) if own else METHOD_TABLE)
+        pick = first if own and not self._method_chosen else current
+        self.method.setCurrentIndex(max(0, self.method.findData(pick)))
+        self.method.blockSignals(False)
+        self.own_note.setText(f"This model {own[1]}." if own else "")
+        self.own_note.setVisible(bool(own))
+        if own and pick == "mtp":
+            self.k.setValue(min(self.k.value(), entry.n_mtp_layers))
+        elif own and pick == "assistant" and not self.draft.currentText().strip():
+            assistants = [p.draft for p in pairs_for(entry.name, entry.label, entry.repo_id) if p.method == "assistant"]
+            self._set_combo_text(self.draft, assistants[0])
+        self._changed()
 
     def set_draft_choices(self, names: list[str], *, target_aliases: set[str], note: str = "",
                           download: str | None = None) -> None:
@@ -405,6 +436,9 @@ class ControlsPanel(QWidget):
     def _show_problem(self, message: str | None) -> None:
         self.problem.setText(f"⚠ {message}" if message else "")
         self.problem.setVisible(bool(message))
+
+    def _method_picked(self, _index: int) -> None:
+        self._method_chosen = True
 
     def _model_chosen(self) -> None:
         name = self.model_name()

@@ -19,7 +19,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut, QTextC
 from PySide6.QtWidgets import (QApplication, QDockWidget, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox,
                                QProgressBar, QPushButton, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
-from engine.config import SpecConfig, method_info
+from engine.config import BACKENDS, SpecConfig, method_info
 from engine.errors import ConfigError
 from gui import theme
 from gui.chat_session import CHAT, ChatSession, Settings, baseline_key
@@ -96,6 +96,7 @@ class MainWindow(QMainWindow):
         self.fastest_dialog = None
         self.draft_jobs = None  # the draft list's catalog look-ups (gui.jobs), made on first use
         self._draft_job = None
+        self._own_job = None  # the loaded target's catalog entry, for its own drafter (controls.set_own_drafter)
         self._draft_target: str | None = None  # the target the draft list was made for
         self._pending_pair: tuple[str, str | None] | None = None  # the Models window's choice, until it loads
         self.geometry_restored = False
@@ -505,14 +506,39 @@ class MainWindow(QMainWindow):
             return
         from functools import partial
 
-        from gui.jobs import BackgroundJobs
         from gui.views.model_manager import draft_choices
 
+        self._draft_target = info.requested
+        self._draft_job = self._drafts_thread().submit(partial(draft_choices, info.requested,
+                                                               self.settings.added_models()))
+
+    def _look_up_own_drafter(self, info: ModelInfo) -> None:
+        """The loaded target's catalog entry, described on the drafts' background thread: a model that drafts
+        for itself (MTP layers, a Gemma 4 assistant) has its method offered first (a server's model: none)."""
+        self.controls.set_own_drafter(None)
+        self._own_job = None
+        if info.backend not in BACKENDS:
+            return
+        from functools import partial
+
+        from engine.catalog import describe_name
+
+        self._own_job = self._drafts_thread().submit(partial(describe_name, info.requested))
+
+    def _drafts_thread(self):
+        """The background thread of the draft list's and the own drafter's catalog look-ups (made on first
+        use)."""
         if self.draft_jobs is None:
+            from gui.jobs import BackgroundJobs
+
             self.draft_jobs = BackgroundJobs("drafts", self)
             self.draft_jobs.finished.connect(self._on_draft_choices)
-        self._draft_target = info.requested
-        self._draft_job = self.draft_jobs.submit(partial(draft_choices, info.requested, self.settings.added_models()))
+            self.draft_jobs.finished.connect(self._on_own_drafter)
+        return self.draft_jobs
+
+    def _on_own_drafter(self, job_id: int, entry) -> None:
+        if job_id == self._own_job:
+            self.controls.set_own_drafter(entry)
 
     def _on_draft_choices(self, job_id: int, choices) -> None:
         if job_id == self._draft_job:
@@ -559,6 +585,7 @@ class MainWindow(QMainWindow):
         self.message_box.viewport().update()
         self._apply_pending_pair(info.requested)
         self._refresh_draft_choices()
+        self._look_up_own_drafter(info)
         if self.persist:
             self.session.remember_baselines(self.settings.baselines())
         self._baseline_changed()

@@ -437,6 +437,9 @@ class ModelManager(QDialog):
                 status = "ready · runs its own code (asks first)"
             elif entry.usable and entry.weights_format == "pickle":
                 status = "ready · pickle weights (asks first)"
+            own = catalog.own_drafter(entry)
+            if own is not None:
+                status += f" · this model {own[1]}"
             values = (entry.label, KIND_LABELS.get(entry.kind, entry.kind), entry.architecture or "?",
                       catalog.format_parameters(entry.n_parameters), catalog.format_bytes(entry.size_bytes),
                       entry.dtype or "?", tokenizer or "?", memory, status)
@@ -444,7 +447,7 @@ class ModelManager(QDialog):
                 item = QTableWidgetItem(value)
                 item.setData(Qt.ItemDataRole.UserRole, entry.name)
                 if column == 0:
-                    item.setToolTip(f"{entry.label}\n{entry.path}")
+                    item.setToolTip(f"{entry.label}\n{entry.path}" + (f"\nThis model {own[1]}." if own else ""))
                 elif column == 7:
                     item.setToolTip(memory_tip)
                     if too_big:
