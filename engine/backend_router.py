@@ -2,8 +2,10 @@
 on both backends side by side (the GUI's compare window: `prompt-lookup:k=4` beside
 `prompt-lookup:k=4,backend=transformers`). Each spec runs on the engine of its `backend=` (None: the first
 engine's), loaded on first use by the loader it is given; runs still never overlap (engine.compare drives it).
+A spec on `backend=remote:url=…` (parse_spec("remote:url=http://HOST:PORT")) runs on that server instead:
+a RemoteEngine (engine.remote), connected on first use, beside the local runs.
 
-Holds Engines (engine.speculative) and a loader; no Qt, no files of its own.
+Holds Engines (engine.speculative), RemoteEngines and a loader; no Qt, no files of its own.
 """
 
 from __future__ import annotations
@@ -33,9 +35,13 @@ class BackendRouter:
     def engine_for(self, spec: SpecConfig):
         backend = spec.backend or self.primary.target.backend
         if backend not in self.engines:
-            engine = self._load(backend)
+            if spec.remote_url is not None:
+                from engine.remote import load_remote
+                engine = load_remote(spec.remote_url, self.primary.on_status)
+            else:
+                engine = self._load(backend)
+                engine.consent = self.primary.consent
             engine.on_status = self.primary.on_status
-            engine.consent = self.primary.consent
             self.engines[backend] = engine
         return self.engines[backend]
 

@@ -29,9 +29,10 @@ PLAIN = SpecConfig()
 def with_plain_first(specs: Iterable[SpecConfig]) -> list[SpecConfig]:
     """Plain decoding, then every speculative spec in the order given. Plain decoding runs once: a spec that
     does not speculate (method none, whatever its k) is dropped, since it would only repeat the baseline."""
-    return [PLAIN] + [s for s in specs if s.speculative]
+    return [PLAIN] + [s for s in specs if s.speculative or s.remote_url is not None]
 
 
+MEASURED_HERE = "measured here"
 STRICT = {"device": "cpu", "dtype": "float32", "backend": "transformers"}  # where equality must be exact
 
 
@@ -59,8 +60,9 @@ def strict_engine(engine, progress=None):
 def diagnose_run(engine, prompt, system: str | None, plain: GenerationFinished | None,
                  finished: GenerationFinished, rounds: list[RoundVerified], greedy: bool) -> Divergence | None:
     """The divergence of a finished greedy run from plain decoding (None when identical, when sampling, or
-    when either run was cut short by Stop or an error). Costs nothing for an identical output."""
-    if not greedy or plain is None or finished.output_ids == plain.output_ids:
+    when either run was cut short by Stop or an error, or for a server's run: its token ids are not ours).
+    Costs nothing for an identical output."""
+    if not greedy or plain is None or finished.output_ids == plain.output_ids or finished.server is not None:
         return None
     if {plain.stop_reason, finished.stop_reason} & {"cancelled", "out-of-memory"}:
         return None
@@ -125,12 +127,13 @@ class ComparisonRow:
     first_difference: int | None
     diff: str
     divergence: Divergence | None = None  # the diagnosis of the first difference (engine.divergence)
+    figures_from: str = MEASURED_HERE  # or "the server at URL": a remote row's counts are the server's own
 
     @property
     def equality(self) -> str:
         """identical | near-tie | mismatch | differs (not diagnosed) | sampled (not compared token for token)"""
         if self.identical_to_plain is None:
-            return "sampled"
+            return "sampled" if self.spec.remote_url is None else "not compared (the server's tokens)"
         if self.identical_to_plain:
             return "identical"
         return self.divergence.kind if self.divergence is not None else "differs"
@@ -142,7 +145,7 @@ class ComparisonRow:
                 "theoretical_speedup": self.theoretical_speedup, "efficiency": self.efficiency,
                 "draft_seconds": self.draft_seconds, "verify_seconds": self.verify_seconds,
                 "identical_to_plain": self.identical_to_plain, "first_difference": self.first_difference,
-                "equality": self.equality,
+                "equality": self.equality, "figures_from": self.figures_from,
                 "divergence": self.divergence.as_dict() if self.divergence is not None else None,
                 "tokens": self.stats.committed_tokens, "text": self.text}
 
@@ -162,7 +165,9 @@ def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished
         s = done.stats
         measured = speedup(s.tok_per_s, plain.stats.tok_per_s) if plain else None
         difference = first_difference(plain.output_ids, done.output_ids) if plain and greedy else None
-        identical = (difference is None) if plain and greedy else None
+        if spec.remote_url is not None:  # the server's ids are not the local model's: not compared token for token
+            difference = None
+        identical = (difference is None) if plain and greedy and spec.remote_url is None else None
         rows.append(ComparisonRow(
             label=spec.label(), spec=spec, stats=s, text=done.text, output_ids=done.output_ids,
             tok_per_s=s.tok_per_s, speedup=measured, acceptance_rate=s.acceptance_rate,
@@ -170,7 +175,8 @@ def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished
             efficiency=efficiency(measured, s.theoretical_speedup), draft_seconds=s.draft_seconds,
             verify_seconds=s.verify_seconds, identical_to_plain=identical, first_difference=difference,
             diff="" if identical in (True, None) else text_diff(plain.text, done.text),
-            divergence=divergences.get(index) if identical is False else None))
+            divergence=divergences.get(index) if identical is False else None,
+            figures_from=MEASURED_HERE if spec.remote_url is None else f"the server at {spec.remote_url}"))
     return rows
 
 

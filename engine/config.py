@@ -151,7 +151,7 @@ class SpecConfig:
     ngram_max: int = 3  # prompt-lookup only
     ngram_min: int = 1  # prompt-lookup only
     adaptive: bool = False  # draft only as many tokens (≤ k) as pay for their verification
-    backend: str | None = None  # the backend (BACKENDS) to run on; None: the one the model was loaded on
+    backend: str | None = None  # the backend (BACKENDS) to run on, or remote:url=… (a server); None: as loaded
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -160,7 +160,10 @@ class SpecConfig:
         if info.needs_draft and not self.draft:
             raise ConfigError(f"method {self.method} needs a draft model (--draft NAME, or 'default')")
         check_layers(self.layers)
-        if self.backend is not None:
+        if self.remote_url is not None and self.speculative:
+            raise ConfigError(f"{self.backend} runs as its server was started: it takes no method "
+                              f"({self.method}) of SpecScope's own")
+        if self.backend is not None and self.remote_url is None:
             if self.backend not in BACKENDS:
                 raise ConfigError(f"unknown backend {self.backend!r}; use {' or '.join(BACKENDS)}")
             if not info.supports(self.backend):
@@ -185,12 +188,19 @@ class SpecConfig:
         return self.method != "none"
 
     @property
+    def remote_url(self) -> str | None:
+        """The server's address when this setting runs on a server (`backend=remote:url=…`), else None."""
+        return parse_remote(self.backend) if self.backend and self.backend.startswith(REMOTE_PREFIX) else None
+
+    @property
     def info(self) -> Method:
         """This config's row of METHOD_TABLE."""
         return _BY_NAME[self.method]
 
     def label(self) -> str:
         """The SPEC string that parses back to this config (`prompt-lookup:k=5`)."""
+        if self.remote_url is not None:
+            return self.backend
         on = f"backend={self.backend}" if self.backend else None
         if self.method == "none":
             return f"none:{on}" if on else "none"
@@ -232,7 +242,11 @@ def parse_remote(text: str) -> str | None:
 
 def parse_spec(text: str) -> SpecConfig:
     """Parse `method[:key=value,...]`, e.g. `prompt-lookup:k=5`, `draft-model:k=4,draft=default`,
-    `prompt-lookup:k=4,backend=transformers`."""
+    `prompt-lookup:k=4,backend=transformers`; `remote:url=http://HOST:PORT` is the model on that server
+    (method none, backend `remote:url=…`: it runs as the server was started)."""
+    url = parse_remote(text)
+    if url is not None:
+        return SpecConfig(backend=f"{REMOTE_PREFIX}url={url}")
     method, _, rest = text.strip().partition(":")
     values: dict[str, object] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):

@@ -35,7 +35,7 @@ RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "t
               "max_new_tokens", "strict")
 CSV_FIELDS = ("label", "method", "k", "draft", "layers", "tok_per_s", "speedup", "acceptance_rate",
               "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds",
-              "identical_to_plain", "first_difference", "equality", "tokens", "text") + RUN_FIELDS
+              "identical_to_plain", "first_difference", "equality", "figures_from", "tokens", "text") + RUN_FIELDS
 SWEEP_FIELDS = ("method", "k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio") + RUN_FIELDS
 COMPARE, SWEEP = "compare", "sweep"
 

@@ -32,7 +32,8 @@ from gui.compare_session import (COMPARE, CannotStart, ComparisonSession, Compar
                                  write_sweep_json)
 from gui.settings import export_folder
 from gui.resources import asset_path
-from gui.views.compare_parts import MAX_SWEEP_K, RunPane, SettingRow, SweepPlot, identical_text, times_text
+from gui.views.compare_parts import (MAX_SWEEP_K, RunPane, SettingRow, SweepPlot, identical_text, row_title,
+                                    times_text)
 from gui.views.stats import DASH
 from gui.views.transcript import LegendBar
 from gui.worker import ComparisonRequest
@@ -633,15 +634,15 @@ class CompareWindow(QMainWindow):
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             cells = (
-                "plain decoding" if not row.spec.speculative else row.label,
+                row_title(row),
                 f"{row.tok_per_s:.1f}",
                 DASH if row.speedup is None else f"{row.speedup:.2f}×",
-                DASH if not row.spec.speculative else f"{row.acceptance_rate:.0%}",
+                DASH if not row.spec.speculative and not row.stats.drafted_tokens else f"{row.acceptance_rate:.0%}",
                 f"{row.mean_accepted_length:.2f}",
                 f"{row.theoretical_speedup:.2f}×",
                 DASH if row.efficiency is None or not row.spec.speculative else f"{row.efficiency:.0%}",
                 times_text(row),
-                "reference" if not row.spec.speculative else identical_text(row),
+                "reference" if row_title(row) == "plain decoding" else identical_text(row),
             )
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QSpinBox, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QToolButton, QVBoxLayout,
+                               QWidget)
 
 from engine.compare import ComparisonRow, SweepSummary
-from engine.config import BACKENDS, MAX_K, METHOD_TABLE, SpecConfig, method_info
+from engine.config import BACKENDS, MAX_K, METHOD_TABLE, REMOTE_PREFIX, SpecConfig, method_info, parse_spec
 from engine.errors import ConfigError
 from gui import theme
 from gui.views.controls import add_method_items
@@ -38,6 +39,8 @@ def times_text(row: ComparisonRow) -> str:
 def identical_text(row: ComparisonRow) -> str:
     """The "identical to plain" cell: identical, a near-tie at token N (margin, discrepancy, the two tokens),
     a MISMATCH, or a difference not diagnosed; sampled rows are not compared."""
+    if row.spec.remote_url is not None:
+        return "— (the server's tokens: not compared)"
     if row.identical_to_plain is None:
         return "— (sampling: not compared)"
     if row.identical_to_plain:
@@ -47,10 +50,19 @@ def identical_text(row: ComparisonRow) -> str:
     return f"✗ differs at token {row.first_difference}"
 
 
+def row_title(row: ComparisonRow) -> str:
+    """The table's first cell: plain decoding, the setting's label, or a server's, with where its figures came
+    from (the server's own counts, or measured here)."""
+    if row.spec.remote_url is not None:
+        return f"{row.label} (figures: {row.figures_from})"
+    return "plain decoding" if not row.spec.speculative else row.label
+
+
 # ------------------------------------------------------------------ one setting's fields
 
 class SettingRow(QWidget):
-    """Method, draft model, k and early-exit layers of one setting."""
+    """Method, draft model, k and early-exit layers of one setting, or a server's model (backend "on a server":
+    its URL, `http://HOST:PORT` or `remote:url=…`, run as the server was started, beside the local runs)."""
 
     changed = Signal()
     remove_requested = Signal(object)
@@ -83,6 +95,12 @@ class SettingRow(QWidget):
         self.backend.addItem("as loaded", None)
         for name in BACKENDS:
             self.backend.addItem(f"on {name}", name)
+        self.backend.addItem("on a server", REMOTE_PREFIX)
+        self.url = QLineEdit()
+        self.url.setObjectName("row_url")
+        self.url.setPlaceholderText("http://127.0.0.1:8080")
+        self.url.setToolTip("An OpenAI-compatible server (llama-server, vLLM, SGLang): its model runs as the server "
+                            "was started, and its row's counts are the server's own")
         self.backend.setToolTip("The backend this setting runs on: as the target was loaded, or the same model "
                                 "loaded on the other backend too (the same method on both, side by side)")
         self.remove = QToolButton()
@@ -96,23 +114,37 @@ class SettingRow(QWidget):
         layout.addWidget(self.k)
         layout.addWidget(self.layers)
         layout.addWidget(self.backend)
+        layout.addWidget(self.url, 1)
         layout.addWidget(self.remove)
         layout.addStretch(0)
         for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.layers.valueChanged,
-                       self.draft.currentTextChanged, self.backend.currentIndexChanged):
+                       self.draft.currentTextChanged, self.backend.currentIndexChanged, self.url.textChanged):
             signal.connect(self._changed)
         if spec is not None:
             self.set_spec(spec)
         self._refresh_enabled()
 
     def spec(self) -> SpecConfig:
+        """ConfigError when the row is on a server whose URL is not a remote:url=http(s)://HOST:PORT."""
+        if self.on_server:
+            text = self.url.text().strip()
+            return parse_spec(text if text.startswith(REMOTE_PREFIX) else f"{REMOTE_PREFIX}url={text}")
         method = method_info(self.method.currentData())
         return SpecConfig(method=method.name, k=self.k.value(),
                           draft=(self.draft.currentText().strip() or None) if method.needs_draft else None,
                           layers=(self.layers.value() or None) if method.uses_layers else None,
                           backend=self.backend.currentData())
 
+    @property
+    def on_server(self) -> bool:
+        return self.backend.currentData() == REMOTE_PREFIX
+
     def set_spec(self, spec: SpecConfig) -> None:
+        if spec.remote_url is not None:
+            self.url.setText(spec.remote_url)
+            self.backend.setCurrentIndex(self.backend.findData(REMOTE_PREFIX))
+            self._refresh_enabled()
+            return
         index = self.method.findData(spec.method)
         if index < 0:
             raise ConfigError(f"a compared setting needs a speculation method, got {spec.method!r}")
@@ -132,8 +164,12 @@ class SettingRow(QWidget):
 
     def _refresh_enabled(self) -> None:
         method = method_info(self.method.currentData())
-        self.draft.setVisible(method.needs_draft)
-        self.layers.setVisible(method.uses_layers)
+        local = not self.on_server
+        self.method.setEnabled(local)
+        self.k.setVisible(local)
+        self.draft.setVisible(local and method.needs_draft)
+        self.layers.setVisible(local and method.uses_layers)
+        self.url.setVisible(not local)
 
 
 # ------------------------------------------------------------------ one run's pane
