@@ -11,6 +11,8 @@ lazily by engine.models, never at engine import time.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 import json
 import os
@@ -224,6 +226,19 @@ def _save_converted(model, tokenizer, gguf_path: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _no_gguf_progress_bar():
+    """transformers' GGUF converter draws its own tqdm bar on stderr, past `disable_progress_bar()`; our
+    `progress` line says what happens instead (a piped CLI keeps its one error line)."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def convert_gguf(source: ModelSource, progress: Progress) -> Path:
     """Dequantize a GGUF once into safetensors (slow: pure-Python parse) and reuse it on later loads."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -234,9 +249,11 @@ def convert_gguf(source: ModelSource, progress: Progress) -> Path:
         return target
     progress(f"Converting {gguf_path.name} once (later starts reuse it)…")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
-                                                     dtype=torch.float32, trust_remote_code=False)
+        with _no_gguf_progress_bar():
+            tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file,
+                                                      trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
+                                                         dtype=torch.float32, trust_remote_code=False)
     except _READ_ERRORS as exc:
         raise ModelLoadError(f"{gguf_path} could not be read as a GGUF model ({_first_line(exc)})") from None
     model.hf_quantizer = None  # the weights are dequantized now; lets save_pretrained write them
