@@ -1,7 +1,8 @@
 """What the app remembers between runs, in Qt's QSettings: the last model, draft, method, k, sampling, the
 device and dtype, the plain-decoding speed per model, device and dtype (measured once, with its date), the model
-folders and files the user added, the window layout, and the user's answers to
-"run this model's own code?" / "load these pickle weights?" (per model).
+folders and files the user added, the window layout, the user's answers to
+"run this model's own code?" / "load these pickle weights?" (per model), and per model the folder its eagle head
+was trained into and whether the offer to train one was declined.
 
 Never the Hugging Face token: that lives in the OS keyring only (engine/secrets.py).
 
@@ -147,3 +148,20 @@ class AppSettings:
         answers = self.json_value(f"consent/{kind}", {})
         answers[model] = bool(answer)
         self.set_json_value(f"consent/{kind}", answers)
+
+    # -- eagle heads trained here (gui.views.train_dialog): where each model's went, and a declined offer
+    def eagle_head_folder(self, model: str) -> str | None:
+        folder = self.json_value("eagle/heads", {}).get(model)
+        return folder if isinstance(folder, str) else None
+
+    def set_eagle_head_folder(self, model: str, folder: str) -> None:
+        folders = self.json_value("eagle/heads", {})
+        folders[model] = str(folder)
+        self.set_json_value("eagle/heads", folders)
+
+    def training_offer_declined(self, model: str) -> bool:
+        return model in self.json_value("eagle/offer_declined", [])
+
+    def set_training_offer_declined(self, model: str) -> None:
+        declined = self.json_value("eagle/offer_declined", [])
+        self.set_json_value("eagle/offer_declined", list(dict.fromkeys([*declined, model])))

@@ -40,6 +40,7 @@ class ControlsPanel(QWidget):
     models_requested = Signal()  # the model manager
     download_requested = Signal(str)  # a known-good draft's hub id (the model manager downloads it)
     saved_settings_requested = Signal()  # apply the settings a reopened chat ran with
+    method_picked = Signal(str)  # the user picked a method in the list (not set by apply)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -439,6 +440,7 @@ class ControlsPanel(QWidget):
 
     def _method_picked(self, _index: int) -> None:
         self._method_chosen = True
+        self.method_picked.emit(self.method_name())
 
     def _model_chosen(self) -> None:
         name = self.model_name()

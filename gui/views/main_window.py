@@ -34,6 +34,7 @@ from gui.views.message_box import MessageBox
 from gui.views.plots import PANELS, LivePlots
 from gui.views.stats import StatsStrip
 from gui.views.cost_curve import CostCurveView
+from gui.views.train_dialog import TrainingFront
 from gui.views.transcript import LegendBar, TranscriptView
 from gui.worker import REMOTE_CODE, EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
@@ -94,6 +95,7 @@ class MainWindow(QMainWindow):
         self.confirm = lambda title, text: ask_yes_no(self, title, text)
         self.model_manager = self.settings_dialog = self.compare_window = None  # made on first use
         self.fastest_dialog = None
+        self.training = TrainingFront(self)  # "Train a drafter…" and the offer to train an eagle head
         self.draft_jobs = None  # the draft list's catalog look-ups (gui.jobs), made on first use
         self._draft_job = None
         self._own_job = None  # the loaded target's catalog entry, for its own drafter (controls.set_own_drafter)
@@ -108,6 +110,8 @@ class MainWindow(QMainWindow):
 
         self._build_views(model or "default")
         self._build_menu()
+        self.controls.method_picked.connect(self.training.method_picked)
+        self.request_failed.connect(self.training.generation_failed)
         if persist:
             self.restore_settings(model_given=model is not None)
         self.worker_thread = WorkerThread(loader)
@@ -449,6 +453,7 @@ class MainWindow(QMainWindow):
                      self.model_manager, self.compare_window, self.fastest_dialog):
             if view is not None:
                 view.set_palette(palette)
+        self.training.set_palette(palette)
         self.transcript.render_turns(self.session.turns, self.session.current)
         self.refresh_live_views()
 
@@ -911,6 +916,7 @@ class MainWindow(QMainWindow):
             self.model_manager.set_backend(self.controls.backend_name())
             self.model_manager.load_requested.connect(self._load_from_manager)
             self.model_manager.download_finished.connect(lambda _result: self._drafts_may_have_changed())
+            self.model_manager.train_requested.connect(self.training.open)
             self.model_manager.resize(self.model_manager.sizeHint())
         self._show_window(self.model_manager)
         return self.model_manager
@@ -1029,6 +1035,7 @@ class MainWindow(QMainWindow):
             self.model_manager.shutdown()
         if self.draft_jobs is not None:
             self.draft_jobs.shutdown()
+        self.training.shutdown()  # cancels a training run (its checkpoint is kept) and waits for it
         self.worker_thread.shutdown()
         self.session.abandon("closed")  # what it wrote is kept, marked as ended by closing (not an error)
         if self.store is not None:

@@ -150,6 +150,7 @@ class ModelManager(QDialog):
     download_cancelled = Signal(str)
     # asks
     load_requested = Signal(str, object, str, str)  # target, draft (None: none), device, dtype
+    train_requested = Signal(str, str)  # a model's name and label: train an eagle head for it
 
     def __init__(self, settings: AppSettings, palette: theme.Palette, *, target: str = "default",
                  draft: str | None = None, parent=None) -> None:
@@ -269,10 +270,14 @@ class ModelManager(QDialog):
         self.refresh_button = self._button("Refresh", self.refresh)
         self.use_target_button = self._button("Use as target", lambda: self.use_selected_as("target"))
         self.use_draft_button = self._button("Use as draft", lambda: self.use_selected_as("draft"))
+        self.train_button = self._button("Train a drafter…", self.train_selected)
+        self.train_button.setToolTip("Train an EAGLE head for the selected model on this machine (method eagle; "
+                                     "it runs on the transformers backend)")
         for button in (self.add_folder_button, self.add_gguf_button, self.add_server_button, self.remove_button,
                        self.refresh_button):
             row.addWidget(button)
         row.addStretch(1)
+        row.addWidget(self.train_button)
         row.addWidget(self.use_target_button)
         row.addWidget(self.use_draft_button)
         layout.addLayout(row)
@@ -519,6 +524,11 @@ class ModelManager(QDialog):
             return
         self.set_pair(**{role: entry.name})
 
+    def train_selected(self) -> None:
+        entry = self.selected_entry()
+        if entry is not None and entry.usable:
+            self.train_requested.emit(entry.name, entry.label)
+
     def set_pair(self, target: str | None = None, draft: str | None = "keep") -> None:
         """Choose the target and/or draft by name (draft None: no draft); the check runs at once."""
         if target is not None:
@@ -633,6 +643,7 @@ class ModelManager(QDialog):
         entry = self.selected_entry()
         self.use_target_button.setEnabled(entry is not None and entry.usable)
         self.use_draft_button.setEnabled(entry is not None and entry.usable)
+        self.train_button.setEnabled(entry is not None and entry.usable)  # every local model runs on transformers
         self.remove_button.setEnabled(entry is not None and entry.name in self.settings.added_models())
         self.load_button.setEnabled(self.target.count() > 0)
 
