@@ -8,7 +8,8 @@ target's. Drafting is autoregressive from its own predicted features.
 
 Files (a head folder): `head.safetensors` (fc, the layer, `draft_vocab`: target ids of the draft vocabulary)
 and `head.json`, the card: the target's name and the fingerprint of its weights (a head is refused for any
-other target), the head's shape, the data and steps it was trained on and its held-out acceptance.
+other target), the head's shape, the data and steps it was trained on and its held-out acceptance. Heads in
+other tools' layouts (speculators, EAGLE-1) are read and written by engine/speculators_format.py.
 Touches torch, the target's modules read-only (embedding, output head, config) and the head folder.
 """
 
@@ -68,7 +69,12 @@ def decoder_parts(model: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module, nn
 
 def head_config(model: nn.Module):
     """The target's text config cut to one layer, with sdpa attention (what the head's layer is built from)."""
-    config = copy.deepcopy(model.config.get_text_config())
+    return one_layer_config(model.config.get_text_config())
+
+
+def one_layer_config(config):
+    """A copy of a text config cut to one layer, with sdpa attention."""
+    config = copy.deepcopy(config)
     config.num_hidden_layers = 1
     if isinstance(getattr(config, "layer_types", None), list):
         config.layer_types = config.layer_types[:1]
@@ -77,17 +83,34 @@ def head_config(model: nn.Module):
 
 
 class EagleHead(nn.Module):
-    """fc + one decoder layer; the target's embedding and output head are used, never owned or saved."""
+    """fc + one decoder layer; heads trained here use the target's embedding and output head (never owned or saved).
 
-    def __init__(self, model: nn.Module, draft_vocab: torch.Tensor) -> None:
+    Heads trained elsewhere (engine.speculators_format) may differ in three ways, each an option that a head
+    trained here never sets: no bias in `fc` (EAGLE-1/2), no input norm in the layer (EAGLE-1's layer 0 feeds
+    the fused input to attention unnormalized), a layer config of their own; and, set after construction, an
+    embedding (`embed_tokens`) or readout (`lm_head`, rows in `draft_vocab` order) of their own."""
+
+    def __init__(self, model: nn.Module, draft_vocab: torch.Tensor, *, fc_bias: bool = True,
+                 input_norm: bool = True, layer_config=None) -> None:
         super().__init__()
         layer, rotary, _, _ = decoder_parts(model)
-        self.config = head_config(model)
+        self.config = head_config(model) if layer_config is None else one_layer_config(layer_config)
         hidden = int(self.config.hidden_size)
-        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.fc = nn.Linear(2 * hidden, hidden, bias=fc_bias)
         self.layer = type(layer)(self.config, layer_idx=0)
+        if not input_norm:
+            if not isinstance(getattr(self.layer, "input_layernorm", None), nn.Module):
+                raise ConfigError(f"{type(self.layer).__name__} has no input_layernorm to leave out")
+            self.layer.input_layernorm = nn.Identity()
         self.rotary = type(rotary)(self.config)
         self.register_buffer("draft_vocab", draft_vocab.to(torch.long).clone(), persistent=True)
+        self.embed_tokens: nn.Embedding | None = None  # None: the target's
+        self.lm_head: nn.Linear | None = None  # None: the target's output head, rows draft_vocab
+
+    @property
+    def input_norm(self) -> bool:
+        """Whether the layer normalizes its input (heads trained here do; EAGLE-1's don't)."""
+        return not isinstance(getattr(self.layer, "input_layernorm", None), nn.Identity)
 
     def forward(self, features: torch.Tensor, token_embeddings: torch.Tensor, position_ids: torch.Tensor,
                 cache=None, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -145,7 +168,13 @@ def read_card(folder: str | Path) -> HeadCard:
     folder = Path(folder)
     path = folder / CARD_FILE
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
-        raise ConfigError(f"{folder} is not an eagle head folder (it needs {WEIGHTS_FILE} and {CARD_FILE})")
+        raise ConfigError(f"{folder} is not an eagle head folder (it needs {WEIGHTS_FILE} and {CARD_FILE}, or a "
+                          "speculators or EAGLE-1 config.json and model.safetensors)")
+    return parse_card(path)
+
+
+def parse_card(path: Path) -> HeadCard:
+    """A head card file (head.json); ConfigError when it is unreadable or not a SpecScope card."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         info = {key: value for key, value in data.items() if key not in

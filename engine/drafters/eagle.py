@@ -7,6 +7,8 @@ outside the draft vocabulary), so verification is the usual lossless one.
 
 The head keeps a one-layer KV cache of its own for the positions with real (target) features, synced by
 common prefix like any runner; positions drafted from predicted features are dropped after each round.
+A head folder is ours (head.safetensors + head.json) or another tool's (a speculators "eagle" or EAGLE-1
+config.json with model.safetensors: engine/speculators_format.py), which may bring its own embedding and readout.
 Transformers backend only (it reads the target's torch modules). Touches the target's embedding and output
 head read-only, the target runner's kept hidden states read-only, and its own cache.
 """
@@ -26,6 +28,7 @@ from engine.eagle_head import (EagleHead, decoder_parts, default_head_dir, load_
                                target_fingerprint)
 from engine.errors import ConfigError
 from engine.sampling import probabilities, sample
+from engine.speculators_format import check_speculators, is_foreign_head, load_speculators
 
 # `specscope drafter train`'s default budget, data generation included; on this project's 2-core CPU it gives
 # the built-in model a head that accepts about half of first drafts (see README, EAGLE heads)
@@ -46,11 +49,15 @@ def no_head_message(target: LoadedModel) -> str:
 
 def check_eagle(spec: SpecConfig, target: LoadedModel) -> Path:
     """The head folder for `target`: refused on another backend, when missing (with how to train one), or when
-    it was trained for another target."""
+    it was trained for another target. A folder in another tool's layout (speculators "eagle", EAGLE-1: a
+    config.json) must fit the target's shapes (engine.speculators_format)."""
     check_backend("eagle", target.backend)
     folder = head_folder(spec, target)
     if not spec.draft and not folder.is_dir():
         raise ConfigError(no_head_message(target))
+    if is_foreign_head(folder):
+        check_speculators(folder, target.model, target.label)
+        return folder
     card = read_card(folder)
     if card.fingerprint != target_fingerprint(target.model):
         raise ConfigError(f"the eagle head in {folder} was trained for {card.target}, not {target.label} (the "
@@ -59,8 +66,10 @@ def check_eagle(spec: SpecConfig, target: LoadedModel) -> Path:
 
 
 def make_eagle_drafter(spec: SpecConfig, target: LoadedModel, target_runner) -> "EagleDrafter":
-    head, _card = load_head(check_eagle(spec, target), target.model, target.label)
-    return EagleDrafter(target, head, target_runner)
+    folder = check_eagle(spec, target)
+    load = load_speculators if is_foreign_head(folder) else load_head
+    head, card = load(folder, target.model, target.label)
+    return EagleDrafter(target, head, target_runner, note=card.info.get("note"))
 
 
 def causal_mask(n_new: int, n_past: int, device: torch.device) -> torch.Tensor:
@@ -72,13 +81,18 @@ class EagleDrafter:
     name = "eagle"
     free_to_propose = False  # every drafted token is a pass of the head (and a readout)
 
-    def __init__(self, target: LoadedModel, head: EagleHead, target_runner: TransformersRunner) -> None:
+    def __init__(self, target: LoadedModel, head: EagleHead, target_runner: TransformersRunner,
+                 note: str | None = None) -> None:
         check_backend("eagle", target.backend)
-        _, _, self.embed, output_head = decoder_parts(target.model)
+        _, _, embed, output_head = decoder_parts(target.model)
         dtype = output_head.weight.dtype
         self.head = head.to(device=target.device, dtype=dtype).eval()
         self.head.draft_vocab = self.head.draft_vocab.to(torch.long)
-        self.readout = readout_weight(output_head, self.head.draft_vocab)
+        # a head trained elsewhere may bring its own embedding and readout; ours use the target's
+        self.embed = self.head.embed_tokens if self.head.embed_tokens is not None else embed
+        self.readout = (self.head.lm_head.weight.detach() if self.head.lm_head is not None
+                        else readout_weight(output_head, self.head.draft_vocab))
+        self.note = note  # e.g. the model a head without our card was trained for
         self.vocab_size = target.vocab_size
         self.target_runner: TransformersRunner | None = None
         self.cache = None
