@@ -68,10 +68,11 @@ def check_minutes(minutes: float) -> float:
     return minutes
 
 
-def run_options(base, model: str, minutes: float, from_history: bool, out: Path | None):
-    """The TrainOptions of a run: `base` (engine.train_drafter.TrainOptions) with the dialog's choices."""
-    return replace(base, model=model, minutes=check_minutes(minutes), from_history=from_history,
-                   out=out if out is not None else base.out)
+def run_options(base, model: str, minutes: float, from_history: bool):
+    """The TrainOptions of a run: `base` (engine.train_drafter.TrainOptions) with the dialog's choices. Its out
+    folder stays base's (None: the model's own, found by its weights' fingerprint), so that running again
+    resumes there and a head found by its label alone is never written over."""
+    return replace(base, model=model, minutes=check_minutes(minutes), from_history=from_history)
 
 
 def offer_text(label: str, minutes: float) -> str:
@@ -108,7 +109,9 @@ class TrainRun:
     def fold(self, progress) -> None:
         with self._lock:
             state = self._state
-            state.phase, state.fraction, state.message = progress.phase, progress.fraction, progress.message
+            if progress.phase != "cancelled":  # a cancelled run says 1.0 (its end); the bar stays where it got to
+                state.fraction = progress.fraction
+            state.phase, state.message = progress.phase, progress.message
             if progress.step:
                 state.step = progress.step
             if progress.loss is not None:

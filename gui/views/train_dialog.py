@@ -48,9 +48,11 @@ def real_train(options, report, cancel):
     return train(options, report, cancel)
 
 
-def default_options():
+def default_options(settings: AppSettings):
+    """The trainer's defaults, on the device and dtype chosen in the Models window."""
     from engine.train_drafter import TrainOptions
-    return TrainOptions()
+    dtype = settings.dtype()
+    return TrainOptions(device=settings.device(), dtype=None if dtype == "auto" else dtype)
 
 
 def default_minutes() -> float:
@@ -71,7 +73,7 @@ class TrainDialog(QDialog):
         self.settings, self.palette_ = settings, palette
         self.model, self.label = model, label
         self._train = train or real_train
-        self._base = base_options if base_options is not None else default_options()
+        self._base = base_options if base_options is not None else default_options(settings)
         self.run = TrainRun()
         self.cancel_event: threading.Event | None = None
         self._job: int | None = None
@@ -272,10 +274,8 @@ class TrainDialog(QDialog):
         """Start (or resume: the same folder continues from its checkpoint) a run; False when refused."""
         if self.running:
             return False
-        folder = self.folder()
-        try:
-            options = run_options(self._base, self.model, self.minutes.value(), self.from_history.isChecked(),
-                                  folder if checkpoint_step(folder) is not None else None)
+        try:  # the same options again: the trainer resumes from the checkpoint in the model's own folder
+            options = run_options(self._base, self.model, self.minutes.value(), self.from_history.isChecked())
         except ConfigError as exc:
             self._show_problem(str(exc))
             return False
@@ -403,7 +403,8 @@ class TrainingFront:
             self.dialog.use_eagle_requested.connect(self.use_eagle)
             self.dialog.resize(self.dialog.sizeHint())
         elif not self.dialog.set_model(model, label):
-            self.dialog.phase.setText(f"Training {self.dialog.label}: cancel it first to train {label}.")
+            self.dialog.resume_note.setText(f"Training {self.dialog.label} now: cancel it first to train {label}.")
+            self.dialog.resume_note.show()
         self.dialog.show()
         if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
             self.dialog.raise_()
@@ -427,17 +428,17 @@ class TrainingFront:
     def offer(self, model: str, label: str) -> bool:
         """Ask once per model (never in a scripted run, never again once declined); otherwise say it in the
         settings panel's message line. True when the dialog was opened."""
-        text = offer_text(label, default_minutes())
         settings = self.window.settings
-        if not self.window.persist or settings.training_offer_declined(model) or model in self._offered:
-            self.window.controls.show_runtime_problem(f"{label} has no eagle head yet: train one in Tools ▸ "
-                                                      "Models… ▸ Train a drafter…, or pick another method.")
-            return False
-        self._offered.add(model)
-        if self.ask("Train an eagle head?", text):
-            self.open(model, label)
-            return True
-        settings.set_training_offer_declined(model)
+        if self.window.persist and not settings.training_offer_declined(model) and model not in self._offered:
+            self._offered.add(model)
+            if self.ask("Train an eagle head?", offer_text(label, default_minutes())):
+                self.open(model, label)
+                return True
+            settings.set_training_offer_declined(model)
+        line = (f"{label} has no eagle head yet: train one in Tools ▸ Models… ▸ Train a drafter…, or pick another "
+                "method.")
+        self.window.controls.show_runtime_problem(line)
+        self.window.status_label.setText(line)
         return False
 
     # ------------------------------------------------------------------ use it
@@ -450,6 +451,8 @@ class TrainingFront:
         if controls.effective_backend() != "transformers":
             reload = True
             window.set_backend("transformers")
+            if window.model_manager is not None:
+                window.model_manager.set_backend("transformers")
         controls.apply(model=model, method="eagle")
         if reload:
             window.load_model(model, force=True)
@@ -464,10 +467,15 @@ class TrainingFront:
             self.dialog.shutdown()
 
 
-def ask_train(parent, title: str, text: str) -> bool:
-    """Train… / Not now."""
+def offer_box(parent, title: str, text: str) -> tuple[QMessageBox, QPushButton]:
+    """The question with its two answers, Train… and Not now; (the box, its Train… button)."""
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
     train = box.addButton("Train…", QMessageBox.ButtonRole.AcceptRole)
-    box.addButton("Not now", QMessageBox.ButtonRole.RejectRole)
+    box.setDefaultButton(box.addButton("Not now", QMessageBox.ButtonRole.RejectRole))
+    return box, train
+
+
+def ask_train(parent, title: str, text: str) -> bool:
+    box, train = offer_box(parent, title, text)
     box.exec()
     return box.clickedButton() is train
