@@ -3,8 +3,8 @@ layout, loaded into an EagleHead (engine/eagle_head.py), and our own heads writt
 
 The formats, as read in their sources (read as references; none of their code is used here):
 - speculators "eagle" (EAGLE-1/2 and HASS): vllm-project/speculators v0.4.0 `src/speculators/models/eagle.py`
-  (EagleSpeculatorConfig, EagleSpeculator; removed in v0.5.0, #332, and its converter
-  `src/speculators/convert/eagle/eagle_converter.py` in #672), `src/speculators/config.py` (VerifierConfig,
+  (EagleSpeculatorConfig, EagleSpeculator; moved to a legacy converter module in v0.5.0, #332, and removed
+  with `src/speculators/convert/eagle/eagle_converter.py` in #672, v0.7.0), `src/speculators/config.py` (VerifierConfig,
   SpeculatorsConfig) and `tests/unit/models/test_eagle_config.py`. config.json: `speculators_model_type`
   "eagle", `transformer_layer_config` (the verifier's config, a diff dict), `layernorms`, `fusion_bias`,
   `speculators_config` {algorithm, proposal_methods, default_proposal_method, verifier {name_or_path,
@@ -18,8 +18,8 @@ The formats, as read in their sources (read as references; none of their code is
   base model's last post-norm hidden state, the layer's output goes to the base lm_head with no norm — as
   ours. vLLM reads this layout for `method: eagle` (vllm/model_executor/models/llama_eagle.py:
   `disable_input_layernorm` for layer 0, `fc` without bias); its speculators config reader
-  (vllm/transformers_utils/configs/speculators/algos.py) registers eagle3 (later peagle, dflash, dspark) and
-  never "eagle".
+  (vllm/transformers_utils/configs/speculators/algos.py), in every version read here, registers eagle3 (later
+  peagle, dflash, dspark), not "eagle".
 - EAGLE-3 (speculators `models/eagle3/`, EAGLE `eagle/model/cnets.py`): `fc` over three of the target's layers
   (3H → H), a layer whose attention takes 2H, its own norm and lm_head over a draft vocabulary mapped by `d2t`
   (target id = draft id + d2t[draft id]) and `t2d`. Not loaded: the target runner keeps only its last layer's
@@ -28,7 +28,8 @@ The formats, as read in their sources (read as references; none of their code is
 What maps 1:1 onto an EagleHead: fc (bias or none), the layer (input norm or none), a layer config of its own,
 an embedding and an lm_head of its own, a draft vocabulary as d2t/t2d (EAGLE-3's names). What a head trained
 here has that speculators "eagle" has no place for (the layer's input norm, a restricted draft vocabulary) is
-written under the same names and flagged in config.json's "specscope" block, with our card (head.json, the
+written as `transformer.input_layernorm.weight` and EAGLE-3's `d2t`/`t2d` and flagged in config.json's
+"specscope" block (a reader that doesn't know the block would miss them), with our card (head.json, the
 target's fingerprint) beside it. A checkpoint without our card is accepted when its shapes fit the target,
 with a note naming the model it was trained for. Touches the head folder (read, and written by
 save_speculators), torch and the target's modules read-only.
@@ -51,7 +52,7 @@ from engine.errors import ConfigError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-SPECULATORS_VERSION = "0.4.0"  # the last speculators release with EagleSpeculator, whose layout this follows
+SPECULATORS_VERSION = "0.4.0"  # the speculators release whose EagleSpeculator layout this follows
 EAGLE3_MESSAGE = ("EAGLE-3 heads read three of the target's layers; SpecScope's eagle drafts from the last layer "
                   "only (EAGLE-1 / HASS format)")
 # checkpoint name prefix → EagleHead name prefix, per layout; names kept as they are in both

@@ -312,3 +312,14 @@ def test_the_drafter_uses_the_targets_parts_for_our_heads(tiny_model, vocab):
     drafter = EagleDrafter(tiny_model, head, tiny_model.new_runner())
     assert drafter.embed is tiny_model.model.get_input_embeddings() and drafter.note is None
     assert torch.equal(drafter.readout, tiny_model.model.get_output_embeddings().weight[head.draft_vocab])
+
+
+def test_a_copy_of_the_targets_embedding_is_not_kept_twice(tiny_model, vocab, tmp_path):
+    """EAGLE-1 checkpoints carry a copy of the base model's embedding: the head then uses the target's own."""
+    tensors = {"fc.weight": torch.zeros(HIDDEN, 2 * HIDDEN),
+               "embed_tokens.weight": tiny_model.model.get_input_embeddings().weight.detach().clone(),
+               **random_layer("layers.0.", torch.Generator().manual_seed(2), norm=True)}
+    folder = write_head(tmp_path / "head", LlamaConfig(**layer_config(vocab)).to_dict(), tensors)
+    head, card = load_speculators(folder, tiny_model.model, tiny_model.label)
+    assert head.embed_tokens is None and head.lm_head is None and head.fc.bias is None and head.input_norm
+    assert card.fingerprint == "" and card.info["format"] == "eagle1"
