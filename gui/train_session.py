@@ -49,17 +49,31 @@ def head_for(label: str, root: Path | None = None) -> Path | None:
     return max(found)[1] if found else None
 
 
-def checkpoint_step(folder: Path | None) -> int | None:
-    """The training step a run in `folder` got to (its checkpoint.json), or None when it has none."""
+def _checkpoint_state(folder: Path | None) -> dict:
     from engine.train_drafter import STATE_FILE
     if folder is None:
-        return None
+        return {}
     try:
         state = json.loads((Path(folder) / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    step = state.get("step") if isinstance(state, dict) else None
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def checkpoint_step(folder: Path | None) -> int | None:
+    """The training step a run in `folder` got to (its checkpoint.json), or None when it has none."""
+    step = _checkpoint_state(folder).get("step")
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def checkpoint_points(folder: Path | None) -> list[tuple[int, tuple[float, ...]]]:
+    """The held-out acceptance at each evaluation so far, (step, acceptance…), from the checkpoint's history
+    rows [step, seconds, loss, acceptance at positions 1…]; rows of another shape are skipped."""
+    points = []
+    for row in _checkpoint_state(folder).get("history") or ():
+        if isinstance(row, list) and len(row) > 3 and all(isinstance(v, (int, float)) for v in row):
+            points.append((int(row[0]), tuple(float(v) for v in row[3:])))
+    return points
 
 
 def check_minutes(minutes: float) -> float:
@@ -102,9 +116,12 @@ class Snapshot:
 class TrainRun:
     """One run's progress, folded from TrainProgress values (`fold` may be called from any thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, points=()) -> None:
+        """`points`: the evaluations of the run it resumes (checkpoint_points), drawn before its own."""
         self._lock = threading.Lock()
-        self._state = Snapshot()
+        points = list(points)
+        self._state = Snapshot(points=points, acceptance=points[-1][1] if points else (),
+                               step=points[-1][0] if points else 0)
 
     def fold(self, progress) -> None:
         with self._lock:

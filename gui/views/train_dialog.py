@@ -32,8 +32,8 @@ from engine.errors import ConfigError
 from gui import theme
 from gui.jobs import BackgroundJobs
 from gui.settings import AppSettings
-from gui.train_session import (MAX_MINUTES, MIN_MINUTES, POSITIONS, TrainRun, checkpoint_step, figures_line,
-                               head_for, offer_text, progress_line, result_words, run_options)
+from gui.train_session import (MAX_MINUTES, MIN_MINUTES, POSITIONS, TrainRun, checkpoint_points, checkpoint_step,
+                               figures_line, head_for, offer_text, progress_line, result_words, run_options)
 from gui.views.plots import _nice_ceiling
 from gui.worker import error_message
 
@@ -230,12 +230,14 @@ class TrainDialog(QDialog):
         """Train for another model (only while idle); False while a run is going."""
         if self.running and model != self.model:
             return False
-        if model != self.model:
-            self.run, self.out, self._drawn = TrainRun(), None, -1
+        changed = model != self.model or not self.run.snapshot().version
+        self.model, self.label = model, label
+        if changed:  # a saved run's evaluations are drawn at once
+            self.out = None
+            self.run, self._drawn = TrainRun(checkpoint_points(self.folder())), -1
             self.result.clear()
             self.use_button.hide()
             self.refresh()
-        self.model, self.label = model, label
         self.title.setText(f"Train an EAGLE drafter for {label}")
         self.about.setText(f"A one-layer head learns to guess {label}'s next tokens from its own replies (written "
                            "here first), then method eagle drafts with it. The chat keeps working meanwhile, more "
@@ -279,13 +281,14 @@ class TrainDialog(QDialog):
         except ConfigError as exc:
             self._show_problem(str(exc))
             return False
-        self.run, self._drawn = TrainRun(), -1
-        self.cancel_event = cancel = threading.Event()
+        self.run, self._drawn = TrainRun(checkpoint_points(self.folder())), -1
+        cancel, fold = threading.Event(), self.run.fold
+        self.cancel_event = cancel
         self._show_problem(None)
         self.result.clear()
         self.use_button.hide()
         self.phase.setText("Starting…")
-        self._job = self.jobs.submit(lambda: run_training(self._train, options, self.run.fold, cancel))
+        self._job = self.jobs.submit(lambda: run_training(self._train, options, fold, cancel))
         self.timer.start()
         self._update_resume()
         return True

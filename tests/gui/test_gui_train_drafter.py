@@ -40,7 +40,8 @@ def write_head(folder: Path, label: str, acceptance=(0.4, 0.2, 0.1), steps: int 
     card = HeadCard(label, "f" * 32, 64, 300, {"steps": steps, "held_out_acceptance": list(acceptance)})
     (folder / "head.json").write_text(card.to_json(), encoding="utf-8")
     (folder / "head.safetensors").write_bytes(b"")
-    (folder / STATE_FILE).write_text(json.dumps({"step": steps}), encoding="utf-8")
+    history = [[steps, 12.5, 2.5, *acceptance]]  # the trainer's rows: step, seconds, loss, acceptance…
+    (folder / STATE_FILE).write_text(json.dumps({"step": steps, "history": history}), encoding="utf-8")
     return card
 
 
@@ -227,7 +228,10 @@ def test_a_saved_checkpoint_makes_resume_say_its_step(make_dialog, heads_root, t
     note = dialog.resume_note.text()
     assert "resumes from step 42" in note and str(heads_root / ("a" * 32)) in note
     assert dialog.resume_button.isEnabled() and not dialog.start_button.isEnabled()
+    assert dialog.plotted()[0] == ([42.0], [40.0])  # the saved run's evaluations are drawn at once
+    assert "step 42" in words(dialog.figures) and "pos 1: 40%" in words(dialog.figures)
     dialog.set_model("other", "other")
+    assert dialog.plotted()[0] == ([], [])
     assert dialog.resume_note.text() == "" and dialog.start_button.isEnabled()
 
 
@@ -395,6 +399,7 @@ def test_the_real_trainer_on_a_tiny_llama_through_the_dialog(make_dialog, qtbot,
     assert len(card["held_out_acceptance"]) == 3
     assert len(dialog.plotted()[0][0]) >= 1
     assert f"written to {tmp_path / 'head'}" in dialog.result.text()
+    assert dialog.resume_button.isEnabled() and f"resumes from step {card['steps']}" in dialog.resume_note.text()
     gaps["timer"].stop()
     print(f"\ntiny Llama, 30 s: {card['steps']} steps, held-out acceptance {card['held_out_acceptance']}; the GUI "
           f"thread's longest gap while training: {1000 * max(gaps['gaps']):.0f} ms (a 10 ms timer)")
