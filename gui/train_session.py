@@ -161,7 +161,9 @@ def figures_line(state: Snapshot) -> str:
     if not state.step:
         return ""
     loss = f" · loss {state.loss:.3f}" if state.loss is not None else ""
-    return f"step {state.step}{loss} · held-out acceptance {acceptance_words(state.acceptance)}"
+    measured = state.points[-1][0] if state.points else None  # the trainer evaluates every ~40 s
+    when = f" (at step {measured})" if measured is not None and measured != state.step else ""
+    return f"step {state.step}{loss} · held-out acceptance{when} {acceptance_words(state.acceptance)}"
 
 
 def result_words(out: Path, card, cancelled: bool) -> str:

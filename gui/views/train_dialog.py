@@ -156,7 +156,7 @@ class TrainDialog(QDialog):
         item.getAxis("bottom").setLabel("training step")
         for name in ("left", "bottom"):
             item.getAxis(name).enableAutoSIPrefix(False)
-            item.getAxis(name).setStyle(hideOverlappingLabels=False)  # keep the 0 and the 100
+        item.getAxis("left").setStyle(hideOverlappingLabels=False)  # keep the 0 and the 100
         self.plot.setYRange(0, 100, padding=0.04)
         self._x_max = 0.0
         self._set_x_range(10.0)
@@ -172,7 +172,7 @@ class TrainDialog(QDialog):
         wanted = _nice_ceiling(max(10.0, last_step))
         if wanted != self._x_max:
             self._x_max = wanted
-            self.plot.setXRange(0, wanted, padding=0.02)
+            self.plot.setXRange(0, wanted, padding=0.05)  # room for the last tick's label
 
     def _build_buttons(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -305,6 +305,8 @@ class TrainDialog(QDialog):
         if state.version == self._drawn:
             return
         self._drawn = state.version
+        loading = self.running and state.phase in ("", "loading")  # no fraction yet: a busy bar
+        self.bar.setRange(0, 0 if loading else 1000)
         self.bar.setValue(int(1000 * min(1.0, max(0.0, state.fraction))))
         if not (self.cancel_event is not None and self.cancel_event.is_set() and self.running):
             self.phase.setText(progress_line(state) if state.version else "")
@@ -313,7 +315,7 @@ class TrainDialog(QDialog):
         for curve, (steps, values) in zip(self.curves, series):
             curve.setData(steps, values)
         self.empty_note.setVisible(not series[0][0])
-        self._set_x_range(max(series[0][0], default=0.0))
+        self._set_x_range(max([float(state.step), *series[0][0]]))  # the axis follows training between evaluations
 
     def plotted(self) -> list[tuple[list[float], list[float]]]:
         """What each position's curve draws (for tests and the screenshots)."""

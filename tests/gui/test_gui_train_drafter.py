@@ -235,6 +235,14 @@ def test_a_saved_checkpoint_makes_resume_say_its_step(make_dialog, heads_root, t
     assert dialog.resume_note.text() == "" and dialog.start_button.isEnabled()
 
 
+def test_the_figures_say_when_acceptance_was_last_measured():
+    from gui.train_session import Snapshot, figures_line
+    state = Snapshot(step=50, loss=2.0, acceptance=(0.4, 0.25), points=[(10, (0.4, 0.25))])
+    assert figures_line(state).replace("\u00a0", " ") == ("step 50 · loss 2.000 · held-out acceptance (at step 10) "
+                                                          "pos 1: 40%  pos 2: 25%")
+    assert figures_line(Snapshot()) == ""
+
+
 # ---------------------------------------------------------------- the main window's side
 
 def fake_front(window, trainer):
