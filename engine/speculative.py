@@ -291,7 +291,7 @@ class Engine:
             spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
             device=self.target.device_label or str(self.target.device), dtype=self.target.dtype_label,
             greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
-            max_new_tokens=max_new_tokens, warnings=spec.warnings)
+            max_new_tokens=max_new_tokens, warnings=spec.warnings + ((drafter.note,) if drafter.note else ()))
         try:
             while state.stop_reason is None:
                 room = self._room(state, cancel, max_new_tokens)

@@ -52,6 +52,7 @@ class AssistantDrafter:
 
     name = "assistant"
     free_to_propose = False  # every drafted token is a pass of the assistant
+    note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
         check_assistant(target, draft)

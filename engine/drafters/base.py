@@ -34,6 +34,7 @@ class Proposal:
 class Drafter(Protocol):
     name: str
     free_to_propose: bool  # proposing costs next to nothing (a lookup): the adaptive length trims after
+    note: str | None  # one line for the start of a generation (e.g. the model a foreign eagle head was made for)
 
     def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
         """A generation starts with these sampling settings."""

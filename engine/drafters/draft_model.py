@@ -20,6 +20,7 @@ class RunnerDrafter:
 
     name = "draft-model"
     free_to_propose = False  # every drafted token is a forward pass
+    note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, runner: Runner, name: str | None = None) -> None:
         self.runner = runner

@@ -66,6 +66,7 @@ class MtpDrafter:
 
     name = "mtp"
     free_to_propose = False  # every drafted token is a pass of one MTP layer
+    note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, target: LoadedModel, target_runner: Runner) -> None:
         self.n_layers = check_mtp(target, 1)

@@ -8,6 +8,7 @@ from engine.drafters.base import Proposal
 class NoDrafter:
     name = "none"
     free_to_propose = True  # it proposes nothing
+    note: str | None = None  # nothing to say at the start of a generation
 
     def begin(self, sampling, generator) -> None:
         pass

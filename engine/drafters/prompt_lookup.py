@@ -14,6 +14,7 @@ from engine.drafters.base import Proposal
 class PromptLookupDrafter:
     name = "prompt-lookup"
     free_to_propose = True  # a dictionary lookup: proposing k and trimming costs nothing
+    note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         self.ngram_max = ngram_max

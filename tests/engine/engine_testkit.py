@@ -94,6 +94,7 @@ class ScriptedDrafter:
 
     name = "scripted"
     free_to_propose = False
+    note = None
 
     def __init__(self, script):
         self.script = list(script)
