@@ -1,8 +1,8 @@
 """`specscope drafter train`: an EAGLE head for a target, self-distilled on the target's own replies.
 
-1. Data: the target's greedy and sampled replies to prompts (the presets, Spec-Bench questions minus a held-out
-   tenth, --prompts files, the user's chats with --from-history), written by the fastest backend available
-   (llama.cpp for a GGUF where llama-cpp-python is installed), appended to OUT/replies.jsonl as they come.
+1. Data (engine/drafter_data.py): the target's greedy and sampled replies to prompts (the presets, Spec-Bench
+   questions minus a held-out tenth, --prompts files, the user's chats with --from-history), written by the
+   target itself, many prompts per batch, appended to OUT/replies.jsonl as they come.
 2. Features: the transformers target's last hidden states, logsumexp and argmax at every position of every
    reply, from teacher-forced passes (OUT/features.safetensors).
 3. Training (engine/eagle_training.py) until the time budget is spent, with held-out acceptance by draft
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -31,15 +30,12 @@ import torch
 from engine.eagle_head import (EagleHead, HeadCard, decoder_parts, default_head_dir, readout_weight, save_head,
                                target_fingerprint)
 from engine.eagle_training import Batch, acceptance_by_position, loss_and_hits
+from engine.drafter_data import reply_jobs, training_prompts, write_replies
 from engine.errors import ConfigError
-from engine.prompts import Prompt, load_prompts
 
-REPLIES_FILE = "replies.jsonl"
 FEATURES_FILE = "features.safetensors"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 STATE_FILE = "checkpoint.json"
-HELD_OUT_EVERY = 10  # every 10th Spec-Bench question is held out (never trained on)
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -53,12 +49,15 @@ class TrainOptions:
     held_out_prompts: int = 16
     draft_vocab: int = 8192  # the most frequent target tokens the head drafts from (≤ the vocabulary)
     steps_unrolled: int = 3  # draft steps trained as drafted (training-time test)
+    first_position_share: float = 0.6  # this share of the training time trains the first draft position only
     regression: float = 0.1  # weight of EAGLE-1's feature regression
+    hard: float = 0.0  # weight of a cross-entropy to the target's argmax, on top of the soft loss
     max_new_tokens: int = 192
     window: int = 256
     batch: int = 6
     learning_rate: float = 1e-3
     data_share: float = 0.45  # at most this share of the budget writes replies
+    reply_batch: int = 16  # prompts the target answers at once while writing the replies
     seed: int = 0
     device: str = "auto"
     dtype: str | None = None  # None: engine.sources' default for the device (bf16 where the CPU has it)
@@ -77,126 +76,6 @@ class TrainProgress:
 
 
 Report = Callable[[TrainProgress], None]
-
-
-# ---------------------------------------------------------------- prompts
-
-def history_prompts(db_path: Path | None = None) -> list[Prompt]:
-    """The user's own messages from the chat history (read-only, straight from SQLite: the engine never imports
-    gui). The database is gui/store.py's: <data dir>/history.sqlite3, SPECSCOPE_DATA_DIR overriding the dir."""
-    if db_path is None:
-        override = os.environ.get("SPECSCOPE_DATA_DIR")
-        if override:
-            folder = Path(override).expanduser()
-        else:
-            import platformdirs
-            folder = Path(platformdirs.user_data_dir("specscope", appauthor=False))
-        db_path = folder / "history.sqlite3"
-    if not db_path.is_file():
-        raise ConfigError(f"--from-history: no chat history at {db_path} yet")
-    try:
-        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
-            rows = conn.execute("SELECT id, content FROM messages WHERE role = 'user' ORDER BY id").fetchall()
-    except sqlite3.Error as exc:
-        raise ConfigError(f"--from-history: {db_path} could not be read ({exc})") from None
-    return [Prompt(f"history-{i}", "history", text) for i, text in rows if isinstance(text, str) and text.strip()]
-
-
-def training_prompts(options: TrainOptions) -> tuple[list[Prompt], list[Prompt]]:
-    """(training prompts, held-out prompts): the presets, Spec-Bench (every HELD_OUT_EVERY-th question held
-    out), --prompts files and the history; held-out ones are never trained on."""
-    train, held_out = [], []
-    presets = REPO_ROOT / "assets" / "presets.json"
-    if presets.is_file() and options.builtin_prompts:
-        train += load_prompts(presets)
-    spec_bench = REPO_ROOT.parent / "shared" / "benchmarks" / "spec_bench_questions.jsonl"
-    if spec_bench.is_file() and options.builtin_prompts:
-        for number, prompt in enumerate(load_prompts(spec_bench)):
-            (held_out if number % HELD_OUT_EVERY == 0 else train).append(prompt)
-    for path in options.prompt_files:
-        train += load_prompts(path)
-    if options.from_history:
-        train += history_prompts()
-    if not train:
-        raise ConfigError("no training prompts: give --prompts FILE (presets, Spec-Bench or {\"prompt\": …} lines)")
-    if not held_out:  # no Spec-Bench file here: hold out a tenth of what there is
-        held_out, train = train[::HELD_OUT_EVERY], [p for i, p in enumerate(train) if i % HELD_OUT_EVERY]
-    random.Random(0).shuffle(train)
-    return train, held_out[:options.held_out_prompts]
-
-
-def reply_jobs(train: list[Prompt], held_out: list[Prompt]) -> list[tuple[Prompt, str, bool]]:
-    """(prompt, mode, held out) in the order they are written: two held-out prompts first, then each training
-    prompt greedy and sampled with a held-out one after every eight, so that a short run has both."""
-    jobs = [(p, m, False) for p in train for m in ("greedy", "sampled")]
-    pending = [(p, "greedy", True) for p in held_out]
-    ordered = pending[:2]
-    for number, job in enumerate(jobs):
-        ordered.append(job)
-        if number % 8 == 7 and len(pending) > 2 + (number // 8):
-            ordered.append(pending[2 + number // 8])
-    return ordered + pending[2 + len(jobs) // 8:]
-
-
-# ---------------------------------------------------------------- 1. replies
-
-def _reply(engine, prompt: Prompt, mode: str, options: TrainOptions, number: int) -> tuple[list[int], int] | None:
-    """The target's reply to `prompt` (greedy, or sampled at temperature 0.8): (prompt + reply ids, prompt
-    length), or None for a prompt too long to leave room for a reply."""
-    from engine.config import SamplingConfig, SpecConfig
-    conversation = [{"role": "user", "content": prompt.text}]
-    prompt_ids = engine.prompt_ids(conversation)
-    if len(prompt_ids) + options.max_new_tokens > min(engine.target.context_length, 1024):
-        return None
-    sampling = SamplingConfig() if mode == "greedy" else SamplingConfig(temperature=0.8, seed=options.seed + number)
-    finished = None
-    for finished in engine.generate_ids(prompt_ids, spec=SpecConfig(), sampling=sampling,
-                                        max_new_tokens=options.max_new_tokens):
-        pass
-    return prompt_ids + list(finished.output_ids), len(prompt_ids)
-
-
-def read_replies(out: Path) -> list[dict]:
-    """The replies written so far (a line cut by a crash is dropped)."""
-    path = out / REPLIES_FILE
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
-def write_replies(gen_model, train: list[Prompt], held_out: list[Prompt], options: TrainOptions, out: Path,
-                  until: float, report: Report, cancel: threading.Event) -> list[dict]:
-    """Append the target's replies to OUT/replies.jsonl until `until` (monotonic time) or every prompt is done:
-    the held-out prompts first (greedy), then each training prompt greedy and sampled. Resumable."""
-    from engine.speculative import Engine
-    records = read_replies(out)
-    done = {(r["prompt"], r["mode"]) for r in records}
-    jobs = reply_jobs(train, held_out)
-    engine, started = Engine(gen_model), time.monotonic()
-    with open(out / REPLIES_FILE, "a", encoding="utf-8") as file:
-        for number, (prompt, mode, held) in enumerate(jobs):
-            if cancel.is_set() or time.monotonic() >= until:
-                break
-            if (prompt.id, mode) in done:
-                continue
-            reply = _reply(engine, prompt, mode, options, number)
-            if reply is None:
-                continue
-            record = {"prompt": prompt.id, "mode": mode, "held_out": held, "ids": reply[0], "prompt_length": reply[1]}
-            file.write(json.dumps(record) + "\n")
-            file.flush()
-            records.append(record)
-            tokens = sum(len(r["ids"]) - r["prompt_length"] for r in records)
-            fraction = min(1.0, (time.monotonic() - started) / max(1e-9, until - started))
-            report(TrainProgress("replies", fraction, f"{len(records)} replies ({tokens} tokens) written by "
-                                 f"{gen_model.label} on {gen_model.backend}"))
-    return records
 
 
 # ---------------------------------------------------------------- 2. features
@@ -270,9 +149,11 @@ def random_batch(stream: dict[str, torch.Tensor], options: TrainOptions, rng: ra
     return _batch(stream, [rng.randrange(len(stream["ids"]) - window + 1) for _ in range(options.batch)], window)
 
 
-def held_out_acceptance(head, embed, readout, stream, options: TrainOptions, steps: int) -> tuple[float, ...]:
-    """Greedy acceptance at draft positions 1…steps on the held-out replies (engine.stats' definition: accepted
-    at a position / drafted there), the head unrolled as it drafts."""
+def held_out_acceptance(head, embed, readout, stream, options: TrainOptions,
+                        steps: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Greedy acceptance at draft positions 1…steps on the held-out replies, the head unrolled as it drafts:
+    (engine.stats' per-position acceptance: accepted at a position / drafts, what the stats panel shows when the
+    head drafts k ≥ steps; the conditional one: accepted at a position / drafts that reached it)."""
     n, window = len(stream["ids"]), options.window
     totals = [[0, 0] for _ in range(steps)]
     with torch.no_grad(), _autocast(readout):
@@ -282,7 +163,9 @@ def held_out_acceptance(head, embed, readout, stream, options: TrainOptions, ste
             for total, (accepted, drafted) in zip(totals, acceptance_by_position(hits, counted)):
                 total[0] += accepted
                 total[1] += drafted
-    return tuple(a / d if d else 0.0 for a, d in totals)
+    drafts = totals[0][1]
+    return (tuple(a / drafts if drafts else 0.0 for a, _ in totals),
+            tuple(a / d if d else 0.0 for a, d in totals))
 
 
 def _autocast(readout: torch.Tensor):
@@ -332,7 +215,8 @@ class _Loop:
     tokens_seen: int = 0
     seconds: float = 0.0
     loss: float | None = None
-    acceptance: tuple[float, ...] = ()
+    acceptance: tuple[float, ...] = ()  # held-out, engine.stats' definition (accepted at a position / drafts)
+    conditional: tuple[float, ...] = ()  # held-out, accepted at a position / drafts that reached it
     history: list = field(default_factory=list)  # [step, seconds, loss, acceptance…] at each evaluation
 
 
@@ -352,7 +236,8 @@ def train_head(target, head: EagleHead, data: dict[str, torch.Tensor], options: 
     readout = readout_weight(output_head, head.draft_vocab)
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.learning_rate, weight_decay=0.0)
     saved = load_checkpoint(out, head, optimizer)
-    loop = _Loop(**{**saved, "acceptance": tuple(saved.get("acceptance", ()))}) if saved else _Loop()
+    loop = _Loop(**{**saved, "acceptance": tuple(saved.get("acceptance", ())),
+                    "conditional": tuple(saved.get("conditional", ()))}) if saved else _Loop()
     train, held_out = _stream(data, False), _stream(data, True)
     started, base = time.monotonic(), loop.seconds
     try:
@@ -367,6 +252,12 @@ def train_head(target, head: EagleHead, data: dict[str, torch.Tensor], options: 
     return loop
 
 
+def _unroll(options: TrainOptions, fraction: float) -> int:
+    """Draft steps unrolled at this point of the training time: the first position alone (a third of the cost,
+    so three times the steps where acceptance is decided first), then all of them."""
+    return 1 if fraction < options.first_position_share else options.steps_unrolled
+
+
 def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out: Path, loop: _Loop,
            budget: tuple[float, float], report: Report, cancel: threading.Event) -> None:
     """Optimizer steps until the budget's end or cancel; an evaluation and a checkpoint every ~40 s."""
@@ -377,9 +268,10 @@ def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out:
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(options, loop, until - time.monotonic())
         batch = random_batch(train, options, rng)
+        unroll = _unroll(options, (time.monotonic() - started) / max(1e-9, until - started))
         with _autocast(readout):
-            loss, _hits, _counted = loss_and_hits(head, embed, readout, batch, options.steps_unrolled,
-                                                  options.regression)
+            loss, _hits, _counted = loss_and_hits(head, embed, readout, batch, unroll, options.regression,
+                                                  options.hard)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -389,7 +281,8 @@ def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out:
         now = time.monotonic()
         if now - last_eval > 40 or now >= until:
             loop.seconds = base + now - started
-            loop.acceptance = held_out_acceptance(head, embed, readout, held_out, options, steps_eval)
+            loop.acceptance, loop.conditional = held_out_acceptance(head, embed, readout, held_out, options,
+                                                                    steps_eval)
             loop.history.append([loop.step, round(loop.seconds, 1), round(loop.loss, 4), *loop.acceptance])
             save_checkpoint(out, head, optimizer, loop.__dict__)
             last_eval = time.monotonic()
@@ -399,19 +292,12 @@ def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out:
 
 # ---------------------------------------------------------------- the run
 
-def load_models(options: TrainOptions, report: Report):
-    """(target on transformers, the model that writes the replies: the same target on the fastest backend)."""
+def load_target(options: TrainOptions, report: Report):
+    """The target on transformers (it writes the replies, batched, and gives the features)."""
     from engine.models import load_model
-    from engine.sources import backend_for, resolve_source
     say = lambda message: report(TrainProgress("loading", 0.0, message))  # noqa: E731
-    target = load_model(options.model, backend="transformers", device=options.device, dtype=options.dtype,
-                        progress=say)
-    writer = target
-    if backend_for(resolve_source(options.model), "auto") == "llama.cpp":
-        writer = load_model(options.model, backend="llama.cpp", device=options.device, progress=say)
-        if writer.vocab_size != target.vocab_size:
-            writer = target
-    return target, writer
+    return load_model(options.model, backend="transformers", device=options.device, dtype=options.dtype,
+                      progress=say)
 
 
 def head_card(target, data: dict[str, torch.Tensor], records: list[dict], loop: _Loop, head: EagleHead,
@@ -422,12 +308,24 @@ def head_card(target, data: dict[str, torch.Tensor], records: list[dict], loop: 
                      "sources": ["assets/presets.json", "spec_bench_questions.jsonl (9/10)",
                                  *options.prompt_files] + (["history"] if options.from_history else [])},
             "steps": loop.step, "tokens_seen": loop.tokens_seen, "training_seconds": round(loop.seconds, 1),
-            "loss": loop.loss, "held_out_acceptance": list(loop.acceptance), "history": loop.history,
+            "loss": loop.loss, "held_out_acceptance": list(loop.acceptance),
+            "held_out_conditional_acceptance": list(loop.conditional),
+            "mean_accepted_length_k3": round(1 + sum(loop.acceptance[:3]), 3), "history": loop.history,
             "options": {"draft_vocab": options.draft_vocab, "steps_unrolled": options.steps_unrolled,
                         "regression": options.regression, "window": options.window, "batch": options.batch,
                         "learning_rate": options.learning_rate}}
     return HeadCard(target.label, target_fingerprint(target.model), int(head.config.hidden_size),
                     int(head.draft_vocab.numel()), info)
+
+
+def _replies(target, options: TrainOptions, out: Path, until: float, report: Report,
+             cancel: threading.Event) -> list[dict]:
+    """Write (or resume writing) the target's replies until `until`; every record in OUT/replies.jsonl."""
+    train_prompts, held_out = training_prompts(options.prompt_files, options.from_history, options.builtin_prompts,
+                                               options.held_out_prompts)
+    return write_replies(target, reply_jobs(train_prompts, held_out), out, max_new_tokens=options.max_new_tokens,
+                         batch=options.reply_batch, seed=options.seed, until=until, cancel=cancel,
+                         say=lambda fraction, message: report(TrainProgress("replies", fraction, message)))
 
 
 def train(options: TrainOptions, report: Report, cancel: threading.Event | None = None) -> tuple[Path, HeadCard]:
@@ -437,12 +335,10 @@ def train(options: TrainOptions, report: Report, cancel: threading.Event | None 
     begun = time.monotonic()
     until = begun + options.minutes * 60
     torch.manual_seed(options.seed)
-    target, writer = load_models(options, report)
+    target = load_target(options, report)
     out = Path(options.out) if options.out else default_head_dir(target_fingerprint(target.model))
     out.mkdir(parents=True, exist_ok=True)
-    train_prompts, held_out = training_prompts(options)
-    records = write_replies(writer, train_prompts, held_out, options, out,
-                            begun + options.minutes * 60 * options.data_share, report, cancel)
+    records = _replies(target, options, out, begun + options.minutes * 60 * options.data_share, report, cancel)
     if not any(r["held_out"] for r in records) or all(r["held_out"] for r in records):
         raise ConfigError("too little time to write both training and held-out replies: give more --minutes")
     data = extract_features(target, records, out, report, cancel)

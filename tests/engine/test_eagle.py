@@ -182,7 +182,8 @@ def test_a_folder_that_is_no_head_is_refused(tiny_model, tmp_path):
 def test_a_short_training_run_on_the_built_in_model_beats_early_exit(tmp_path):
     """~3 minutes on 2 cores: replies, features and training; the head's held-out first-position acceptance
     (its card's figure) against early exit's on the same held-out prompts, both printed."""
-    from engine.train_drafter import read_replies, train
+    from engine.drafter_data import read_replies
+    from engine.train_drafter import train
     options = TrainOptions(model="default", out=tmp_path, minutes=2.5, max_new_tokens=96, held_out_prompts=3)
     _, card = train(options, lambda progress: None)
     target = load_model("default", backend="transformers")
