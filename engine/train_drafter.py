@@ -72,7 +72,8 @@ class TrainProgress:
     message: str
     step: int = 0
     loss: float | None = None
-    acceptance: tuple[float, ...] = ()  # held-out greedy acceptance at draft positions 1…steps_unrolled
+    acceptance: tuple[float, ...] = ()  # held-out greedy acceptance at draft positions 1…3 (engine.stats' definition)
+    out: str = ""  # the head folder, once the target is loaded
 
 
 Report = Callable[[TrainProgress], None]
@@ -328,6 +329,18 @@ def _replies(target, options: TrainOptions, out: Path, until: float, report: Rep
                          say=lambda fraction, message: report(TrainProgress("replies", fraction, message)))
 
 
+def _on_budget(report: Report, budget: tuple[float, float], out: Path) -> Report:
+    """`report` with the out folder named and, for replies and features, the fraction of the whole budget spent
+    (so that a progress bar never jumps back between phases)."""
+    begun, until = budget
+
+    def say(progress: TrainProgress) -> None:
+        if progress.phase in ("replies", "features"):
+            progress = replace(progress, fraction=min(1.0, (time.monotonic() - begun) / max(1e-9, until - begun)))
+        report(replace(progress, out=str(out)))
+    return say
+
+
 def train(options: TrainOptions, report: Report, cancel: threading.Event | None = None) -> tuple[Path, HeadCard]:
     """The whole run (see the module docstring): the head folder and its card. KeyboardInterrupt or `cancel`
     keeps what was done (replies, features, the checkpoint); the same call resumes."""
@@ -338,7 +351,10 @@ def train(options: TrainOptions, report: Report, cancel: threading.Event | None 
     target = load_target(options, report)
     out = Path(options.out) if options.out else default_head_dir(target_fingerprint(target.model))
     out.mkdir(parents=True, exist_ok=True)
+    report = _on_budget(report, (begun, until), out)
     records = _replies(target, options, out, begun + options.minutes * 60 * options.data_share, report, cancel)
+    if cancel.is_set():
+        raise KeyboardInterrupt  # what was written is kept; the same call resumes
     if not any(r["held_out"] for r in records) or all(r["held_out"] for r in records):
         raise ConfigError("too little time to write both training and held-out replies: give more --minutes")
     data = extract_features(target, records, out, report, cancel)
