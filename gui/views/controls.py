@@ -12,6 +12,8 @@ drafter, no file read), gui.chat_session.Settings (what it returns). No state be
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
                                QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
@@ -262,10 +264,12 @@ class ControlsPanel(QWidget):
         self.revalidate()
 
     def draft_name(self) -> str | None:
-        """The draft model, when the method uses one."""
-        if not method_info(self.method_name()).needs_draft:
-            return None
-        return self.draft.currentText().strip() or None
+        """The draft model, when the method uses one; for a method that reads a trained head (eagle), the head
+        folder typed there when it is one (else None: the engine looks for the model's own head)."""
+        method, text = method_info(self.method_name()), self.draft.currentText().strip()
+        if method.reads_head:
+            return text if text and Path(text).expanduser().is_dir() else None
+        return (text or None) if method.needs_draft else None
 
     def values(self) -> dict:
         """Every field by name, as the window remembers them (gui.settings.CHAT_FIELDS) and `apply` takes them."""
@@ -414,7 +418,9 @@ class ControlsPanel(QWidget):
 
     def _refresh_enabled(self) -> None:
         method = method_info(self.method_name())
-        self.draft.setEnabled(method.needs_draft)
+        self.draft.setEnabled(method.needs_draft or method.reads_head)
+        self.draft.lineEdit().setPlaceholderText("a head folder (empty: the model's own)" if method.reads_head
+                                                 else "")
         self.k.setEnabled(method.speculative)
         self.layers.setEnabled(method.uses_layers)
         greedy = self.temperature.value() == 0

@@ -105,3 +105,14 @@ def test_a_bogus_folder_is_never_ready_in_the_models_window(make_window, qtbot, 
     assert manager.target.findData(str(folder)) < 0 and manager.draft.findData(str(folder)) < 0
     manager.select(str(folder))
     assert not manager.use_draft_button.isEnabled() and not manager.use_target_button.isEnabled()
+
+
+def test_eagle_takes_a_head_folder_from_the_draft_field_and_ignores_a_model_name(make_window, tmp_path):
+    controls = make_window().controls
+    controls.apply(method="eagle", draft=str(tmp_path))
+    assert controls.draft.isEnabled()
+    assert controls.read().spec.draft == str(tmp_path)
+    controls.apply(draft="default")  # a model name left from draft-model: eagle looks for the model's own head
+    assert controls.read().spec.draft is None
+    controls.apply(method="draft-model")
+    assert controls.read().spec.draft == "default"
