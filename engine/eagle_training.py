@@ -87,27 +87,18 @@ def target_log_probs(readout: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def loss_and_hits(head: EagleHead, embed, readout: torch.Tensor, batch: Batch, steps: int,
-                  regression: float = 0.0, hard: float = 0.0
-                  ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+                  regression: float = 0.0) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
     """The mean loss over steps and, per step, which rows the head's argmax equals the target's (hits) and
     which rows count (valid and scored). `readout` (V_draft, H) is the output head's draft-vocabulary rows.
-    `hard` weighs a cross-entropy to the target's argmax (where it is in the draft vocabulary) on top of the
-    soft one; the target's distribution is computed once per batch and shifted for each step."""
+    The target's distribution is computed once per batch and shifted for each step."""
     total = torch.zeros((), device=readout.device)
     hits, counted = [], []
     draft_vocab = head.draft_vocab
     log_p_all = target_log_probs(readout, batch)
-    if hard:
-        slot = torch.full((int(draft_vocab.max()) + 1,), -100, dtype=torch.long, device=readout.device)
-        slot[draft_vocab] = torch.arange(draft_vocab.numel(), device=readout.device)
-        top_slot = slot[batch.top.clamp_max(slot.numel() - 1)].masked_fill(batch.top >= slot.numel(), -100)
     for step, predicted in enumerate(unrolled(head, embed, batch, steps), 1):
         valid = valid_rows(batch, step)
         log_q = torch.log_softmax((predicted @ readout.T).float(), dim=-1)
         per_row = -(shifted(log_p_all, step).exp() * log_q).sum(-1)
-        if hard:
-            labels = shifted(top_slot, step)
-            per_row = per_row + hard * F.nll_loss(log_q.transpose(1, 2), labels, ignore_index=-100, reduction="none")
         if regression:
             per_row = per_row + regression * F.smooth_l1_loss(
                 predicted.float(), shifted(batch.features, step).float(), reduction="none").mean(-1)

@@ -51,7 +51,6 @@ class TrainOptions:
     steps_unrolled: int = 3  # draft steps trained as drafted (training-time test)
     first_position_share: float = 0.6  # this share of the training time trains the first draft position only
     regression: float = 0.1  # weight of EAGLE-1's feature regression
-    hard: float = 0.0  # weight of a cross-entropy to the target's argmax, on top of the soft loss
     max_new_tokens: int = 192
     window: int = 256
     batch: int = 6
@@ -271,8 +270,7 @@ def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out:
         batch = random_batch(train, options, rng)
         unroll = _unroll(options, (time.monotonic() - started) / max(1e-9, until - started))
         with _autocast(readout):
-            loss, _hits, _counted = loss_and_hits(head, embed, readout, batch, unroll, options.regression,
-                                                  options.hard)
+            loss, _hits, _counted = loss_and_hits(head, embed, readout, batch, unroll, options.regression)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
