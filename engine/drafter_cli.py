@@ -10,7 +10,7 @@ import argparse
 import threading
 from pathlib import Path
 
-from engine.validation import parse_int
+from engine.validation import check_train_minutes, parse_int
 
 
 def add_drafter_args(sub, parser_class) -> None:
@@ -36,9 +36,7 @@ def _options(args):
     from engine.drafters.eagle import TRAIN_MINUTES
     from engine.errors import ConfigError
     from engine.train_drafter import TrainOptions
-    minutes = TRAIN_MINUTES if args.minutes is None else args.minutes
-    if not 0.5 <= minutes <= 24 * 60:
-        raise ConfigError(f"--minutes must be from 0.5 to {24 * 60}, got {minutes:g}")
+    minutes = check_train_minutes(TRAIN_MINUTES if args.minutes is None else args.minutes, "--minutes")
     if not 16 <= args.draft_vocab <= 1_000_000:
         raise ConfigError(f"--draft-vocab must be from 16 to 1000000, got {args.draft_vocab}")
     return TrainOptions(model=args.model, out=Path(args.out).expanduser() if args.out else None, minutes=minutes,

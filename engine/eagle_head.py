@@ -48,10 +48,15 @@ def target_fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()[:32]
 
 
+def heads_root() -> Path:
+    """The folder every target's default head folder lives in."""
+    from engine.sources import cache_root
+    return cache_root() / "eagle-heads"
+
+
 def default_head_dir(fingerprint: str) -> Path:
     """Where `specscope drafter train` puts a target's head by default, and where `eagle` looks for it."""
-    from engine.sources import cache_root
-    return cache_root() / "eagle-heads" / fingerprint
+    return heads_root() / fingerprint
 
 
 def decoder_parts(model: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:

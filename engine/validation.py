@@ -21,6 +21,7 @@ MAX_TEMPERATURE = 5.0
 MAX_TOP_K = 100_000  # beyond any vocabulary we load; the GUI's box holds it
 MAX_NEW_TOKENS = 1_000_000
 MAX_COUNT = 1_000_000  # --limit, --context and other sizes: beyond it is a typo, not a plan
+MIN_TRAIN_MINUTES, MAX_TRAIN_MINUTES = 0.5, 24 * 60  # a `drafter train` budget (the CLI's and the GUI's)
 
 
 def _is_int(value) -> bool:
@@ -67,6 +68,13 @@ def check_top_p(top_p) -> float:
 
 def check_top_k(top_k) -> int:
     return check_int("top-k (0 turns it off)", top_k, 0, MAX_TOP_K)
+
+
+def check_train_minutes(minutes: float, name: str = "minutes") -> float:
+    """A drafter-training time budget in minutes; `name` is the option as the user knows it."""
+    if not MIN_TRAIN_MINUTES <= minutes <= MAX_TRAIN_MINUTES:
+        raise ConfigError(f"{name} must be from {MIN_TRAIN_MINUTES:g} to {MAX_TRAIN_MINUTES}, got {minutes:g}")
+    return minutes
 
 
 def check_max_new_tokens(max_new_tokens) -> int:

@@ -20,21 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.errors import ConfigError
+from engine.validation import check_train_minutes
 
-MIN_MINUTES, MAX_MINUTES = 0.5, 24 * 60  # as `specscope drafter train --minutes` takes them
 POSITIONS = 3  # held-out acceptance is drawn at draft positions 1…3
 ENDED = ("done", "cancelled")
 
 
-def heads_root() -> Path:
-    """The folder the default head folders live in (engine.eagle_head.default_head_dir's parent)."""
-    from engine.eagle_head import default_head_dir
-    return default_head_dir("fingerprint").parent
-
-
 def head_for(label: str, root: Path | None = None) -> Path | None:
     """The newest head folder under `root` whose card names `label` as its target, or None."""
-    from engine.eagle_head import read_card
+    from engine.eagle_head import heads_root, read_card
     root = root if root is not None else heads_root()
     if not root.is_dir():
         return None
@@ -76,17 +70,11 @@ def checkpoint_points(folder: Path | None) -> list[tuple[int, tuple[float, ...]]
     return points
 
 
-def check_minutes(minutes: float) -> float:
-    if not MIN_MINUTES <= minutes <= MAX_MINUTES:
-        raise ConfigError(f"minutes must be from {MIN_MINUTES:g} to {MAX_MINUTES}, got {minutes:g}")
-    return minutes
-
-
 def run_options(base, model: str, minutes: float, from_history: bool):
     """The TrainOptions of a run: `base` (engine.train_drafter.TrainOptions) with the dialog's choices. Its out
     folder stays base's (None: the model's own, found by its weights' fingerprint), so that running again
     resumes there and a head found by its label alone is never written over."""
-    return replace(base, model=model, minutes=check_minutes(minutes), from_history=from_history)
+    return replace(base, model=model, minutes=check_train_minutes(minutes), from_history=from_history)
 
 
 def offer_text(label: str, minutes: float) -> str:

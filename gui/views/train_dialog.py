@@ -29,10 +29,11 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QDialog, QDoubleSpinBox,
 
 from engine.config import BACKENDS
 from engine.errors import ConfigError
+from engine.validation import MAX_TRAIN_MINUTES, MIN_TRAIN_MINUTES
 from gui import theme
 from gui.jobs import BackgroundJobs
 from gui.settings import AppSettings
-from gui.train_session import (MAX_MINUTES, MIN_MINUTES, POSITIONS, TrainRun, checkpoint_points, checkpoint_step,
+from gui.train_session import (POSITIONS, TrainRun, checkpoint_points, checkpoint_step,
                                figures_line, head_for, offer_text, progress_line, result_words, run_options)
 from gui.views.plots import _nice_ceiling
 from gui.worker import error_message
@@ -100,7 +101,7 @@ class TrainDialog(QDialog):
         form = QFormLayout()
         self.minutes = QDoubleSpinBox()
         self.minutes.setObjectName("train_minutes")
-        self.minutes.setRange(MIN_MINUTES, MAX_MINUTES)
+        self.minutes.setRange(MIN_TRAIN_MINUTES, MAX_TRAIN_MINUTES)
         self.minutes.setDecimals(1)
         self.minutes.setSingleStep(1.0)
         self.minutes.setSuffix(" min")
