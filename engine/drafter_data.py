@@ -171,12 +171,15 @@ def _batches(jobs: list[tuple[Job, list[int]]], size: int) -> list[list[tuple[Jo
 
 
 def pending_jobs(engine, jobs: list[Job], done: set, max_new_tokens: int, limit: int) -> list[tuple[Job, list[int]]]:
-    """The jobs not written yet with their prompt ids; prompts too long to leave room for a reply are skipped."""
-    out = []
+    """The jobs not written yet with their prompt ids (each prompt tokenized once, however many replies it
+    gets); prompts too long to leave room for a reply are skipped."""
+    out, tokenized = [], {}
     for job in jobs:
         if (job.prompt.id, job.mode) in done:
             continue
-        ids = engine.prompt_ids([{"role": "user", "content": job.prompt.text}])
+        if job.prompt.text not in tokenized:
+            tokenized[job.prompt.text] = engine.prompt_ids([{"role": "user", "content": job.prompt.text}])
+        ids = tokenized[job.prompt.text]
         if len(ids) + max_new_tokens <= limit:
             out.append((job, ids))
     return out
