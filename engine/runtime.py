@@ -1,9 +1,9 @@
 """Getting an engine running: load_engine, the torch thread limit and quiet libraries. One copy, used by
-`specscope generate`/`bench` (engine.cli, engine.bench) and the GUI's worker thread (gui.worker). The
-thread count itself lives in engine.threads (a leaf the backends can import too).
+`specscope generate`/`bench` (engine.cli.main, engine.measure.bench) and the GUI's worker thread (gui.worker). The
+thread count itself lives in engine.host (a leaf the backends can import too).
 
 Touches torch's thread settings, transformers' logging and os.environ (TOKENIZERS_PARALLELISM), and loads
-models through engine.models; no Qt. Nothing happens at import time: torch and transformers are imported
+models through engine.models.load; no Qt. Nothing happens at import time: torch and transformers are imported
 by the functions that need them.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Callable
 
-from engine.threads import engine_threads, limit_torch_threads
+from engine.host import engine_threads, limit_torch_threads
 
 Progress = Callable[[str], None]
 
@@ -37,18 +37,18 @@ def terminal_progress() -> Progress:
 
 def load_engine(name: str, progress: Progress | None = None, *, device: str = "auto", dtype: str | None = None,
                 trust_remote_code: bool = False, allow_pickle: bool = False, backend: str | None = "auto"):
-    """Load the target `name` (engine.models.load_model) on `backend` ("auto", "transformers", "llama.cpp";
+    """Load the target `name` (engine.models.load.load_model) on `backend` ("auto", "transformers", "llama.cpp";
     None is "auto") and wrap it in the speculative Engine, with the thread limit set and the libraries
     quiet. `progress` hears the loader's lines (the engine's own slow steps later on go to
     `engine.on_status`). `trust_remote_code` and `allow_pickle` only ever after the user agreed."""
-    from engine.sources import is_server_url
-    if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote)
-        from engine.remote import load_remote
+    from engine.models.sources import is_server_url
+    if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote.engine)
+        from engine.remote.engine import load_remote
         return load_remote(name, progress)
     limit_torch_threads()
     quiet_libraries()
-    from engine.models import load_model
-    from engine.speculative import Engine
+    from engine.models.load import load_model
+    from engine.core.engine import Engine
 
     return Engine(load_model(name, device=device, dtype=dtype, progress=progress,
                              trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,

@@ -19,7 +19,7 @@ object per setting (plain decoding first), the fields of the summary table.
 
 `--demo` replays a recorded generation of the built-in model (gui/demo_engine.py) instead of loading one.
 
-May touch: engine.arguments and engine.config (the options and their checks), the main and compare windows' public
+May touch: engine.cli.arguments and engine.core.config (the options and their checks), the main and compare windows' public
 methods, gui.theme, gui.worker (the real loader). It holds no chat state: the windows' sessions do.
 """
 
@@ -31,12 +31,12 @@ import signal
 import os
 import sys
 
-from engine.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
+from engine.cli.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
                               add_spec_args, check_generation_args, sampling_from_args, spec_from_args)
-from engine.config import SpecConfig, parse_spec
-from engine.consent import PICKLE, REMOTE_CODE, ConsentNeeded, require
-from engine.errors import ConfigError
-from engine.validation import check_output_path, decode_argument
+from engine.core.config import SpecConfig, parse_spec
+from engine.models.consent import PICKLE, REMOTE_CODE, ConsentNeeded, require
+from engine.core.errors import ConfigError
+from engine.core.validation import check_output_path, decode_argument
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
 
@@ -47,7 +47,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The window's options: the model, method, sampling and generation ones are engine.arguments' (the CLI's
+    """The window's options: the model, method, sampling and generation ones are engine.cli.arguments' (the CLI's
     own), each None when not given, which keeps the window's last setting."""
     parser = OneLineParser(prog="specscope gui", description="Open the SpecScope chat window.")
     add_model_args(parser, unset=True, dtype=False)
@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def dtype_name(text: str) -> str:
-    """--dtype: one of engine.sources' names, as the Models window's dtype picker names it (argparse's type)."""
-    from engine.sources import DTYPE_NAMES
+    """--dtype: one of engine.models.sources' names, as the Models window's dtype picker names it (argparse's type)."""
+    from engine.models.sources import DTYPE_NAMES
     name = DTYPE_NAMES.get(text.strip().lower())
     if name is None:
         raise argparse.ArgumentTypeError(f"expected float32, bfloat16 or float16, got {text!r}")
@@ -158,7 +158,7 @@ def grant_flags(window, args: argparse.Namespace, scripted: "ScriptedRun") -> No
 
 def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
     """The --compare SPECs, parsed (raises ConfigError)."""
-    from gui.views.compare import MAX_SETTINGS
+    from gui.views.compare.window import MAX_SETTINGS
 
     specs = [parse_spec(text) for text in args.compare]
     if not 1 <= len(specs) <= MAX_SETTINGS:
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
 
     from gui import theme
     from gui.resources import app_icon
-    from gui.views.main_window import MainWindow
+    from gui.views.main.window import MainWindow
     from gui.worker import load_real_engine
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])

@@ -64,7 +64,7 @@ def _spec_args(args) -> list[str]:
 
 def run_cli_generate(args) -> dict:
     """`specscope generate --json` in its own process; returns the finish stats."""
-    code = "import sys; from engine.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from engine.cli.main import main; sys.exit(main(sys.argv[1:]))"
     command = [sys.executable, "-c", code, "generate", "--json", "--model", args.model, *_spec_args(args),
                "--max-new-tokens", str(args.max_new_tokens), args.prompt]
     result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
@@ -164,10 +164,10 @@ def measure_fast_rounds(replies: int = 6) -> dict:
     longer the replies take in the window than the same replay consumed by a bare loop."""
     from PySide6.QtCore import QTimer
 
-    from engine.config import SpecConfig
+    from engine.core.config import SpecConfig
     from gui import theme
     from gui.demo_engine import DemoEngine
-    from gui.views.main_window import MainWindow
+    from gui.views.main.window import MainWindow
 
     spec = SpecConfig()
     probe = DemoEngine()
@@ -211,8 +211,8 @@ def measure_long_conversation(window, total_tokens: int, paragraphs: bool = True
     goes) into the transcript, turn after turn, as a live reply would."""
     from PySide6.QtWidgets import QApplication
 
-    from engine.config import parse_spec
-    from engine.events import GenerationFinished, GenerationStarted
+    from engine.core.config import parse_spec
+    from engine.core.events import GenerationFinished, GenerationStarted
     from gui.demo_engine import DemoEngine
 
     window.new_chat()
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from gui import theme
-    from gui.views.main_window import MainWindow
+    from gui.views.main.window import MainWindow
     from gui.worker import load_real_engine
 
     app = QApplication.instance() or QApplication(["specscope-bench-gui"])

@@ -3,13 +3,13 @@
 assets/demo_stream.jsonl holds real greedy generations of the built-in model (one per setting: plain
 decoding, prompt lookup at k = 1…8, early exit), recorded with
 `python -m gui.demo_engine --record assets/demo_stream.jsonl`: a header line, then each generation's events
-as `engine.events.event_to_dict` writes them (the `specscope generate --json` lines). `DemoEngine` answers
+as `engine.core.events.event_to_dict` writes them (the `specscope generate --json` lines). `DemoEngine` answers
 `generate()` like the real engine, with the recorded generation of the setting asked for (its SPEC label),
 at its recorded pace: its rounds, its probabilities and its timings are the model's own. What it cannot
 replay it refuses, in words: a setting it has no recording of. It ignores the prompt (the header says which
 one was recorded) and the sampling settings (the recordings are greedy).
 
-May touch: engine events, stats and config (read), gui.resources (the asset), gui.history (stats from a
+May touch: engine events, stats and config (read), gui.resources (the asset), gui.persistence.recorder (stats from a
 dict); and, only to record, engine.runtime (loads the real model). No Qt.
 """
 
@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from engine.config import SamplingConfig, SpecConfig, parse_spec
-from engine.errors import ConfigError
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus, event_to_dict
-from engine.stats import StatsAccumulator
-from gui.history import stats_from_dict
+from engine.core.config import SamplingConfig, SpecConfig, parse_spec
+from engine.core.errors import ConfigError
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus, event_to_dict
+from engine.core.stats import StatsAccumulator
+from gui.persistence.recorder import stats_from_dict
 
 RECORDING = "demo_stream.jsonl"
 RECORDED_SPECS = ("none", *(f"prompt-lookup:k={k}" for k in range(1, 9)), "early-exit:k=4", "early-exit:k=4,layers=26")

@@ -5,7 +5,7 @@ time, and hear back on the GUI thread.
 `failed(job_id, exception)` comes back through a queued signal. `shutdown()` quits the thread and waits for
 it (a running call finishes first: give it a way to stop, such as a download's cancel event).
 
-May touch: QtCore (a QObject and a QThread) and engine.errors; it knows nothing of what it runs.
+May touch: QtCore (a QObject and a QThread) and engine.core.errors; it knows nothing of what it runs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.errors import SpecScopeError
+from engine.core.errors import SpecScopeError
 
 
 class _Runner(QObject):

@@ -1,7 +1,7 @@
-"""The `specscope` command (console script and desktop bundle): the engine's commands go to engine.cli, the
+"""The `specscope` command (console script and desktop bundle): the engine's commands go to engine.cli.main, the
 window's to gui.app and gui.benchmark.
 
-`specscope generate | bench | models …`, `--help` and `--version` run engine.cli.main, which imports no Qt,
+`specscope generate | bench | models …`, `--help` and `--version` run engine.cli.main.main, which imports no Qt,
 so they work where the Qt libraries are missing. `specscope` alone, `specscope gui …` and `specscope --option …`
 open the window (gui.app.main); `specscope bench-gui …` measures it (gui.benchmark.main). Qt is imported
 only on those paths, after the command is known. Touches nothing itself: it only picks the front end.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-# the window's commands, listed in `specscope --help` beside the engine's (engine.cli never imports gui)
+# the window's commands, listed in `specscope --help` beside the engine's (engine.cli.main never imports gui)
 WINDOW_COMMANDS = {
     "gui": "open the chat window (the default)",
     "bench-gui": "measure what the visualiser costs",
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gui.benchmark import main as bench_gui_main
 
         return bench_gui_main(argv[1:])
-    from engine.cli import main as engine_main
+    from engine.cli.main import main as engine_main
 
     return engine_main(argv, other_commands=WINDOW_COMMANDS)
 

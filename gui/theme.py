@@ -5,7 +5,7 @@ series in the live graphs, the stats tiles. There is one palette for light and o
 the Okabe–Ito colour-blind safe hues, and colour is never the only cue: substituted tokens are underlined,
 bonus tokens dot-underlined, rejected drafts dim and struck through, accepted tokens sit on a tinted box.
 
-May touch: QtGui (colours, fonts, text formats, the application palette) and engine.events.TokenStatus.
+May touch: QtGui (colours, fonts, text formats, the application palette) and engine.core.events.TokenStatus.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextFormat
 from PySide6.QtCore import Qt
 
-from engine.events import TokenStatus
+from engine.core.events import TokenStatus
 
 # QTextCharFormat property that carries a token's serial number (its index in SessionModel.tokens), so that
 # the transcript can find the token under the mouse without storing anything in the view.

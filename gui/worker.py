@@ -7,7 +7,7 @@ worker thread: a comparison's runs never overlap a chat reply or each other. Sto
 checks it between rounds. Every event goes back to the GUI thread by a queued signal, tagged with the id of
 the request it belongs to, so the window can drop what a cancelled request still sends.
 
-Models load through a loader (engine.runtime.load_engine in the app) after engine.consent's safety check;
+Models load through a loader (engine.runtime.load_engine in the app) after engine.models.consent's safety check;
 slow steps (loading a model, a draft model) are reported by `status_reported`. Touches QtCore only (a
 QObject and a QThread), no widgets; the engine is driven only through its generator and `validate`.
 """
@@ -21,11 +21,11 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.config import BACKENDS, SamplingConfig, SpecConfig
-from engine.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
-from engine.consent import ConsentAnswers, ConsentNeeded, safety_check
-from engine.errors import SpecScopeError
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.config import BACKENDS, SamplingConfig, SpecConfig
+from engine.models.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
+from engine.models.consent import ConsentAnswers, ConsentNeeded, safety_check
+from engine.core.errors import SpecScopeError
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.runtime import limit_torch_threads, load_engine
 
 
@@ -39,7 +39,7 @@ class ModelInfo:
     dtype: str
     n_layers: int | None
     context_length: int | None
-    backend: str = "transformers"  # transformers | llama.cpp | remote (engine.config.BACKENDS, or a server)
+    backend: str = "transformers"  # transformers | llama.cpp | remote (engine.core.config.BACKENDS, or a server)
 
     def describe(self) -> str:
         parts = [self.name, self.backend, self.device, self.dtype]
@@ -50,12 +50,12 @@ class ModelInfo:
 
 @dataclass(frozen=True, slots=True)
 class CostCurve:
-    """The measured cost of one target pass over n = 1…N tokens (engine.verify_cost), for the window."""
+    """The measured cost of one target pass over n = 1…N tokens (engine.measure.verify_cost), for the window."""
 
     model: str
     backend: str
     device: str
-    cost: object  # engine.verify_cost.VerifyCost: seconds[n − 1] for one pass over n tokens, relative(n)
+    cost: object  # engine.measure.verify_cost.VerifyCost: seconds[n − 1] for one pass over n tokens, relative(n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ class GenerationRequest:
 
 @dataclass(frozen=True, slots=True)
 class ComparisonRequest:
-    """Plain decoding, then each spec in turn, on one prompt (engine.compare.comparison_events)."""
+    """Plain decoding, then each spec in turn, on one prompt (engine.measure.compare.comparison_events)."""
 
     request_id: int
     model: str
@@ -80,7 +80,7 @@ class ComparisonRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
     system: str | None = None
-    strict: bool = False  # in float32 on the CPU with transformers (engine.compare.strict_engine)
+    strict: bool = False  # in float32 on the CPU with transformers (engine.measure.compare.strict_engine)
 
 
 Progress = Callable[[str], None]
@@ -118,7 +118,7 @@ class LoadOptions:
 
 
 def model_info(engine, requested: str) -> ModelInfo:
-    """What the window shows of the engine's loaded target (engine.models.LoadedModel)."""
+    """What the window shows of the engine's loaded target (engine.models.load.LoadedModel)."""
     target = engine.target
     return ModelInfo(name=target.label, requested=requested, device=str(target.device), dtype=target.dtype_label,
                      n_layers=target.n_layers, context_length=target.context_length, backend=target.backend)
@@ -158,7 +158,7 @@ class EngineWorker(QObject):
         self._loader = loader or load_real_engine
         self._engine = None
         self._loaded_key: tuple | None = None
-        self._router = None  # engine.backend_router.BackendRouter: the loaded model on other backends too
+        self._router = None  # engine.remote.router.BackendRouter: the loaded model on other backends too
         # set from the GUI thread (one reference assignment of a frozen value), read here before each load
         self.load_options = LoadOptions()
         self.cancel = threading.Event()
@@ -211,7 +211,7 @@ class EngineWorker(QObject):
         if not self._ensure_loaded(request.model):
             self.comparison_failed.emit(rid, f"model {request.model!r} is not loaded")
             return
-        from engine.compare import comparison_events
+        from engine.measure.compare import comparison_events
 
         try:
             limit_torch_threads(import_torch=False)
@@ -239,7 +239,7 @@ class EngineWorker(QObject):
 
     @Slot(int)
     def measure_cost(self, n_max: int) -> None:
-        """The loaded target's cost of verifying 1…n_max tokens in one pass (engine.verify_cost: cached per
+        """The loaded target's cost of verifying 1…n_max tokens in one pass (engine.measure.verify_cost: cached per
         model file, backend, device and threads; measured in about a second when not)."""
         if self.closing.is_set() or self._engine is None:
             return
@@ -247,8 +247,8 @@ class EngineWorker(QObject):
         if target.backend not in BACKENDS:
             self.cost_failed.emit(f"no verify-cost curve for a model on {target.backend}: its passes are not ours")
             return
-        from engine.threads import engine_threads
-        from engine.verify_cost import verify_cost
+        from engine.host import engine_threads
+        from engine.measure.verify_cost import verify_cost
 
         try:
             limit_torch_threads(import_torch=False)
@@ -266,7 +266,7 @@ class EngineWorker(QObject):
         if all(spec.backend in (None, own) for spec in request.specs):
             return self._engine
         if self._router is None:
-            from engine.backend_router import BackendRouter
+            from engine.remote.router import BackendRouter
 
             def load_on(backend: str):
                 self.status_reported.emit(f"Loading {request.model} on {backend}…")

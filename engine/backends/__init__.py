@@ -1,9 +1,9 @@
 """Inference backends, one file each, each giving a `Runner`: one loaded model's KV cache and the ids in it.
 
-The round loop (engine/speculative.py) and the drafters see only this Protocol, so a method written once
-runs on every backend that supports it (engine/config.py's method table says which). A backend module
+The round loop (engine/core/engine.py) and the drafters see only this Protocol, so a method written once
+runs on every backend that supports it (engine/core/config.py's method table says which). A backend module
 provides `load(name, source, *, device, dtype, progress, trust_remote_code) -> LoadedModel` and is
-imported lazily by engine/models.py, so the engine works where a backend's library isn't installed.
+imported lazily by engine/models/load.py, so the engine works where a backend's library isn't installed.
 
     transformers.py   torch + transformers: HF folders, hub ids, GGUF dequantized; early exit
     llama_cpp.py      llama-cpp-python: GGUF natively quantized (issue 10)
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from engine.sources import ModelSource
+    from engine.models.sources import ModelSource
 
 __all__ = ["Runner", "LoadedModel", "common_prefix_length", "sync_by_prefix"]
 
@@ -53,14 +53,14 @@ class Runner(Protocol):
 @dataclass(eq=False)
 class LoadedModel:
     """A loaded target or draft, whatever its backend: its facts, its tokenizer, and runners on demand.
-    Re-exported by engine.models (its home for callers). Only transformers-only methods (early exit) may
+    Re-exported by engine.models.load (its home for callers). Only transformers-only methods (early exit) may
     touch `model`, the torch module, which is None on other backends."""
 
     name: str  # what the user asked for ("default", a path, a hub id)
     label: str  # what the user reads
     source: "ModelSource"
     backend: str  # "transformers" | "llama.cpp"
-    tokenizer: object  # the subset of the HF tokenizer API named in engine/compat.py and chat.py
+    tokenizer: object  # the subset of the HF tokenizer API named in engine/core/compat.py and chat.py
     device: "torch.device"
     dtype: "torch.dtype | None"  # the compute dtype on transformers; None where weights stay quantized
     dtype_label: str  # "float32", "bfloat16", "Q4_1", …

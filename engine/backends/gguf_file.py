@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ModelLoadError
+from engine.core.errors import ModelLoadError
 
 SUPPORTED_VERSIONS = (2, 3)
 MAX_DIMS = 4
@@ -130,7 +130,7 @@ def _parse(cursor: _Cursor) -> GgufHeader:
 def read_header(path: Path) -> GgufHeader:
     """The header of the GGUF file at `path`; ModelLoadError with the reason for a file that is not a whole
     GGUF (missing, unreadable, not GGUF, truncated, corrupt)."""
-    from engine.sources import gguf_problem
+    from engine.models.sources import gguf_problem
     problem = gguf_problem(path)  # unreadable, or no magic bytes: worded as for every backend
     if problem:
         raise ModelLoadError(problem)

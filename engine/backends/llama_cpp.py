@@ -25,10 +25,10 @@ import torch
 from engine.backends import LoadedModel, common_prefix_length
 from engine.backends.gguf_file import read_header
 from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
-from engine.errors import ConfigError, ModelLoadError, OutOfMemoryError, PromptTooLongError, SpecScopeError
+from engine.core.errors import ConfigError, ModelLoadError, OutOfMemoryError, PromptTooLongError, SpecScopeError
 
 if TYPE_CHECKING:
-    from engine.sources import ModelSource
+    from engine.models.sources import ModelSource
 
 BACKEND = "llama.cpp"
 INSTALL_HINT = "pip install llama-cpp-python==0.3.36"
@@ -157,7 +157,7 @@ class GgufModel:
         """Before loading: on the CPU the weights (the file, memory-mapped) must fit in the free memory."""
         if self.n_gpu_layers or not _memory_check_on():
             return
-        from engine.catalog import free_memory
+        from engine.models.catalog import free_memory
         size, free = self.header.file_size, free_memory("cpu")
         if free is not None and size > free:
             raise OutOfMemoryError(f"{self.path.name} needs {size / 2**30:.1f} GB of memory for its weights, but "
@@ -209,7 +209,7 @@ class GgufModel:
             raise ConfigError(f"the context must be from {MIN_CONTEXT} to {limit} tokens for {self.label} (its "
                               f"trained length), got {n_ctx}")
         if _memory_check_on() and not self.n_gpu_layers:
-            from engine.catalog import free_memory
+            from engine.models.catalog import free_memory
             needed, free = self.kv_cache_bytes(n_ctx), free_memory("cpu")
             if free is not None and needed > free:
                 raise OutOfMemoryError(
@@ -243,7 +243,7 @@ def _memory_check_on() -> bool:
 
 def _check_threads(n_threads: int | None) -> int:
     if n_threads is None:
-        from engine.threads import engine_threads
+        from engine.host import engine_threads
         return engine_threads()
     if not isinstance(n_threads, int) or n_threads < 1:
         raise ConfigError(f"threads must be a whole number ≥ 1, got {n_threads!r}")
@@ -410,7 +410,7 @@ def load_gguf(path: str | Path, *, n_ctx: int | None = None, n_threads: int | No
 def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, progress=None,
          trust_remote_code: bool = False, n_ctx: int | None = None, n_threads: int | None = None,
          n_gpu_layers: int | None = None) -> LoadedModel:
-    """engine.models' entry point: a .gguf source (or the built-in model) as a LoadedModel whose runners are
+    """engine.models.load' entry point: a .gguf source (or the built-in model) as a LoadedModel whose runners are
     llama.cpp contexts. Layers go to the GPU unless `device` is the CPU; `dtype` does not apply (the weights
     stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
     started = time.perf_counter()

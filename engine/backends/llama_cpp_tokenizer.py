@@ -1,5 +1,5 @@
 """The tokenizer of a GGUF model on the llama.cpp backend: llama.cpp's own vocabulary behind the subset of
-the Hugging Face tokenizer API the engine uses (engine/chat.py, engine/compat.py, IncrementalDetokenizer),
+the Hugging Face tokenizer API the engine uses (engine/core/chat.py, engine/core/compat.py, IncrementalDetokenizer),
 and the chat template stored in the GGUF rendered with transformers' own Jinja renderer (the same sandbox,
 options and globals as `apply_chat_template`).
 
@@ -85,9 +85,9 @@ class LlamaCppTokenizer:
         return {key: value for key, value in named.items() if value is not None}
 
     def tokenizer_facts(self):
-        """What engine.compat decides compatibility on: the GGUF vocabulary's kind (named as HF names it, so a
+        """What engine.core.compat decides compatibility on: the GGUF vocabulary's kind (named as HF names it, so a
         GGUF and an HF tokenizer compare too), size, BOS/EOS and the stored text of every id."""
-        from engine.compat import TokenizerFacts
+        from engine.core.compat import TokenizerFacts
         return TokenizerFacts(vocab_kind=HF_VOCAB_KINDS.get(self.vocab_kind, self.vocab_kind),
                               size=self.vocab_size, bos_id=self.bos_token_id,
                               bos_token=self.bos_token, eos_id=self.eos_token_id, eos_token=self.eos_token,

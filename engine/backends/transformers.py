@@ -5,8 +5,8 @@ A `TransformersRunner` pairs a causal LM with its DynamicCache and the token ids
 context is synced by its common prefix: a rejected draft, a new chat turn or a regenerated reply only
 recomputes what changed. Early exit (a view of the target's first layers) runs on this backend only.
 
-Touches torch, transformers and the file system (the converted-model folder of engine.sources); imported
-lazily by engine.models, never at engine import time.
+Touches torch, transformers and the file system (the converted-model folder of engine.models.sources); imported
+lazily by engine.models.load, never at engine import time.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import torch
 from transformers import DynamicCache
 
 from engine.backends import LoadedModel, sync_by_prefix
-from engine.chat import eos_ids
-from engine.errors import ModelLoadError, OutOfMemoryError
-from engine.sources import ModelSource, check_gguf, converted_folder, dtype_label
+from engine.core.chat import eos_ids
+from engine.core.errors import ModelLoadError, OutOfMemoryError
+from engine.models.sources import ModelSource, check_gguf, converted_folder, dtype_label
 
 BACKEND = "transformers"
 Progress = Callable[[str], None]
@@ -286,7 +286,7 @@ def check_weight_files(folder: Path) -> None:
     download or copy breaks): ModelLoadError naming the file and what to do, before transformers reads it."""
     from safetensors import SafetensorError, safe_open
 
-    from engine.weights import weight_files
+    from engine.models.weights import weight_files
     try:
         present, _missing, weights_format = weight_files(folder)
     except OSError:

@@ -4,7 +4,7 @@ drafter that owns a model owns its runner). Imports the drafters and the method-
 from __future__ import annotations
 
 from engine.backends import LoadedModel, Runner
-from engine.config import SpecConfig
+from engine.core.config import SpecConfig
 from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_model import ModelDrafter
 from engine.drafters.early_exit import EarlyExitDrafter

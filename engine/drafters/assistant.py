@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 
 from engine.backends import LoadedModel, Runner
-from engine.config import SamplingConfig, check_backend
+from engine.core.config import SamplingConfig, check_backend
 from engine.drafters.base import Proposal
-from engine.errors import ConfigError
-from engine.sampling import probabilities, sample
+from engine.core.errors import ConfigError
+from engine.core.sampling import probabilities, sample
 
 ASSISTANT_CLASSES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
 TARGET_PREFIXES = ("Gemma4", "Gemma3n")  # the targets whose forward returns shared K/V states

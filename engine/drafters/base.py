@@ -8,7 +8,7 @@ from typing import Protocol
 
 import torch
 
-from engine.config import SamplingConfig
+from engine.core.config import SamplingConfig
 
 
 @dataclass(frozen=True, slots=True)

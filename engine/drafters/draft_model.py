@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from engine.backends import LoadedModel, Runner
-from engine.config import SamplingConfig
+from engine.core.config import SamplingConfig
 from engine.drafters.base import Proposal
-from engine.sampling import probabilities, sample
+from engine.core.sampling import probabilities, sample
 
 
 class RunnerDrafter:

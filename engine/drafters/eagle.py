@@ -1,4 +1,4 @@
-"""Method `eagle`: a trained EAGLE-style head (arXiv 2401.15077, engine/eagle_head.py) drafts from the target's
+"""Method `eagle`: a trained EAGLE-style head (arXiv 2401.15077, engine/drafters/eagle_head.py) drafts from the target's
 own last hidden states, which the verify pass computes anyway (the target's runner keeps them once this
 drafter attaches: TransformersRunner.record_outputs). Each draft step reads the features of the position
 before and the embedding of the token drafted last, predicts the next features and reads them out through
@@ -8,7 +8,7 @@ outside the draft vocabulary), so verification is the usual lossless one.
 The head keeps a one-layer KV cache of its own for the positions with real (target) features, synced by
 common prefix like any runner; positions drafted from predicted features are dropped after each round.
 A head folder is ours (head.safetensors + head.json) or another tool's (a speculators "eagle" or EAGLE-1
-config.json with model.safetensors: engine/speculators_format.py), which may bring its own embedding and readout.
+config.json with model.safetensors: engine/drafters/eagle_formats.py), which may bring its own embedding and readout.
 Transformers backend only (it reads the target's torch modules). Touches the target's embedding and output
 head read-only, the target runner's kept hidden states read-only, and its own cache.
 """
@@ -22,13 +22,13 @@ from pathlib import Path
 
 from engine.backends import LoadedModel, common_prefix_length
 from engine.backends.transformers import TransformersRunner, crop_cache
-from engine.config import SamplingConfig, SpecConfig, check_backend
+from engine.core.config import SamplingConfig, SpecConfig, check_backend
 from engine.drafters.base import Proposal
-from engine.eagle_head import (EagleHead, decoder_parts, default_head_dir, load_head, read_card, readout_weight,
+from engine.drafters.eagle_head import (EagleHead, decoder_parts, default_head_dir, load_head, read_card, readout_weight,
                                target_fingerprint)
-from engine.errors import ConfigError
-from engine.sampling import probabilities, sample
-from engine.speculators_format import check_speculators, is_foreign_head, load_speculators
+from engine.core.errors import ConfigError
+from engine.core.sampling import probabilities, sample
+from engine.drafters.eagle_formats import check_speculators, is_foreign_head, load_speculators
 
 # `specscope drafter train`'s default budget, data generation included; on this project's 2-core CPU it gives
 # the built-in model a head that accepts about 27 % of first drafts held out (see README, Command line)
@@ -50,7 +50,7 @@ def no_head_message(target: LoadedModel) -> str:
 def check_eagle(spec: SpecConfig, target: LoadedModel) -> Path:
     """The head folder for `target`: refused on another backend, when missing (with how to train one), or when
     it was trained for another target. A folder in another tool's layout (speculators "eagle", EAGLE-1: a
-    config.json) must fit the target's shapes (engine.speculators_format)."""
+    config.json) must fit the target's shapes (engine.drafters.eagle_formats)."""
     check_backend("eagle", target.backend)
     folder = head_folder(spec, target)
     if not spec.draft and not folder.is_dir():

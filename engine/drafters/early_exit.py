@@ -17,9 +17,9 @@ from torch import nn
 
 from engine.backends import LoadedModel
 from engine.backends.transformers import TransformersRunner
-from engine.config import check_backend, check_layers
+from engine.core.config import check_backend, check_layers
 from engine.drafters.draft_model import RunnerDrafter
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 
 def shallow_view(model: nn.Module, layers: int) -> tuple[nn.Module, object]:

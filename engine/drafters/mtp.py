@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 
 from engine.backends import LoadedModel, Runner, common_prefix_length
-from engine.config import SamplingConfig, check_backend
+from engine.core.config import SamplingConfig, check_backend
 from engine.drafters.base import Proposal
-from engine.errors import ConfigError
-from engine.sampling import probabilities, sample
+from engine.core.errors import ConfigError
+from engine.core.sampling import probabilities, sample
 
 
 def mtp_layer_count(target: LoadedModel) -> int:

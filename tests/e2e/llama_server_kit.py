@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from engine.threads import engine_threads
+from engine.host import engine_threads
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 

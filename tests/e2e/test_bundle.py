@@ -24,7 +24,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from engine import __version__
-from engine.events import TokenStatus
+from engine.core.events import TokenStatus
 from gui import theme
 
 ROOT = Path(__file__).resolve().parents[2]

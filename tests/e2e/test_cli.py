@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from engine.cli.main import main
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]

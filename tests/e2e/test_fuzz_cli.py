@@ -4,7 +4,7 @@ with exit 2 and exactly one error line on stderr (warnings aside), no traceback,
 file left half-written, and return within a bounded time (a thread join / subprocess timeout: a hang fails,
 a slow run does not).
 
-Most cases run in-process through engine.cli.main (they are refused before any model loads: the checks
+Most cases run in-process through engine.cli.main.main (they are refused before any model loads: the checks
 come first); a sample runs as `specscope` subprocesses, and the scripted GUI cases (Qt, offscreen) run as
 subprocesses only. A planted model that would write a marker file if its code ran checks that no model
 code runs without --trust-remote-code.
@@ -26,7 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
-from engine.cli import main  # noqa: E402
+from engine.cli.main import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = "import sys; from gui.launch import main; sys.exit(main(sys.argv[1:]))"
@@ -253,7 +253,7 @@ def _argv(template: list[str], files: dict[str, str]) -> list[str]:
 
 
 def _run_in_process(argv: list[str]) -> tuple[int | None, str]:
-    """engine.cli.main on a thread with stdout/stderr captured; (None, stderr) when it did not return in time."""
+    """engine.cli.main.main on a thread with stdout/stderr captured; (None, stderr) when it did not return in time."""
     outcome: dict = {}
     err, out = io.StringIO(), io.StringIO()
 
@@ -318,7 +318,7 @@ def test_the_table_is_big_enough():
 
 
 def test_bad_inputs_in_process(files, monkeypatch, tmp_path):
-    """Every case of the table through engine.cli.main: handled, no file written, no planted code run."""
+    """Every case of the table through engine.cli.main.main: handled, no file written, no planted code run."""
     monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     problems = []

@@ -1,5 +1,5 @@
 """A real llama-server started here on 127.0.0.1 with the built-in GGUF (tests/e2e/llama_server_kit.py), once
-plain and once speculating (n-gram, --metrics): the chat streams through engine.remote, cancel works, the
+plain and once speculating (n-gram, --metrics): the chat streams through engine.remote.engine, cancel works, the
 figures SpecScope shows equal the server's own counters for that request (its /metrics, read here before
 and after, and the response's timings), and every failure ends in one clear message with the partial reply
 kept: the server killed mid-reply, a closed port, a plain HTTP server that is not OpenAI-compatible, a
@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from engine.config import SamplingConfig, SpecConfig
-from engine.errors import ConfigError, ServerError
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified
-from engine.remote import load_remote
-from engine.server_metrics import counters_from_metrics
-from engine.sources import default_model_gguf
+from engine.core.config import SamplingConfig, SpecConfig
+from engine.core.errors import ConfigError, ServerError
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.remote.engine import load_remote
+from engine.remote.metrics import counters_from_metrics
+from engine.models.sources import default_model_gguf
 from llama_server_kit import SKIP_REASON, LlamaServer, closed_port, find_llama_server
 
 needs_server = pytest.mark.skipif(find_llama_server() is None, reason=SKIP_REASON)
@@ -262,7 +262,7 @@ def test_a_silent_server_times_out_with_the_partial_reply(web_server):
 
 
 def test_no_key_is_sent_where_none_is_saved(web_server, monkeypatch):
-    from engine import secrets
+    from engine.models import secrets
     monkeypatch.setattr(secrets, "server_key", lambda origin: "sk-other" if origin == "https://x.example:443"
                         else None)
     server, handler = web_server(slow=True)
@@ -326,10 +326,10 @@ def test_the_apps_worker_says_why_a_server_cannot_load(qtbot):
 
 def test_add_server_in_the_model_manager(qtbot, tmp_path, monkeypatch):
     from PySide6.QtCore import QSettings
-    from engine import secrets
+    from engine.models import secrets
     from gui import theme
-    from gui.settings import AppSettings
-    from gui.views.model_manager import ModelManager
+    from gui.persistence.settings import AppSettings
+    from gui.views.dialogs.models import ModelManager
     saved = {}
     monkeypatch.setattr(secrets, "set_server_key", lambda origin, key: saved.setdefault(origin, key))
     settings = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
@@ -348,7 +348,7 @@ def test_add_server_in_the_model_manager(qtbot, tmp_path, monkeypatch):
 
 @needs_server
 def test_bench_runs_a_server_beside_the_local_configs(spec_server, tmp_path, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": REPEAT}) + "\n" + json.dumps({"prompt": "Name three colours."}))
     out = tmp_path / "out.json"
@@ -370,7 +370,7 @@ def test_bench_runs_a_server_beside_the_local_configs(spec_server, tmp_path, cap
 
 @needs_server
 def test_bench_with_the_server_as_the_model(plain_server, tmp_path, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "Name three colours."}))
     out = tmp_path / "out.json"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import DefaultModelMissingError
-from engine.models import load_model
-from engine.speculative import Engine
+from engine.core.errors import DefaultModelMissingError
+from engine.models.load import load_model
+from engine.core.engine import Engine
 from engine_testkit import build_tiny_tokenizer, save_tiny_model
 
 

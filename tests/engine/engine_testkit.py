@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from engine.drafters import Proposal
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -73,7 +73,7 @@ def tiny_config(tokenizer, **overrides):
 
 def save_tiny_model(folder: Path, tokenizer, seed: int = 0, noise: float = 0.0, **config) -> Path:
     """Build a float32 tiny Llama with a fixed seed (optionally with Gaussian noise added to every weight)
-    and save it with `tokenizer` so that engine.models.load_model(str(folder)) loads it."""
+    and save it with `tokenizer` so that engine.models.load.load_model(str(folder)) loads it."""
     from transformers import LlamaForCausalLM
     torch.manual_seed(seed)
     model = LlamaForCausalLM(tiny_config(tokenizer, **config)).eval()

@@ -1,6 +1,6 @@
 """Tiny models that carry their own drafter, built here (no download): a DeepSeek-V3 with chained MTP layers
 saved in the checkpoint layout DeepSeek ships (`model.layers.{N+i}.*`), and a Gemma 4 target with a Gemma 4
-assistant. Both use the engine suite's tiny tokenizer, so engine.models.load_model loads them as folders."""
+assistant. Both use the engine suite's tiny tokenizer, so engine.models.load.load_model loads them as folders."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def test_no_string_naming_gui_goes_to_importlib():
 
 
 def test_importing_the_engine_leaves_qt_unloaded():
-    code = "import engine.cli, engine.speculative, sys; assert 'PySide6' not in sys.modules, 'PySide6 was imported'"
+    code = "import engine.cli.main, engine.core.engine, sys; assert 'PySide6' not in sys.modules, 'PySide6 was imported'"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -154,5 +154,54 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 def test_engine_import_graph_has_no_cycle():
     graph = engine_graph()
-    assert "engine.cli" in graph and "engine.runtime" in graph["engine.cli"]  # the walk sees lazy imports
+    assert "engine.cli.main" in graph and "engine.runtime" in graph["engine.cli.main"]  # the walk sees lazy imports
     assert find_cycle(graph) is None
+
+
+# The package arrows of ../shared/DESIGN.md: a package may import itself, the packages listed for it and
+# `engine.host` (a leaf); nothing else of the engine.
+ALLOWED = {
+    "core": set(),
+    "backends": {"core"},
+    "drafters": {"core", "backends"},
+    "models": {"core", "backends"},
+    "runtime": {"core", "backends", "drafters", "models"},
+    "measure": {"core", "backends", "drafters", "models", "runtime", "remote"},
+    "remote": {"core", "backends", "models", "runtime"},
+    "training": {"core", "backends", "drafters", "models", "runtime"},
+    "cli": {"core", "backends", "drafters", "models", "runtime", "measure", "remote", "training"},
+    "host": set(),
+    "engine": set(),
+}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "engine"
+
+
+def arrow_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in sorted(graph.items()):
+        own = package_of(module)
+        for target in sorted(targets):
+            other = package_of(target)
+            if other not in (own, "host", "engine") and other not in ALLOWED[own]:
+                bad.append(f"{module} → {target}")
+    return bad
+
+
+def test_arrow_checker_finds_a_planted_upward_arrow():
+    assert arrow_violations({"engine.core.engine": {"engine.models.load"}}) == ["engine.core.engine → engine.models.load"]
+    assert arrow_violations({"engine.cli.main": {"engine.core.config", "engine.measure.bench"}}) == []
+
+
+def test_engine_packages_follow_the_design_arrows():
+    graph = engine_graph()
+    assert set(package_of(m) for m in graph) <= set(ALLOWED)  # a new package gets a line in ALLOWED first
+    assert arrow_violations(graph) == []
+
+
+def test_only_runtime_and_host_sit_at_the_top_of_engine():
+    top = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
+    assert top == ["__init__.py", "host.py", "runtime.py"]

@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 
 from gui import theme  # noqa: E402
 from fakes import FakeEngine  # noqa: E402
-from gui.views.main_window import MainWindow  # noqa: E402
+from gui.views.main.window import MainWindow  # noqa: E402
 
 WAIT_MS = 10_000  # generous: a slow CI machine is not a failure
 
@@ -19,7 +19,7 @@ def private_app_dirs(tmp_path, monkeypatch):
     sees an empty in-memory keyring."""
     import keyring
 
-    from engine import secrets
+    from engine.models import secrets
     from memory_keyring import MemoryKeyring
 
     data, settings = tmp_path / "app-data", tmp_path / "app-settings"

@@ -1,4 +1,4 @@
-"""The GUI tests' stand-in for `engine.speculative.Engine`: same `generate()` signature, canned events, no model.
+"""The GUI tests' stand-in for `engine.core.engine.Engine`: same `generate()` signature, canned events, no model.
 
 A test double, with test switches (`pause_after`, `fail_with`, the draft name "mismatch" that is refused):
 it lives here, under tests/, never in the product (the app's `--demo` replays a recording instead:
@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from engine.config import SamplingConfig, SpecConfig, check_layers
-from engine.errors import ConfigError
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified, target_status
-from engine.stats import StatsAccumulator
+from engine.core.config import SamplingConfig, SpecConfig, check_layers
+from engine.core.errors import ConfigError
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, target_status
+from engine.core.stats import StatsAccumulator
 
 WORDS = ("Speculative", " decoding", " lets", " a", " small", " drafter", " guess", " the", " next", " few",
          " tokens", ",", " and", " the", " large", " model", " checks", " them", " all", " in", " one",
@@ -30,7 +30,7 @@ WRONG = (" cat", " blue", " quickly", " seven", " because", " under", " maybe", 
 
 @dataclass
 class FakeModel:
-    """What `engine.models.LoadedModel` tells about itself (the GUI reads no more than this)."""
+    """What `engine.models.load.LoadedModel` tells about itself (the GUI reads no more than this)."""
 
     name: str = "fake"
     device: str = "cpu"

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from engine.config import SpecConfig, parse_spec
-from engine.errors import ConfigError
-from engine.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.config import SpecConfig, parse_spec
+from engine.core.errors import ConfigError
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
 from gui.demo_engine import RECORDED_SPECS, DemoEngine, load_recording
 from gui.resources import asset_path
 
@@ -78,7 +78,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 app = QApplication(sys.argv)
 from gui import app as gui_app
-from gui.views.main_window import MainWindow
+from gui.views.main.window import MainWindow
 
 def peek():
     window = next(w for w in app.topLevelWidgets() if isinstance(w, MainWindow))

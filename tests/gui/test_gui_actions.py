@@ -6,9 +6,9 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence, QTextCursor
 from PySide6.QtWidgets import QMenu
 
-from engine.events import TokenStatus
+from engine.core.events import TokenStatus
 from fakes import FakeEngine
-from gui.views.transcript import ACTION_SCHEME
+from gui.views.chat.transcript import ACTION_SCHEME
 
 WAIT_MS = 10_000
 

@@ -4,11 +4,11 @@ table's reason; `specscope gui --backend` sets it before the first load."""
 
 from __future__ import annotations
 
-from engine.config import check_backend
-from engine.errors import ConfigError
+from engine.core.config import check_backend
+from engine.core.errors import ConfigError
 from fakes import FakeEngine, FakeModel
 from gui import app
-from gui.views.main_window import MainWindow
+from gui.views.main.window import MainWindow
 
 WAIT_MS = 20_000
 
@@ -84,10 +84,10 @@ def test_gui_backend_option_sets_the_first_load(qtbot):
 
 def test_the_cost_curve_view_shows_the_engines_figures(qtbot):
     """The built-in model on its default backend: the window shows the verify-cost curve the engine measured
-    (engine.verify_cost's cached figures for this model file, backend, device and thread count)."""
-    from engine.threads import engine_threads
-    from engine.verify_cost import verify_cost
-    from gui.views.main_window import COST_CURVE_TOKENS
+    (engine.measure.verify_cost's cached figures for this model file, backend, device and thread count)."""
+    from engine.host import engine_threads
+    from engine.measure.verify_cost import verify_cost
+    from gui.views.main.window import COST_CURVE_TOKENS
     from gui.worker import load_real_engine
 
     window = MainWindow(loader=load_real_engine, persist=False)
@@ -115,7 +115,7 @@ def test_the_cost_curve_view_shows_the_engines_figures(qtbot):
 def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_path):
     """A setting row's backend choice: the same method as loaded (llama.cpp) and on transformers; the worker loads
     the model on transformers for that row only, and the table has a row per run with its backend."""
-    from engine.config import parse_spec
+    from engine.core.config import parse_spec
 
     calls: list = []
     engines: dict = {}
@@ -147,7 +147,7 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
         assert [run.state for run in session.runs] == ["done"] * 3
         # the export says which backend each row ran on (the shared one, or the row's own)
         import csv
-        from gui.compare_session import write_rows_csv
+        from gui.sessions.compare import write_rows_csv
         path = tmp_path / "rows.csv"
         write_rows_csv(session.rows(), path, session)
         with open(path, newline="", encoding="utf-8") as file:

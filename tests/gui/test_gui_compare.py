@@ -12,11 +12,11 @@ import pytest
 import torch
 from PySide6.QtGui import QImage
 
-from engine.compare import SweepPoint, best_k, sweep_points, sweep_summary
-from engine.config import SpecConfig, parse_spec
-from engine.events import GenerationFinished, TokenStatus
+from engine.measure.compare import SweepPoint, best_k, sweep_points, sweep_summary
+from engine.core.config import SpecConfig, parse_spec
+from engine.core.events import GenerationFinished, TokenStatus
 from gui import theme
-from gui.compare_session import load_prompt_choices
+from gui.sessions.compare import load_prompt_choices
 from fakes import FakeEngine, FakeModel
 from gui.resources import app_icon, asset_path
 from test_gui_scripted import ROOT, default_model_available, status_pixels, subprocess_env
@@ -29,7 +29,7 @@ PLANTED_ID = 99_999
 
 
 class PlantedRunner:
-    """The planted difference's target, as engine.divergence sees it (a Runner): plain decoding's token at
+    """The planted difference's target, as engine.measure.divergence sees it (a Runner): plain decoding's token at
     10.0 and the planted one just below it in a one-token pass but just above it in a batched pass (a bf16
     near-tie); with `mismatch`, the planted token far below either way (a real error)."""
 
@@ -149,7 +149,7 @@ def test_a_planted_difference_shows_its_position_and_a_diff(make_compare, qtbot)
     rows = session.rows()
     assert rows[1].identical_to_plain is True
     assert rows[2].identical_to_plain is False and rows[2].first_difference == 5
-    # diagnosed (engine.divergence on the planted runner): a near-tie, with margin, discrepancy and both tokens
+    # diagnosed (engine.measure.divergence on the planted runner): a near-tie, with margin, discrepancy and both tokens
     near_tie = "≈ near-tie at token 5 (margin 0.0625, discrepancy 0.0938, 'plain-word' vs 'CHANGED')"
     assert rows[2].equality == "near-tie" and compare.table.item(2, 8).text() == near_tie
     assert "rounding difference" in compare.table.item(2, 8).toolTip()
@@ -416,7 +416,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from gui import theme
 from fakes import FakeEngine
-from gui.views.main_window import MainWindow
+from gui.views.main.window import MainWindow
 
 app = QApplication(sys.argv)
 engine = FakeEngine(delay=0.01, pause_after=8)  # the plain run never finishes on its own

@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from engine.compare import with_plain_first
-from engine.config import SpecConfig, parse_spec
-from engine.errors import ConfigError
+from engine.measure.compare import with_plain_first
+from engine.core.config import SpecConfig, parse_spec
+from engine.core.errors import ConfigError
 from fakes import FakeEngine
-from gui.views.compare_parts import SettingRow
+from gui.views.compare.parts import SettingRow
 
 WAIT_MS = 10_000
 WORDS = ["Served", " from", " elsewhere", "."]

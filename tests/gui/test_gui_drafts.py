@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.pairs import DRAFT_IS_TARGET
+from engine.core.errors import ModelLoadError
+from engine.models.pairs import DRAFT_IS_TARGET
 from fakes import FakeEngine
 from gui import theme
-from gui.views.main_window import MainWindow
+from gui.views.main.window import MainWindow
 
 WAIT_MS = 20_000
 

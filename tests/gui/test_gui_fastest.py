@@ -4,8 +4,8 @@ and its range shown, the winner applied to the chat; a method the model refuses 
 import dataclasses
 import os
 
-from engine.errors import ConfigError
-from engine.events import GenerationFinished
+from engine.core.errors import ConfigError
+from engine.core.events import GenerationFinished
 from fakes import FakeEngine
 
 WAIT_MS = 20_000

@@ -8,14 +8,14 @@ import keyring
 from keyring.backends import fail
 from PySide6.QtCore import Qt
 
-from engine.events import GenerationFinished, RoundVerified, TokenStatus
-from engine.stats import StatsAccumulator
+from engine.core.events import GenerationFinished, RoundVerified, TokenStatus
+from engine.core.stats import StatsAccumulator
 from gui import theme
 from fakes import FakeEngine
-from engine.secrets import TokenStorage, TokenStore
-from gui.store import COMPLETE, STREAMING, HistoryStore
-from gui.views.main_window import MainWindow
-from gui.views.settings_dialog import SettingsDialog
+from engine.models.secrets import TokenStorage, TokenStore
+from gui.persistence.store import COMPLETE, STREAMING, HistoryStore
+from gui.views.main.window import MainWindow
+from gui.views.dialogs.settings import SettingsDialog
 from transcript_probe import background, fragments
 
 WAIT_MS = 10_000

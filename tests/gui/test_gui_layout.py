@@ -6,8 +6,8 @@ import json
 from PySide6.QtCore import QSize, Qt
 
 from fakes import FakeEngine
-from gui.settings import AppSettings
-from gui.views.main_window import MainWindow
+from gui.persistence.settings import AppSettings
+from gui.views.main.window import MainWindow
 from test_gui_scripted import run_gui
 
 WAIT_MS = 10_000

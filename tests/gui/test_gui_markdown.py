@@ -1,4 +1,4 @@
-"""Replies laid out as Markdown while they stream (gui/views/markdown.py): headings, lists, emphasis, tables and
+"""Replies laid out as Markdown while they stream (gui/views/chat/markdown.py): headings, lists, emphasis, tables and
 code blocks, every token keeping its colour, underline and tooltip inside them, in the chat and the compare
 panes; the layout streamed round by round equals the layout of the whole reply; only the block being streamed
 is written again (the characters written grow with the reply, not with its square); a code block's Copy."""
@@ -11,12 +11,12 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument, QTextFormat
 
 import fakes
-from engine.config import parse_spec
-from engine.events import TokenStatus
+from engine.core.config import parse_spec
+from engine.core.events import TokenStatus
 from fakes import FakeEngine
 from gui import theme
-from gui.session_model import Token
-from gui.views.markdown import FEATURES, ReplyLayout, is_code
+from gui.sessions.session_model import Token
+from gui.views.chat.markdown import FEATURES, ReplyLayout, is_code
 from transcript_probe import background, fragments
 
 WAIT_MS = 10_000

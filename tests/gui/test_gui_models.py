@@ -15,12 +15,12 @@ from safetensors.numpy import save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
-from engine.errors import ModelLoadError  # noqa: E402
-from engine.models import resolve_source  # noqa: E402
+from engine.core.errors import ModelLoadError  # noqa: E402
+from engine.models.load import resolve_source  # noqa: E402
 from engine_testkit import build_tiny_tokenizer  # noqa: E402
 from gui import theme  # noqa: E402
 from fakes import FakeEngine  # noqa: E402
-from gui.views.main_window import MainWindow  # noqa: E402
+from gui.views.main.window import MainWindow  # noqa: E402
 from hubserver import FakeHub, FakeRepo  # noqa: E402
 from test_catalog import add_cached_repo, build_other_tokenizer  # noqa: E402
 from test_hub import REPO, SHARD_2, sharded_repo  # noqa: E402
@@ -98,7 +98,7 @@ def test_manager_lists_the_cache_explains_a_mismatch_and_finds_drafts(make_windo
     assert blocker.args[0].compatible is True and manager.verdict_label.text().startswith("✓ These two share")
 
     # the dtype picker changes the estimate (float32 → bfloat16 halves the weights); auto may already be bf16
-    # (engine.sources' resolver on a CPU with native bf16), so the dtype is pinned to float32 first
+    # (engine.models.sources' resolver on a CPU with native bf16), so the dtype is pinned to float32 first
     if manager.dtype_name() != "float32":
         with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
             manager.dtype.setCurrentIndex(manager.dtype.findData("float32"))

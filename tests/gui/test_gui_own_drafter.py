@@ -1,4 +1,4 @@
-"""A model that drafts for itself (engine.catalog.own_drafter: MTP layers, a known Gemma 4 assistant): the
+"""A model that drafts for itself (engine.models.catalog.own_drafter: MTP layers, a known Gemma 4 assistant): the
 settings panel offers its method first with a one-line note, selects it unless a method was chosen (k capped
 at the MTP layers, the assistant draft filled in), and the Models window says so; a model without changes
 nothing."""
@@ -10,9 +10,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
-from engine import catalog  # noqa: E402
-from engine.config import METHOD_TABLE  # noqa: E402
-from gui.views.controls import ControlsPanel  # noqa: E402
+from engine.models import catalog  # noqa: E402
+from engine.core.config import METHOD_TABLE  # noqa: E402
+from gui.views.chat.controls import ControlsPanel  # noqa: E402
 
 WAIT_MS = 20_000
 
@@ -91,8 +91,8 @@ def test_the_window_offers_the_loaded_targets_own_drafter(make_window, qtbot, mo
 
 def test_the_models_window_says_a_model_drafts_for_itself(monkeypatch, qtbot, plain_entry):
     from gui import theme
-    from gui.settings import AppSettings
-    from gui.views.model_manager import COLUMNS, ModelManager
+    from gui.persistence.settings import AppSettings
+    from gui.views.dialogs.models import COLUMNS, ModelManager
 
     monkeypatch.setattr(catalog, "own_drafter", lambda entry: ("mtp", "drafts for itself: 3 MTP layers"))
     manager = ModelManager(AppSettings(), theme.LIGHT)

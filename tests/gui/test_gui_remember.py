@@ -6,7 +6,7 @@ import pytest
 
 from fakes import FakeEngine
 from gui import theme
-from gui.views.main_window import MainWindow
+from gui.views.main.window import MainWindow
 
 WAIT_MS = 10_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
-from engine.events import TokenStatus
+from engine.core.events import TokenStatus
 from gui import app as gui_app
 from gui import theme
 from fakes import FakeEngine
@@ -80,7 +80,7 @@ def test_scripted_mode_refuses_bad_settings_before_opening(capsys):
 
 
 def test_options_not_given_keep_the_last_setting():
-    """engine.arguments with unset=True: every option the command line leaves out is None, so the window keeps
+    """engine.cli.arguments with unset=True: every option the command line leaves out is None, so the window keeps
     what it restored from the last session."""
     args = gui_app.parse_args(["gui"])
     assert all(getattr(args, name) is None for name in ("model", "device", "method", "draft", "k", "layers",
@@ -114,7 +114,7 @@ def test_the_demo_refuses_a_method_it_has_no_recording_of(tmp_path):
 
 
 def test_arguments_reach_the_settings(qtbot):
-    from gui.views.main_window import MainWindow
+    from gui.views.main.window import MainWindow
 
     args = gui_app.parse_args(["gui", "--method", "early-exit", "--layers", "5", "--k", "3", "--temperature",
                                "0.5", "--top-p", "0.9", "--top-k", "40", "--seed", "11", "--max-new-tokens",
@@ -138,7 +138,7 @@ CLOSE_MID_GENERATION = textwrap.dedent("""
     from PySide6.QtWidgets import QApplication
     from gui import theme
     from fakes import FakeEngine
-    from gui.views.main_window import MainWindow
+    from gui.views.main.window import MainWindow
 
     app = QApplication(sys.argv)
     engine = FakeEngine(delay=0.01, pause_after=8)  # never finishes on its own
@@ -170,7 +170,7 @@ def test_closing_mid_generation_exits_cleanly_without_a_qt_abort():
 
 def default_model_available() -> bool:
     try:
-        from engine import models
+        from engine.models import load as models
     except ImportError:
         return False
     return importlib.util.find_spec(models.DEFAULT_PACKAGE) is not None

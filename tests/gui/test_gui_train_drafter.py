@@ -1,4 +1,4 @@
-""""Train a drafter…" (gui/views/train_dialog.py, gui/train_session.py): progress, the phase line and the live plot
+""""Train a drafter…" (gui/views/dialogs/training.py, gui/sessions/training.py): progress, the phase line and the live plot
 of held-out acceptance by draft position from a fake trainer; cancel and close mid-run stop it (the trainer sees
 the cancel Event, the thread is joined); an error is one line; a saved checkpoint makes Resume say where it
 resumes; the Models window's button; "Use eagle now"; the offer to train when a model without a head gets
@@ -16,13 +16,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
-from engine.eagle_head import HeadCard  # noqa: E402
-from engine.errors import ConfigError  # noqa: E402
-from engine.train_drafter import STATE_FILE, TrainOptions, TrainProgress  # noqa: E402
+from engine.drafters.eagle_head import HeadCard  # noqa: E402
+from engine.core.errors import ConfigError  # noqa: E402
+from engine.training.train import STATE_FILE, TrainOptions, TrainProgress  # noqa: E402
 from gui import theme  # noqa: E402
-from gui.settings import AppSettings  # noqa: E402
-from gui.train_session import checkpoint_step, head_for  # noqa: E402
-from gui.views.train_dialog import TrainDialog  # noqa: E402
+from gui.persistence.settings import AppSettings  # noqa: E402
+from gui.sessions.training import checkpoint_step, head_for  # noqa: E402
+from gui.views.dialogs.training import TrainDialog  # noqa: E402
 from test_gui_models import hf_cache, tokenizers  # noqa: E402,F401 -- fixtures: a Hugging Face cache of tiny models
 
 WAIT_MS = 10_000
@@ -82,7 +82,7 @@ class FakeTrainer:
 
 @pytest.fixture
 def heads_root(tmp_path, monkeypatch):
-    """The head folders live under the test's own cache folder (engine.eagle_head.default_head_dir)."""
+    """The head folders live under the test's own cache folder (engine.drafters.eagle_head.default_head_dir)."""
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache" / "eagle-heads"
 
@@ -236,7 +236,7 @@ def test_a_saved_checkpoint_makes_resume_say_its_step(make_dialog, heads_root, t
 
 
 def test_the_figures_say_when_acceptance_was_last_measured():
-    from gui.train_session import Snapshot, figures_line
+    from gui.sessions.training import Snapshot, figures_line
     state = Snapshot(step=50, loss=2.0, acceptance=(0.4, 0.25), points=[(10, (0.4, 0.25))])
     assert figures_line(state).replace("\u00a0", " ") == ("step 50 · loss 2.000 · held-out acceptance (at step 10) "
                                                           "pos 1: 40%  pos 2: 25%")
@@ -382,7 +382,7 @@ def gui_gaps(parent) -> dict:
 
 @pytest.mark.slow
 def test_the_real_trainer_on_a_tiny_llama_through_the_dialog(make_dialog, qtbot, tmp_path):
-    """engine.train_drafter.train on a 4-layer random Llama built here, for the dialog's shortest budget (30 s,
+    """engine.training.train.train on a 4-layer random Llama built here, for the dialog's shortest budget (30 s,
     data generation included): progress arrives, held-out acceptance is plotted, the head and its card are
     written where the dialog says."""
     from engine_testkit import build_tiny_tokenizer, save_tiny_model

@@ -4,8 +4,8 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from engine.errors import PromptTooLongError
-from engine.events import TokenStatus
+from engine.core.errors import PromptTooLongError
+from engine.core.events import TokenStatus
 from gui import theme
 from fakes import FakeEngine
 from transcript_probe import background, fragments
@@ -85,7 +85,7 @@ def test_tooltip_carries_status_round_position_and_probabilities(make_window, se
     assert "proposed by: draft-model" in tip
     QToolTip.hideText()
     # every status says where it came from; the correction names the draft it replaced
-    from gui.views.transcript import describe_token
+    from gui.views.chat.transcript import describe_token
     substituted, _ = by_status[TokenStatus.SUBSTITUTED]
     text = describe_token(substituted)
     assert "substituted" in text and "replaced the draft" in text and "p_target 0.750" in text
@@ -98,7 +98,7 @@ def test_prompt_lookup_tooltip_says_the_draft_is_one_hot(make_window, send_and_w
     window = make_window()
     window.controls.apply(method="prompt-lookup", k=3, max_new_tokens=30)
     turn = send_and_wait(window)
-    from gui.views.transcript import describe_token
+    from gui.views.chat.transcript import describe_token
     accepted = next(t for t in turn.tokens if t.status is TokenStatus.ACCEPTED)
     assert "one-hot" in describe_token(accepted) and "prompt-lookup" in describe_token(accepted)
 
@@ -288,8 +288,8 @@ def test_engine_errors_become_messages(make_window, qtbot):
 
 
 def test_model_load_failure_is_a_message_not_a_crash(qtbot):
-    from engine.errors import ModelLoadError
-    from gui.views.main_window import MainWindow
+    from engine.core.errors import ModelLoadError
+    from gui.views.main.window import MainWindow
 
     def loader(name, progress=None, **options):
         raise ModelLoadError(f"{name} could not be loaded as a causal language model (no config.json)")
@@ -331,9 +331,9 @@ def test_dark_theme_uses_the_dark_palette(make_window, send_and_wait):
 
 
 def test_changing_the_model_loads_it_and_a_failed_load_keeps_the_old_one(qtbot):
-    from engine.errors import ModelLoadError
+    from engine.core.errors import ModelLoadError
     from fakes import FakeModel
-    from gui.views.main_window import MainWindow
+    from gui.views.main.window import MainWindow
 
     engines = {}
 

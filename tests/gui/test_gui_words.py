@@ -6,14 +6,14 @@ import keyring
 from keyring.backends import fail
 from PySide6.QtCore import Qt
 
-from engine.secrets import TokenStore
+from engine.models.secrets import TokenStore
 from fakes import FakeEngine
 from gui import theme
-from gui.history import turns_from_conversation
-from gui.store import HistoryStore
-from gui.views.main_window import MainWindow
-from gui.views.settings_dialog import SettingsDialog
-from gui.views.transcript import footer_text
+from gui.persistence.recorder import turns_from_conversation
+from gui.persistence.store import HistoryStore
+from gui.views.main.window import MainWindow
+from gui.views.dialogs.settings import SettingsDialog
+from gui.views.chat.transcript import footer_text
 
 WAIT_MS = 10_000
 

@@ -1,4 +1,4 @@
-"""The Hugging Face token (engine/secrets.py, no Qt): keyring round trip, the session-only fallback when there is
+"""The Hugging Face token (engine/models/secrets.py, no Qt): keyring round trip, the session-only fallback when there is
 no keyring, and the token in no file, log or error the app writes."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from keyring.backends import fail
 from keyring.errors import KeyringLocked
 
-from engine import secrets
-from engine.secrets import TokenStorage, TokenStore
-from gui.store import HistoryStore
+from engine.models import secrets
+from engine.models.secrets import TokenStorage, TokenStore
+from gui.persistence.store import HistoryStore
 from memory_keyring import MemoryKeyring
 
 TOKEN = "hf_TestToken_9f8e7d6c5b4a3210"

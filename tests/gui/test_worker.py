@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
-from engine.config import SpecConfig  # noqa: E402
-from engine.consent import REMOTE_CODE  # noqa: E402
+from engine.core.config import SpecConfig  # noqa: E402
+from engine.models.consent import REMOTE_CODE  # noqa: E402
 from engine.runtime import load_engine  # noqa: E402
 from engine_testkit import build_tiny_tokenizer, save_tiny_model  # noqa: E402
 from gui.worker import ComparisonRequest, GenerationRequest, LoadOptions, WorkerThread  # noqa: E402

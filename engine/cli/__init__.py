@@ -1,0 +1,1 @@
+"""The engine's commands (generate, bench, models, drafter). No Qt."""

@@ -1,0 +1,126 @@
+"""The command-line options shared by `specscope generate`/`bench` and the GUI's scripted mode (`specscope gui`).
+
+One definition of each option (name, type, choices, help) and one way from parsed options to the engine's
+settings (SpecConfig, SamplingConfig), so the CLI and the GUI cannot drift apart.
+
+`unset=True` gives every option the default None, meaning "not given": the GUI keeps the setting last used
+for it; `spec_from_args` / `sampling_from_args` fill what is None from a base config. Without it the defaults
+are the CLI's (SpecConfig() and SamplingConfig()).
+
+Touches argparse and engine.core.config only: no models, no Qt.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.core.config import BACKENDS, MAX_K, METHODS, SamplingConfig, SpecConfig
+from engine.core.validation import check_max_new_tokens, parse_float, parse_int
+
+DEFAULT_MAX_NEW_TOKENS = 256
+
+_SPEC_DEFAULTS = SpecConfig()
+_SAMPLING_DEFAULTS = SamplingConfig()
+
+
+def _default(value, unset: bool):
+    return None if unset else value
+
+
+def _help(text: str, unset: bool, kept: str = "the last one used") -> str:
+    return f"{text} (default: {kept})" if unset else text
+
+
+def add_model_args(parser: argparse.ArgumentParser, *, unset: bool = False, dtype: bool = True) -> None:
+    """--model, --device, --backend and (with dtype=True) --dtype."""
+    parser.add_argument("--model", default=_default("default", unset),
+                        help=_help("target: a model folder, a .gguf file, a hub id in the local cache, or "
+                                   "'default'", unset, "the last one used, else the built-in model"))
+    parser.add_argument("--device", default=_default("auto", unset),
+                        help=_help("auto (cuda, then mps, then cpu), cpu, cuda, mps", unset, "the last one chosen"))
+    parser.add_argument("--backend", default=_default("auto", unset), choices=("auto",) + BACKENDS,
+                        help=_help("auto (llama.cpp for .gguf files and the built-in model where "
+                                   "llama-cpp-python is installed, else transformers), transformers, llama.cpp",
+                                   unset, "the last one chosen"))
+    if dtype:
+        parser.add_argument("--dtype", default=None, help="float32, bf16, fp16 (default: bf16 on CUDA and on CPUs with native "
+                            "bf16 (AVX512-BF16/AMX), float32 on other CPUs); "
+                            "transformers backend only (GGUF weights on llama.cpp stay as quantized)")
+
+
+def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> None:
+    """--method, --draft, --k, --layers, --ngram-max, --ngram-min, --adaptive."""
+    d = _SPEC_DEFAULTS
+    parser.add_argument("--method", default=None, choices=METHODS,
+                        help=_help("none, or a drafter", unset) if unset else
+                        "none, or a drafter (default: draft-model with --draft, else none)")
+    parser.add_argument("--draft", default=None, help="draft model for --method draft-model ('default' works)")
+    parser.add_argument("--k", type=parse_int, default=_default(d.k, unset),
+                        help=_help(f"tokens drafted per round, 1…{MAX_K}", unset))
+    parser.add_argument("--layers", type=parse_int, default=None,
+                        help="early-exit: target layers that draft (default: the method's own choice)")
+    parser.add_argument("--ngram-max", type=parse_int, default=_default(d.ngram_max, unset),
+                        help=_help("prompt-lookup: longest n-gram matched", unset))
+    parser.add_argument("--ngram-min", type=parse_int, default=_default(d.ngram_min, unset),
+                        help=_help("prompt-lookup: shortest n-gram matched", unset))
+    parser.add_argument("--adaptive", action="store_true", default=_default(False, unset),
+                        help="draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> None:
+    """--temperature, --top-p, --top-k, --seed."""
+    d = _SAMPLING_DEFAULTS
+    parser.add_argument("--temperature", type=parse_float, default=_default(d.temperature, unset),
+                        help=_help("0 = greedy", unset) if unset else "0 = greedy (default)")
+    parser.add_argument("--top-p", type=parse_float, default=_default(d.top_p, unset), help=_help("1 = off", unset))
+    parser.add_argument("--top-k", type=parse_int, default=_default(d.top_k, unset), help=_help("0 = off", unset))
+    parser.add_argument("--seed", type=parse_int, default=None, help="random seed for sampling")
+
+
+def add_generation_args(parser: argparse.ArgumentParser, *, unset: bool = False,
+                        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> None:
+    """--max-new-tokens and --system."""
+    parser.add_argument("--max-new-tokens", type=parse_int, default=_default(max_new_tokens, unset),
+                        help=_help("most tokens to generate", unset))
+    parser.add_argument("--system", default=None, help="system prompt")
+
+
+def add_consent_args(parser: argparse.ArgumentParser) -> None:
+    """--trust-remote-code and --allow-pickle: the answers to engine.models.consent's two questions, given up front
+    (a command-line or scripted run never stops to ask)."""
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run the Python code a model (or its draft) ships with (auto_map): only for models "
+                             "you trust")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="load weights stored only as pickle checkpoints (.bin/.pt), which can run code: "
+                             "only for models you trust")
+
+
+def check_generation_args(args: argparse.Namespace) -> None:
+    """The numbers of --max-new-tokens (when given) at the edge of their type; raises ConfigError."""
+    if getattr(args, "max_new_tokens", None) is not None:
+        check_max_new_tokens(args.max_new_tokens)
+
+
+def _given(args: argparse.Namespace, name: str, base):
+    value = getattr(args, name, None)
+    return getattr(base, name) if value is None else value
+
+
+def spec_from_args(args: argparse.Namespace, base: SpecConfig = _SPEC_DEFAULTS) -> SpecConfig:
+    """The SpecConfig the options ask for; an option left None takes `base`'s value. No --method: draft-model
+    when --draft is given, else `base.method`. Raises ConfigError on a bad combination."""
+    method = getattr(args, "method", None) or ("draft-model" if getattr(args, "draft", None) else base.method)
+    return SpecConfig(method=method, k=_given(args, "k", base), draft=_given(args, "draft", base),
+                      layers=_given(args, "layers", base), ngram_max=_given(args, "ngram_max", base),
+                      ngram_min=_given(args, "ngram_min", base), adaptive=bool(_given(args, "adaptive", base)))
+
+
+def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLING_DEFAULTS) -> SamplingConfig:
+    """The SamplingConfig the options ask for; an option left None takes `base`'s value. Raises ConfigError."""
+    return SamplingConfig(temperature=_given(args, "temperature", base), top_k=_given(args, "top_k", base),
+                          top_p=_given(args, "top_p", base), seed=_given(args, "seed", base))
+
+
+__all__ = ["add_consent_args", "check_generation_args", "add_model_args", "add_spec_args", "add_sampling_args", "add_generation_args", "spec_from_args",
+           "sampling_from_args", "DEFAULT_MAX_NEW_TOKENS"]

@@ -1,0 +1,71 @@
+"""Terminal rendering for `specscope generate`: tokens coloured by status (the fold of engine.core.tokens, the one
+the GUI and the history use), then one stats line. Writes to the console only (rich); text that isn't ours
+(notes, errors) is escaped before it goes through rich markup."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.tokens import fold_round
+
+STYLES = {
+    TokenStatus.PLAIN: "",
+    TokenStatus.ACCEPTED: "green",
+    TokenStatus.SUBSTITUTED: "bold dark_orange underline",
+    TokenStatus.BONUS: "bold cyan",
+    TokenStatus.REJECTED: "dim red strike",
+}
+
+
+def stats_line(finished: GenerationFinished) -> str:
+    s = finished.stats
+    parts = [f"{s.committed_tokens} tokens", f"{s.tok_per_s:.1f} tok/s", f"TTFT {s.ttft_seconds:.2f} s"]
+    if finished.server is not None:  # a server's reply: its figures, said to be its own (no times to compare)
+        from engine.remote.engine import server_figures_words
+        parts += server_figures_words(finished.server)
+    elif s.drafted_tokens:
+        parts += [f"acceptance {s.acceptance_rate:.0%}", f"mean accepted length {s.mean_accepted_length:.2f}",
+                  f"theoretical ×{s.theoretical_speedup:.2f}",
+                  f"draft {s.draft_seconds:.2f} s / verify {s.verify_seconds:.2f} s"]
+    parts.append(f"stop: {finished.stop_reason}")
+    return " · ".join(parts)
+
+
+class TerminalStream:
+    def __init__(self, show_rejected: bool = True, console: Console | None = None) -> None:
+        self.show_rejected = show_rejected
+        self.out = console or Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False)
+
+    def legend(self, started: GenerationStarted) -> None:
+        for note in started.warnings:
+            self.err.print(f"[yellow]warning:[/] {escape(note)}")
+        if started.method == "none":
+            return
+        legend = Text("legend: ")
+        for status in (TokenStatus.ACCEPTED, TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.REJECTED):
+            if status is TokenStatus.REJECTED and not self.show_rejected:
+                continue
+            legend.append(status.value, style=STYLES[status]).append("  ")
+        self.err.print(legend)
+
+    def round(self, event: RoundVerified) -> None:
+        text = Text()
+        for token in fold_round(event):  # rejected ghosts come where they were proposed, before the correction
+            if token.committed or self.show_rejected:
+                text.append(token.text, style=STYLES[token.status])
+        self.out.print(text, end="")
+        sys.stdout.flush()
+
+    def finish(self, finished: GenerationFinished | None) -> None:
+        self.out.print()
+        if finished is None:
+            return
+        if finished.error:
+            self.err.print(f"[red]error:[/] {escape(finished.error)}")
+        self.out.print(escape(stats_line(finished)))

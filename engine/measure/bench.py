@@ -1,0 +1,562 @@
+"""`specscope bench`: every config against plain decoding on the same prompts, in the same run.
+
+Configs run interleaved, prompt by prompt, so that drift in machine speed hits them all alike. Figures are
+pooled per config, overall and per category, with the definitions of engine.core.stats; plain decoding first and
+the k sweep come from engine.measure.compare, the prompt files from engine.measure.prompts, the engine from engine.runtime.
+A greedy output that differs from plain decoding is diagnosed (engine.measure.divergence) and counted as a near-tie
+or a mismatch beside the identical ones; --strict reruns everything in float32 on the CPU with transformers.
+
+Touches the terminal (rich tables on stdout, progress on stderr) and the --json file; no Qt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from engine.measure.compare import SweepPoint, SweepSummary, strict_engine, sweep_specs, sweep_summary, with_plain_first
+from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
+                                make_comparisons)
+from engine.core.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
+from engine.measure.divergence import Divergence, diagnose
+from engine.core.errors import ConfigError
+from engine.measure.prompts import Prompt, load_prompts
+from engine.core.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
+                               write_text_atomic)
+from engine.core.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
+from engine.measure.verify_cost import theoretical_from_stats, verify_cost
+
+
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", required=True, help="JSON lines: Spec-Bench format or {\"prompt\": …}")
+    parser.add_argument("--category", action="append", help="only this category (repeatable)")
+    parser.add_argument("--limit", type=parse_int, default=None, help="at most N prompts per category")
+    parser.add_argument("--max-new-tokens", type=parse_int, default=128)
+    parser.add_argument("--config", action="append", default=[],
+                        help="SPEC such as prompt-lookup:k=5, early-exit:k=4,layers=10, "
+                             "draft-model:k=4,draft=default (repeatable; none always runs)")
+    parser.add_argument("--sweep-k", default=None, metavar="A-B",
+                        help="run every config's method for k = A…B (e.g. 1-8) and print the sweep")
+    parser.add_argument("--compare-hf", action="store_true",
+                        help="also time transformers' own generate() with the equivalent setting")
+    parser.add_argument("--remeasure-cost", action="store_true",
+                        help="measure the verify-cost curve again instead of reading it from the cache (after "
+                             "the machine's load or settings changed)")
+    parser.add_argument("--compare-llama", action="store_true",
+                        help="also time llama-cpp-python's own Llama (plain, and prompt lookup through its "
+                             "LlamaPromptLookupDecoding) on the same GGUF: ours ÷ theirs")
+    parser.add_argument("--temperature", type=parse_float, default=0.0)
+    parser.add_argument("--seed", type=parse_int, default=0)
+    parser.add_argument("--strict", action="store_true",
+                        help="rerun every config in float32 on the CPU with the transformers backend, where "
+                             "greedy outputs must be identical to plain decoding (the algorithm, not the numerics)")
+    parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
+
+
+def parse_sweep(text: str) -> list[int]:
+    try:
+        low, _, high = text.partition("-")
+        ks = list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise ConfigError(f"--sweep-k wants a range like 1-8, got {text!r}") from None
+    if not ks or ks[0] < 1 or ks[-1] > 16:
+        raise ConfigError(f"--sweep-k range must lie within 1-16, got {text!r}")
+    return ks
+
+
+@dataclass
+class ConfigResult:
+    spec: SpecConfig
+    stats: dict[str, list[GenerationStats]] = field(default_factory=lambda: defaultdict(list))
+    identical: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hf_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    hf_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hf_identical: int = 0
+    outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    remote: object | None = None  # a RemoteEngine (engine.remote.engine): a model on a server, run as it was started
+    diagnosed: bool = False  # greedy and local: every differing output got a diagnosis (engine.measure.divergence)
+    near_ties: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    mismatches: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    divergences: dict[str, Divergence] = field(default_factory=dict)  # by prompt id
+
+    def equality_counts(self, key: str) -> dict:
+        """identical / near_ties / mismatches for `key` ("all" or a category); None where not diagnosed
+        (sampling: outputs are not compared token for token; a server's run)."""
+        if not self.diagnosed:
+            return {"identical": None, "near_ties": None, "mismatches": None}
+        return {"identical": self.identical[key], "near_ties": self.near_ties[key],
+                "mismatches": self.mismatches[key]}
+
+    @property
+    def label(self) -> str:
+        return f"{REMOTE_PREFIX}url={self.remote.target.address.url}" if self.remote else self.spec.label()
+
+    def figures_from(self) -> str:
+        """Where this config's figures come from, in words (the report says it for every row)."""
+        if self.remote is None:
+            return "measured here"
+        server = self.remote.server
+        counts = "/metrics" if server.metrics else "response timings (no /metrics)"
+        return (f"tok/s and TTFT measured here, network included; acceptance from {server.kind}'s {counts} "
+                f"at {self.remote.target.address.url}")
+
+
+def _hf_kwargs(spec: SpecConfig, engine) -> dict:
+    if spec.method == "prompt-lookup":
+        return {"prompt_lookup_num_tokens": spec.k, "max_matching_ngram_size": spec.ngram_max}
+    if spec.method == "draft-model":
+        return {"assistant_model": engine.draft_model(spec.draft).model, "num_assistant_tokens": spec.k,
+                "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    if spec.method == "early-exit":
+        from engine.drafters import default_early_exit_layers
+        return {"assistant_early_exit": spec.layers or default_early_exit_layers(engine.target.n_layers),
+                "num_assistant_tokens": spec.k, "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.0}
+    if spec.method == "mtp":  # transformers drafts one token per MTP layer (and loads them on every call)
+        return {"use_mtp": True}
+    if spec.method == "assistant":  # its candidate generator reads k from the assistant's own config
+        assistant = engine.draft_model(spec.draft).model
+        assistant.generation_config.num_assistant_tokens = spec.k
+        return {"assistant_model": assistant}
+    return {}
+
+
+def hf_generate(engine, prompt_ids: list[int], spec: SpecConfig, max_new_tokens: int) -> tuple[list[int], float]:
+    """transformers' own generate() with the equivalent setting (greedy); returns new ids and seconds."""
+    import torch
+    model = engine.target.model
+    input_ids = torch.tensor([prompt_ids], device=engine.target.device)
+    kwargs = _hf_kwargs(spec, engine)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                             max_new_tokens=max_new_tokens, pad_token_id=engine.target.tokenizer.eos_token_id,
+                             **kwargs)
+    seconds = time.perf_counter() - started
+    return out[0, len(prompt_ids):].tolist(), seconds
+
+
+def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int,
+             rounds: list | None = None):
+    """The run's finished event; its round events are appended to `rounds` when given."""
+    from engine.core.events import GenerationFinished, RoundVerified
+    engine.release()  # every run starts from an empty cache: no config profits from another's prefill
+    finished = None
+    for event in engine.generate(prompt.text, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens):
+        if isinstance(event, GenerationFinished):
+            finished = event
+        elif rounds is not None and isinstance(event, RoundVerified):
+            rounds.append(event)
+    return finished
+
+
+def _diagnose(engine, result: ConfigResult, prompt: Prompt, finished, rounds: list, baseline: ConfigResult
+              ) -> None:
+    """Count a greedy run as identical to plain decoding, a near-tie or a mismatch (engine.measure.divergence); only
+    a differing output costs anything (its diagnosis)."""
+    plain_ids = baseline.outputs[prompt.id]
+    if finished.output_ids == plain_ids:
+        return  # counted by _record
+    divergence = diagnose(engine.target, engine.prompt_ids(prompt.text), plain_ids, finished.output_ids, rounds)
+    result.divergences[prompt.id] = divergence
+    counter = result.near_ties if divergence.is_near_tie else result.mismatches
+    for key in ("all", prompt.category):
+        counter[key] += 1
+
+
+def _record(result: ConfigResult, prompt: Prompt, finished, baseline: ConfigResult) -> None:
+    for key in ("all", prompt.category):
+        result.stats[key].append(finished.stats)
+    result.outputs[prompt.id] = finished.output_ids
+    if finished.output_ids == baseline.outputs[prompt.id]:
+        for key in ("all", prompt.category):
+            result.identical[key] += 1
+
+
+def _record_hf(result: ConfigResult, prompt: Prompt, finished, new_ids: list[int], seconds: float) -> None:
+    for key in ("all", prompt.category):
+        result.hf_seconds[key] += seconds
+        result.hf_tokens[key] += len(new_ids)
+    ours = list(finished.output_ids)
+    result.hf_identical += int(new_ids[:len(ours)] == ours)
+
+
+def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_new_tokens: int,
+                  sampling: SamplingConfig, compare_hf: bool = False, progress=None,
+                  comparisons: dict | None = None, remotes: tuple = ()) -> list[ConfigResult]:
+    """Run plain decoding plus every spec on every prompt (engine.measure.compare.with_plain_first: plain first,
+    once). Every spec is validated before the first run. `comparisons` (engine.measure.bench_llama, by config label)
+    run llama-cpp-python's own loop after ours on the same prompt ids. `remotes` (RemoteEngines) run each
+    prompt on their server after the local configs, as their servers were started."""
+    comparisons = comparisons or {}
+    specs = with_plain_first(specs)
+    for spec in specs:
+        engine.validate(spec)  # fail before the long run, not in its middle
+    on_server = engine.target.backend not in BACKENDS  # --model is a server: its figures are the server's
+    results = [ConfigResult(spec, diagnosed=sampling.greedy and not on_server,
+                            remote=engine if on_server else None) for spec in specs] + \
+        [ConfigResult(SpecConfig(), remote=r) for r in remotes]
+    progress = progress or (lambda done, total, label: None)
+    for warm in (engine, *remotes):
+        _run_one(warm, Prompt("warm-up", "warm-up", "Hello!"), specs[0], sampling, 8)  # warm-up
+    total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons) + len(remotes)), 0
+    for prompt in prompts:
+        ids = engine.prompt_ids(prompt.text) if compare_hf or comparisons else None  # a server's: never ours
+        for result in results:
+            rounds: list = []
+            finished = _run_one(result.remote or engine, prompt, result.spec, sampling, max_new_tokens, rounds)
+            done += 1
+            progress(done, total, result.label)
+            _record(result, prompt, finished, results[0])
+            if result.remote is not None:
+                continue
+            if result.diagnosed:
+                _diagnose(engine, result, prompt, finished, rounds, results[0])
+            if compare_hf:
+                new_ids, seconds = hf_generate(engine, ids, result.spec, max_new_tokens)
+                done += 1
+                progress(done, total, f"transformers {result.spec.label()}")
+                _record_hf(result, prompt, finished, new_ids, seconds)
+            comparison = comparisons.get(result.spec.label())
+            if comparison is not None:
+                comparison.run(prompt, ids, finished.output_ids, max_new_tokens, engine.eos_ids)
+                done += 1
+                progress(done, total, f"llama-cpp-python {result.spec.label()}")
+    return results
+
+
+def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict | None = None,
+              cost=None) -> dict:
+    """Every config's figures, overall ('all') and per category, as plain data; with the measured verify
+    cost curve `cost` (engine.measure.verify_cost), the theoretical speed-up on it too."""
+    baseline = results[0]
+    out = {}
+    for result in results:
+        rows = {}
+        for key, runs in result.stats.items():
+            pooled: AggregateStats = aggregate(runs)
+            base: AggregateStats = aggregate(baseline.stats[key])
+            measured = speedup(pooled.tok_per_s, base.tok_per_s)
+            row = {
+                "prompts": pooled.generations,
+                "tokens": pooled.committed_tokens,
+                "tok_per_s": pooled.tok_per_s,
+                "e2e_tok_per_s": pooled.e2e_tok_per_s,
+                "speedup": measured,
+                "acceptance_rate": pooled.acceptance_rate,
+                "mean_accepted_length": pooled.mean_accepted_length,
+                "theoretical_speedup": pooled.theoretical_speedup,
+                "efficiency": efficiency(measured, pooled.theoretical_speedup),
+                "identical_to_none": result.identical[key],
+                **result.equality_counts(key),
+                "draft_seconds": pooled.draft_seconds,
+                "verify_seconds": pooled.verify_seconds,
+                "drafted_tokens": pooled.drafted_tokens,
+                "cost_ratio": pooled.cost_ratio,
+            }
+            if cost is not None:
+                on_cost = theoretical_from_stats(pooled, cost)
+                row["theoretical_speedup_measured_cost"] = on_cost
+                row["efficiency_measured_cost"] = efficiency(measured, on_cost) if on_cost else None
+            row.update(comparison_row((comparisons or {}).get(result.spec.label()), key, pooled.tok_per_s))
+            row["figures_from"] = result.figures_from()
+            if result.remote is not None:  # the server reports no draft/verify times: no theory to hold it to
+                row["theoretical_speedup"] = row["efficiency"] = None
+            if compare_hf and result.hf_seconds[key] > 0:
+                hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
+                row["hf_e2e_tok_per_s"] = hf_tok_s
+                row["ours_over_hf"] = pooled.e2e_tok_per_s / hf_tok_s if hf_tok_s else None
+            rows[key] = row
+        if compare_hf:
+            rows["all"]["hf_identical_outputs"] = result.hf_identical
+        if result.diagnosed:
+            rows["all"]["divergences"] = [{"prompt": prompt_id, **d.as_dict()}
+                                          for prompt_id, d in result.divergences.items()]
+        out[result.label] = rows
+    return out
+
+
+def _table_console():
+    from rich.console import Console
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped or captured: never squeeze the columns
+        console = Console(highlight=False, width=160)
+    return console
+
+
+def _fmt(value, pattern: str) -> str:
+    return "–" if value is None else format(value, pattern)
+
+
+# Columns a table shows when some row has the figure: (heading, row key, format, unit)
+OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", "×"),
+                    ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
+                    ("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
+                    ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
+                    ("vs none", "plain_vs_none", ".2f", "×"))
+
+
+def print_table(summary: dict, compare_hf: bool, console=None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    console = console or _table_console()
+    categories = sorted({key for rows in summary.values() for key in rows if key != "all"})
+    for key in ["all"] + categories:
+        table = Table(title=escape(f"{'overall' if key == 'all' else key}"), title_justify="left")
+        for column in ("config", "tok/s", "speed-up", "accept", "mean len", "theory", "effic.", "identical"):
+            table.add_column(column, justify="left" if column == "config" else "right")
+        if compare_hf:
+            table.add_column("ours/HF", justify="right")
+        optional = [c for c in OPTIONAL_COLUMNS
+                    if any(c[1] in row for rows in summary.values() for row in rows.values())]
+        for heading, *_ in optional:
+            table.add_column(heading, justify="right")
+        for label, rows in summary.items():
+            row = rows.get(key)
+            if row is None:
+                continue
+            cells = [escape(label), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
+                     f"{row['acceptance_rate']:.0%}", f"{row['mean_accepted_length']:.2f}",
+                     _fmt(row["theoretical_speedup"], ".2f") + "×", _fmt(row["efficiency"], ".2f"),
+                     _identical_cell(row)]
+            if compare_hf:
+                cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
+            cells += [_fmt(row.get(key), pattern) + (unit if row.get(key) is not None else "")
+                      for _, key, pattern, unit in optional]
+            table.add_row(*cells)
+        console.print(table)
+    if any("llama_cpp_python_tok_per_s" in row for rows in summary.values() for row in rows.values()):
+        console.print("theirs: llama-cpp-python's own Llama on the same GGUF, prompt ids and threads (prompt "
+                      "lookup through its LlamaPromptLookupDecoding)")
+
+
+def _identical_cell(row: dict) -> str:
+    """identical/prompts, with the near-ties (≈) and mismatches (✗) among the rest."""
+    cell = f"{row['identical_to_none']}/{row['prompts']}"
+    extra = [f"{row[key]} {mark}" for key, mark in (("near_ties", "≈"), ("mismatches", "✗MISMATCH"))
+             if row.get(key)]
+    return cell + (f" ({', '.join(extra)})" if extra else "")
+
+
+def print_divergences(summary: dict, console=None) -> None:
+    """Every mismatch, loudly, with what is needed to report it; near-ties in one line each."""
+    from rich.markup import escape
+    console = console or _table_console()
+    for label, rows in summary.items():
+        for d in rows["all"].get("divergences", []):
+            if d["kind"] == "mismatch":
+                console.print(escape(f"MISMATCH {label}, prompt {d['prompt']}: token {d['position']}: plain "
+                                     f"{d['plain_token']} ({d['plain_text']!r}), speculation {d['spec_token']} "
+                                     f"({d['spec_text']!r}), margin {d['top2_margin']:.3g}, passes differ by "
+                                     f"{d['pass_discrepancy']:.3g} ({d['backend']}, {d['dtype']}, round "
+                                     f"{d['round_index']}): a real error, please report it"), style="bold red")
+            else:
+                console.print(escape(f"near-tie {label}, prompt {d['prompt']}: token {d['position']}, "
+                                     f"{d['plain_text']!r} vs {d['spec_text']!r}, margin {d['top2_margin']:.3g} "
+                                     f"≤ pass discrepancy {d['pass_discrepancy']:.3g} ({d['dtype']} rounding)"))
+
+
+def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
+    """The configs to run after plain decoding, and the sweep's ks (None without --sweep-k)."""
+    specs = [parse_spec(text) for text in args.config if parse_remote(text) is None]
+    sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
+    if sweep:
+        specs = sweep_specs([s for s in specs if s.speculative] or [parse_spec("prompt-lookup")], sweep)
+    for spec in specs:
+        for note in spec.warnings:
+            print(f"specscope: warning: {note}", file=sys.stderr)
+    return specs, sweep
+
+
+def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float,
+                cost=None, strict: dict | None = None) -> None:
+    document = {
+        "model": engine.target.label, "device": str(engine.target.device),
+        "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
+        "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
+        "temperature": args.temperature, "seconds": seconds,
+        "platform": platform.platform(), "configs": summary, "backend": engine.target.backend,
+        "verify_cost": None if cost is None else cost.as_dict(),
+    }
+    if strict is not None:
+        document["strict"] = strict
+    write_text_atomic(path, json.dumps(document, indent=2))
+
+
+def run(args) -> int:
+    """The `specscope bench` command."""
+    from rich.console import Console
+    from rich.markup import escape
+    from engine.models.consent import ConsentAnswers, require
+    from engine.runtime import load_engine, terminal_progress
+    check_max_new_tokens(args.max_new_tokens)
+    if args.limit is not None:
+        check_int("--limit", args.limit, 1, MAX_COUNT)
+    if args.json_out is not None:
+        check_output_path(args.json_out, "--json")
+    specs, sweep = _specs(args)
+    prompts = load_prompts(args.prompts, args.category, args.limit)
+    if args.compare_hf and args.temperature:
+        raise ConfigError("--compare-hf compares greedy decoding; drop --temperature")
+    if args.strict and args.temperature:
+        raise ConfigError("--strict checks that greedy outputs are identical; drop --temperature")
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)
+    flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+    names = (args.model, *(spec.draft for spec in specs))
+    require(names, **flags)
+    err = Console(stderr=True, highlight=False)
+    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
+                         backend=args.backend, **flags)
+    engine.models.consent = ConsentAnswers.from_flags(names, **flags)
+    if args.compare_llama:
+        check_compare_llama(engine, specs, args.temperature)
+    if args.compare_hf and engine.target.backend != "transformers":
+        raise ConfigError(f"--compare-hf compares with transformers' own generate(); {engine.target.label} runs "
+                          f"on {engine.target.backend} (add --backend transformers, or use --compare-llama)")
+    remotes = _remotes(args)
+    err.print(escape(f"{len(prompts)} prompts × {len(with_plain_first(specs))} configs, "
+                     f"{args.max_new_tokens} new tokens max, {engine.target.label} on "
+                     f"{engine.target.device_label or engine.target.device} ({engine.target.dtype_label})"))
+    started = time.perf_counter()
+    summary, cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
+    print_table(summary, args.compare_hf)
+    print_sources(summary)
+    print_divergences(summary)
+    if sweep:
+        print_sweep(summary, cost)
+    strict = _strict(engine, prompts, specs, args, sampling) if args.strict else None
+    if args.json_out:
+        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict)
+        err.print(escape(f"figures written to {args.json_out}"))
+    return 0
+
+
+def _strict(engine, prompts: list[Prompt], specs: list[SpecConfig], args, sampling) -> dict:
+    """--strict: every local config again in float32 on the CPU with transformers (engine.measure.compare's
+    strict_engine), where greedy outputs must equal plain decoding's exactly; its tables, and its figures."""
+    from rich.console import Console
+    from engine.runtime import terminal_progress
+    strict = strict_engine(engine, terminal_progress())
+    specs = [s for s in specs if s.backend in (None, "transformers")]
+    Console(highlight=False).print("strict check: float32 on the CPU, transformers backend "
+                                   "(greedy outputs must be identical to plain decoding)", style="bold")
+    summary = summarise(run_benchmark(strict, prompts, specs, args.max_new_tokens, sampling), False)
+    print_table(summary, False)
+    print_divergences(summary)
+    if strict is not engine:
+        strict.release()
+    return {"model": strict.target.label, "device": str(strict.target.device), "dtype": strict.target.dtype_label,
+            "backend": strict.target.backend, "configs": summary}
+
+
+def _remotes(args) -> tuple:
+    """The servers of the `remote:url=…` configs, connected (engine.remote.engine; ServerError when one can't be)."""
+    from engine.remote.engine import load_remote
+    from engine.runtime import terminal_progress
+    urls = [url for url in (parse_remote(text) for text in args.config) if url]
+    return tuple(load_remote(url, terminal_progress()) for url in dict.fromkeys(urls))
+
+
+def print_sources(summary: dict, console=None) -> None:
+    """Which figures came from where, one line per config that is not all measured here."""
+    from rich.markup import escape
+    console = console or _table_console()
+    for label, rows in summary.items():
+        where = rows["all"].get("figures_from", "measured here")
+        if where != "measured here":
+            console.print(escape(f"{label}: {where}"))
+
+
+def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err, remotes=()):
+    """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
+    --compare-llama. Returns the summary and the curve (None for a remote target)."""
+    from rich.markup import escape
+    backend = engine.target.backend
+    others = {b: [s for s in specs if s.backend == b] for b in BACKENDS if b != backend}
+    specs = [s for s in specs if s.backend in (None, backend)]
+    cost = _verify_cost(engine, specs, args.remeasure_cost)
+    comparisons = make_comparisons(engine, with_plain_first(specs)) if args.compare_llama else {}
+
+    def progress(done, total, label):
+        if err.is_terminal:
+            err.print(escape(f"  [{done}/{total}] {label}".ljust(60)), end="\r")
+
+    try:
+        results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress,
+                                comparisons, remotes)
+    finally:
+        close_comparisons(comparisons)
+    summary = summarise(results, args.compare_hf, comparisons, cost)
+    for other, group in others.items():
+        if group:
+            summary.update(_measure_on(other, group, args, prompts, sampling, progress, summary))
+    if err.is_terminal:
+        err.print(" " * 60, end="\r")
+    return summary, cost
+
+
+def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Prompt], sampling, progress,
+                main_summary: dict) -> dict:
+    """The configs that ask for another backend (`backend=` in their SPEC), on the same model loaded there,
+    after plain decoding on it (`none:backend=…`, their speed-up's baseline); that plain row also gets its
+    tok/s against the first backend's plain decoding (`plain_vs_none`)."""
+    from engine.runtime import load_engine, terminal_progress
+    engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, backend=backend,
+                         trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+    cost = _verify_cost(engine, specs, args.remeasure_cost)
+    results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress)
+    results[0].spec = SpecConfig(backend=backend)
+    summary = summarise(results, False, None, cost)
+    for key, row in summary[results[0].spec.label()].items():
+        base = main_summary["none"].get(key, {}).get("tok_per_s")
+        row["plain_vs_none"] = row["tok_per_s"] / base if base else None
+    engine.release()
+    return summary
+
+
+def _verify_cost(engine, specs: list[SpecConfig], refresh: bool = False):
+    """The target's measured cost of verifying n = 1…max(k)+1 tokens in one pass (at least 1…8), from the
+    cache or measured now, printed as one line; None for a target whose passes are not ours (a server)."""
+    from engine.host import engine_threads
+    if engine.target.backend not in BACKENDS:
+        return None
+    n_max = max([spec.k for spec in specs if spec.speculative] + [7]) + 1
+    cost = verify_cost(engine.target, n_max, threads=engine_threads(), refresh=refresh)
+    _table_console().print(cost_curve_line(cost, engine.target.backend))
+    return cost
+
+
+def sweep_summaries(summary: dict, cost=None) -> list[SweepSummary]:
+    """Per method, the sweep (engine.measure.compare.sweep_summary) of a bench summary's overall rows, its theory on
+    the measured verify-cost curve `cost` where there is one."""
+    points: dict[str, list[SweepPoint]] = defaultdict(list)
+    for label, rows in summary.items():
+        if label.startswith(REMOTE_PREFIX):
+            continue
+        spec = parse_spec(label)
+        if not spec.speculative:
+            continue
+        row = rows["all"]
+        points[spec.method].append(SweepPoint(spec.k, row["speedup"] or 0.0, row["acceptance_rate"],
+                                              row["cost_ratio"]))
+    return [sweep_summary(method, method_points, cost) for method, method_points in points.items()]
+
+
+def print_sweep(summary: dict, cost=None) -> None:
+    from rich.table import Table
+    console = _table_console()
+    for sweep in sweep_summaries(summary, cost):
+        table = Table(title=f"k sweep: {sweep.method} (pooled α = {sweep.alpha:.0%}, c = {sweep.cost_ratio:.3f})",
+                      title_justify="left")
+        for column in ("k", "speed-up", "theory", "accept"):
+            table.add_column(column, justify="right")
+        for point, predicted in zip(sweep.points, sweep.theory):
+            table.add_row(str(point.k), f"{point.speedup:.2f}×", f"{predicted:.2f}×", f"{point.acceptance_rate:.0%}")
+        console.print(table)
+        if sweep.best is not None:
+            console.print(f"best k for {sweep.method}: {sweep.best.k} ({sweep.best.speedup:.2f}× over plain decoding)")

@@ -1,0 +1,89 @@
+"""`specscope bench --compare-llama`: llama-cpp-python's own `Llama` (engine/measure/references.py)
+on the same GGUF, prompt ids, threads and context as our llama.cpp backend, for plain decoding and prompt
+lookup (its `LlamaPromptLookupDecoding`), pooled per config and category like our figures, reported as ours ÷
+theirs; and the measured verify-cost curve (engine/measure/verify_cost.py) the bench prints and uses for the
+theoretical speed-up.
+
+Touches llama.cpp through the reference `Llama`s it makes (one per config, closed at the end); no Qt.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from engine.core.config import SpecConfig
+from engine.core.errors import ConfigError
+
+COMPARED_METHODS = ("none", "prompt-lookup")  # what llama-cpp-python's high-level API can run
+
+
+def check_compare_llama(engine, specs: list[SpecConfig], temperature: float) -> None:
+    """--compare-llama needs the target on llama.cpp and greedy decoding; configs it can't compare (a draft
+    model, early exit) are left out of the comparison, not refused."""
+    if engine.target.backend != "llama.cpp":
+        raise ConfigError(f"--compare-llama compares our llama.cpp backend with llama-cpp-python's own; "
+                          f"{engine.target.label} runs on {engine.target.backend} (use a .gguf model or "
+                          "--backend llama.cpp)")
+    if temperature:
+        raise ConfigError("--compare-llama compares greedy decoding; drop --temperature")
+
+
+@dataclass
+class LlamaComparison:
+    """llama-cpp-python's figures for one config: decode tokens and seconds (after each first token, as
+    engine.core.stats counts ours) and how many of its outputs equal ours, per category and overall ('all')."""
+
+    spec: SpecConfig
+    reference: object = field(repr=False)
+    decode_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    decode_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    identical: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def run(self, prompt, ids: list[int], ours: tuple[int, ...], max_new_tokens: int, eos_ids) -> None:
+        theirs = self.reference.generate(ids, max_new_tokens, eos_ids)
+        for key in ("all", prompt.category):
+            self.decode_tokens[key] += max(0, len(theirs.output_ids) - 1)
+            self.decode_seconds[key] += theirs.elapsed_seconds - theirs.ttft_seconds
+            self.identical[key] += int(theirs.output_ids == tuple(ours))
+
+    def tok_per_s(self, key: str) -> float | None:
+        seconds = self.decode_seconds.get(key, 0.0)
+        return self.decode_tokens[key] / seconds if seconds > 0 else None
+
+
+def make_comparisons(engine, specs: list[SpecConfig]) -> dict[str, LlamaComparison]:
+    """One reference `Llama` per comparable config, keyed by the config's label."""
+    from engine.measure.references import LlamaCppPython
+    from engine.host import engine_threads
+    target = engine.target
+    out = {}
+    for spec in specs:
+        if spec.method not in COMPARED_METHODS:
+            continue
+        k = spec.k if spec.speculative else None
+        reference = LlamaCppPython(target.source.file, n_threads=engine_threads(), n_ctx=target.context_length,
+                                   k=k, ngram_max=spec.ngram_max)
+        out[spec.label()] = LlamaComparison(spec, reference)
+    return out
+
+
+def close_comparisons(comparisons: dict[str, LlamaComparison]) -> None:
+    for comparison in comparisons.values():
+        comparison.reference.close()
+
+
+def comparison_row(comparison: LlamaComparison | None, key: str, ours_tok_per_s: float) -> dict:
+    """The figures a bench summary row gets from the comparison (empty without one)."""
+    if comparison is None or key not in comparison.decode_tokens:
+        return {}
+    theirs = comparison.tok_per_s(key)
+    return {"llama_cpp_python_tok_per_s": theirs,
+            "ours_over_llama_cpp_python": ours_tok_per_s / theirs if theirs else None,
+            "llama_cpp_python_identical": comparison.identical[key]}
+
+
+def cost_curve_line(cost, backend: str) -> str:
+    """"verify cost on this machine (llama.cpp): n=1 7.4 ms (1.00×) · n=2 …" for the bench's header."""
+    cells = [f"n={n} {cost.cost(n) * 1000:.1f} ms ({cost.relative(n):.2f}×)" for n in range(1, cost.n_max + 1)]
+    return f"verify cost on this machine ({backend}): " + " · ".join(cells)

@@ -1,0 +1,191 @@
+"""Which setting is fastest here? A short sweep over methods and k with repeats, and its one answer.
+
+A single run per setting makes the best k noise (k=1 0.94×, k=2 0.87×, k=3 1.24× on one CPU), so every
+setting runs `repeats` times (≥ 3). Each repeat is one ordinary comparison (engine.measure.compare: plain decoding
+first, then every setting, from an empty KV cache), so each speed-up is measured against the plain run of
+the same repeat, and drift over the sweep hits plain and speculative runs alike. A setting's figure is the
+median of its speed-ups, its noise the range (lowest…highest); the winner is the highest median, plain
+decoding (1×) unless a setting beats it.
+
+`FastestSweep` is the fold (the GUI sends one comparison per repeat and feeds it the finished runs);
+`find_fastest` drives an engine through every repeat for the CLI or a script. No Qt, no files.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from engine.measure.compare import PLAIN, comparison_events, with_plain_first
+from engine.core.config import METHOD_TABLE, SamplingConfig, SpecConfig, check_k, method_info
+from engine.core.errors import ConfigError
+from engine.core.events import GenerationFinished
+from engine.core.stats import speedup
+
+MIN_REPEATS = 3
+DEFAULT_KS = (2, 4, 6)
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class SettingResult:
+    """One setting over the repeats: its speed-up against each repeat's plain run, and their median."""
+
+    spec: SpecConfig
+    speedups: tuple[float, ...]  # one per finished repeat, vs that repeat's plain decoding
+    tok_per_s: tuple[float, ...]
+    acceptance_rates: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.speedups) if self.speedups else 0.0
+
+    @property
+    def low(self) -> float:
+        return min(self.speedups, default=0.0)
+
+    @property
+    def high(self) -> float:
+        return max(self.speedups, default=0.0)
+
+    @property
+    def median_tok_per_s(self) -> float:
+        return statistics.median(self.tok_per_s) if self.tok_per_s else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return statistics.median(self.acceptance_rates) if self.acceptance_rates and self.spec.speculative else None
+
+    def as_dict(self) -> dict:
+        return {"setting": self.spec.label(), "method": self.spec.method,
+                "k": self.spec.k if self.spec.speculative else None, "median_speedup": self.median,
+                "low": self.low, "high": self.high, "speedups": list(self.speedups),
+                "median_tok_per_s": self.median_tok_per_s, "acceptance_rate": self.acceptance_rate}
+
+
+@dataclass(frozen=True, slots=True)
+class FastestResult:
+    """Every setting, fastest first (plain decoding among them at 1× by definition), and the winner."""
+
+    results: tuple[SettingResult, ...]
+    repeats: int  # repeats that finished (plain and every setting)
+    winner: SettingResult
+
+    @property
+    def plain(self) -> SettingResult:
+        return next(r for r in self.results if not r.spec.speculative)
+
+    @property
+    def clear_win(self) -> bool:
+        """The winner's slowest repeat still beats plain decoding: the win is not noise."""
+        return self.winner.spec.speculative and self.winner.low > 1.0
+
+    def verdict(self) -> str:
+        """One sentence for the user."""
+        w = self.winner
+        if not w.spec.speculative:
+            return (f"Plain decoding is fastest here: no setting beat it (median of {self.repeats} repeats "
+                    "each).")
+        noise = "" if self.clear_win else "; its range reaches below 1×, so the gain may be noise"
+        return (f"Fastest here: {w.spec.label()} at {w.median:.2f}× plain decoding "
+                f"(range {w.low:.2f}–{w.high:.2f}× over {self.repeats} repeats{noise}).")
+
+    def as_dict(self) -> dict:
+        return {"repeats": self.repeats, "winner": self.winner.spec.label(), "clear_win": self.clear_win,
+                "results": [r.as_dict() for r in self.results]}
+
+
+def candidate_specs(methods: Iterable[str], ks: Iterable[int] = DEFAULT_KS, *, draft: str | None = None,
+                    layers: int | None = None, backend: str | None = None) -> list[SpecConfig]:
+    """Every speculative method of `methods` at every k, leaving out what cannot run: a draft-model setting
+    without a `draft`, a method `backend` cannot serve. ConfigError for an unknown method or a bad k."""
+    ks = [check_k(k) for k in ks]
+    specs = []
+    for name in methods:
+        info = method_info(name)
+        if not info.speculative or (info.needs_draft and not draft) or (backend and not info.supports(backend)):
+            continue
+        specs += [SpecConfig(method=name, k=k, draft=draft if info.needs_draft else None,
+                             layers=layers if info.uses_layers else None) for k in ks]
+    return specs
+
+
+def all_methods() -> list[str]:
+    return [m.name for m in METHOD_TABLE if m.speculative]
+
+
+class FastestSweep:
+    """The fold of a fastest-setting sweep: `repeats` comparisons of the same settings, each plain first."""
+
+    def __init__(self, specs: Iterable[SpecConfig], repeats: int = MIN_REPEATS) -> None:
+        specs = [s for s in specs if s.speculative]
+        if not specs:
+            raise ConfigError("nothing to compare: no speculative setting can run here")
+        if not isinstance(repeats, int) or repeats < MIN_REPEATS:
+            raise ConfigError(f"repeats must be an integer ≥ {MIN_REPEATS}, got {repeats!r}")
+        self.specs = specs
+        self.runs = with_plain_first(specs)  # what one repeat runs, index 0 being plain decoding
+        self.repeats = repeats
+        self.finished: list[dict[int, GenerationFinished]] = []  # per repeat: run index -> its end
+
+    @property
+    def total_runs(self) -> int:
+        return self.repeats * len(self.runs)
+
+    @property
+    def runs_done(self) -> int:
+        return sum(len(done) for done in self.finished)
+
+    def add(self, repeat: int, index: int, finished: GenerationFinished) -> None:
+        """Run `index` (into `runs`) of repeat `repeat` (0-based) ended; a cancelled run does not count."""
+        while len(self.finished) <= repeat:
+            self.finished.append({})
+        if finished.stop_reason != "cancelled" and not finished.error:
+            self.finished[repeat][index] = finished
+
+    def complete_repeats(self) -> list[dict[int, GenerationFinished]]:
+        return [done for done in self.finished if len(done) == len(self.runs)]
+
+    def result(self) -> FastestResult | None:
+        """The answer from every complete repeat; None before the first one."""
+        repeats = self.complete_repeats()
+        if not repeats:
+            return None
+        results = []
+        for index, spec in enumerate(self.runs):
+            ups, rates, speeds = [], [], []
+            for done in repeats:
+                plain, run = done[0].stats.tok_per_s, done[index].stats
+                ups.append(speedup(run.tok_per_s, plain) if plain > 0 else 0.0)
+                speeds.append(run.tok_per_s)
+                rates.append(run.acceptance_rate)
+            results.append(SettingResult(spec, tuple(ups), tuple(speeds), tuple(rates)))
+        # fastest first; a tie goes to plain decoding, then to the smaller k (less wasted work)
+        results.sort(key=lambda r: (-round(r.median, 6), r.spec.speculative, r.spec.k))
+        return FastestResult(tuple(results), len(repeats), results[0])
+
+
+def find_fastest(engine, prompt, specs: Iterable[SpecConfig], *, repeats: int = MIN_REPEATS,
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, sampling: SamplingConfig = SamplingConfig(),
+                 cancel: threading.Event | None = None, system: str | None = None,
+                 on_run: Callable[[int, int, GenerationFinished], None] | None = None) -> FastestResult | None:
+    """Run the sweep on `engine` (repeat after repeat) and return its answer; None when stopped before one
+    repeat finished. `on_run(repeat, index, finished)` is called after each run."""
+    sweep = FastestSweep(specs, repeats)
+    cancel = cancel or threading.Event()
+    for repeat in range(repeats):
+        for index, event in comparison_events(engine, prompt, sweep.specs, max_new_tokens=max_new_tokens,
+                                              sampling=sampling, cancel=cancel, system=system):
+            if isinstance(event, GenerationFinished):
+                sweep.add(repeat, index, event)
+                if on_run is not None:
+                    on_run(repeat, index, event)
+        if cancel.is_set():
+            break
+    return sweep.result()
+
+
+__all__ = ["SettingResult", "FastestResult", "FastestSweep", "candidate_specs", "all_methods", "find_fastest",
+           "MIN_REPEATS", "DEFAULT_KS", "DEFAULT_MAX_NEW_TOKENS", "PLAIN"]

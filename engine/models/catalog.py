@@ -1,0 +1,664 @@
+"""What models are on this machine and what they need: the built-in default, the local Hugging Face cache,
+user-added folders and .gguf files. Facts come from metadata only (config.json, safetensors headers, the
+tokenizer.json, a GGUF header); no weights are loaded. Also: memory estimates, free memory per device, and
+which drafts fit a target.
+
+Everything here is best effort and cheap: a model whose facts cannot be read is still listed, with the
+missing facts as None and a `problem` saying why it cannot be used. Reads files and the OS's memory figures;
+names and devices come from engine.models.sources, tokenizer differences from engine.core.compat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+from engine.core.compat import TokenizerDifference, explain_mismatch, size_difference, tokenizer_difference
+from engine.core.errors import OutOfMemoryError, SpecScopeError
+from engine.models.weights import read_json_dict, weight_files
+from engine.models.sources import (DEFAULT_LABEL, DTYPE_NAMES, cache_root, converted_folder, dtype_label, file_stamp, gguf_problem,
+                            hub_cache_dir, resolve_device, resolve_dtype, resolve_source)
+
+__all__ = ["CatalogEntry", "MemoryEstimate", "estimate_memory_on", "entry_backend", "list_models", "describe_default", "list_hub_cache", "describe_name",
+           "describe_path", "weight_files", "needs_remote_code", "tokenizer_facts", "gguf_facts", "estimate_memory",
+           "free_memory", "memory_check", "draft_difference", "compatible_drafts", "explain_mismatch",
+           "entry_as_dict", "format_bytes", "format_parameters", "hub_cache_dir", "same_model", "is_smaller"]
+
+DEFAULT_CONTEXT_TOKENS = 4096  # the KV-cache estimate's context unless the caller says otherwise
+RUNTIME_OVERHEAD_BYTES = 256 * 2**20  # activations, logits, allocator slack: rough, on top of weights + KV
+RUNTIME_OVERHEAD_FRACTION = 0.05
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "int32": 4, "int64": 8, "int16": 2, "bool": 1}
+_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8",
+                       "U8": "uint8", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32",
+                       "I64": "int64", "I16": "int16", "BOOL": "bool"}
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One model, described from its metadata. `name` is what `engine.models.load.load_model` accepts."""
+    name: str
+    label: str
+    kind: str  # built-in | hub-cache | folder | gguf
+    path: Path  # the model folder, or the .gguf file
+    architecture: str | None = None  # config `architectures[0]` (e.g. Qwen3ForCausalLM) or GGUF architecture
+    model_type: str | None = None  # config `model_type` (e.g. qwen3)
+    n_parameters: int | None = None
+    size_bytes: int = 0  # on disk
+    dtype: str | None = None  # as stored: float32, bfloat16, … or a GGUF quantisation (Q4_1)
+    tokenizer_family: str | None = None  # the tokenizer's model type: BPE, Unigram, WordPiece, …
+    vocab_size: int | None = None  # with added tokens, as len(tokenizer) counts them
+    n_layers: int | None = None
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    context_length: int | None = None
+    weights_format: str | None = None  # safetensors | gguf | pickle | None (no weights found)
+    needs_remote_code: bool = False  # config.json (or tokenizer_config.json) has an auto_map
+    complete: bool = True  # False for a download that has not finished (or lost files)
+    problem: str | None = None  # why it cannot be used, in plain words; None when usable
+    n_mtp_layers: int = 0  # multi-token-prediction layers its config declares: it drafts for itself (mtp)
+    repo_id: str | None = None  # hub-cache entries
+    revision: str | None = None  # hub-cache entries: the snapshot's commit
+
+    @property
+    def usable(self) -> bool:
+        return self.complete and self.problem is None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    device: str  # cpu, cuda, cuda:1, mps
+    dtype: str  # float32, bfloat16, float16
+    context_tokens: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    overhead_bytes: int
+    free_bytes: int | None  # None when the device's free memory is unknown
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.overhead_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.free_bytes is None else self.total_bytes <= self.free_bytes
+
+
+# ---------------------------------------------------------------- where things are
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def format_parameters(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}".replace(".0" + unit, unit)
+    return str(n)
+
+
+# ---------------------------------------------------------------- listing
+
+def list_models(extra_paths: Iterable[str | os.PathLike] = (), *, include_default: bool = True,
+                cache_dir: str | os.PathLike | None = None) -> list[CatalogEntry]:
+    """The built-in default, every model in the local Hugging Face cache, then `extra_paths` (folders and
+    .gguf files the user added). Never raises for one bad model: it is listed with its `problem`."""
+    entries: list[CatalogEntry] = []
+    if include_default:
+        entries.append(describe_default())
+    entries.extend(list_hub_cache(cache_dir))
+    for path in extra_paths:
+        entries.append(describe_path(path))
+    return entries
+
+
+def describe_default() -> CatalogEntry:
+    try:
+        source = resolve_source("default")
+    except SpecScopeError as exc:
+        return CatalogEntry(name="default", label=DEFAULT_LABEL, kind="built-in", path=Path(),
+                            complete=False, problem=str(exc))
+    gguf_path = source.path / source.gguf_file
+    converted = converted_folder(gguf_path)
+    if not _gguf_facts_file(gguf_path).is_file() and (converted / "config.json").is_file():
+        # its converted copy describes the same model and is read in milliseconds, not seconds
+        entry = describe_path(converted, name="default", label=DEFAULT_LABEL, kind="built-in")
+        if entry.usable:
+            return replace(entry, path=gguf_path, size_bytes=_size(gguf_path), weights_format="gguf")
+    return describe_path(gguf_path, name="default", label=DEFAULT_LABEL, kind="built-in")
+
+
+def list_hub_cache(cache_dir: str | os.PathLike | None = None) -> list[CatalogEntry]:
+    """Models in the Hugging Face cache (found by `huggingface_hub.scan_cache_dir`)."""
+    from huggingface_hub import CacheNotFound, scan_cache_dir
+    folder = Path(cache_dir) if cache_dir is not None else hub_cache_dir()
+    try:
+        info = scan_cache_dir(folder)
+    except (CacheNotFound, OSError, ValueError):
+        return []
+    entries = []
+    for repo in sorted(info.repos, key=lambda r: r.repo_id.lower()):
+        if repo.repo_type != "model" or not repo.revisions:
+            continue
+        entries.extend(_describe_cached_repo(repo))
+    return entries
+
+
+def _describe_cached_repo(repo) -> list[CatalogEntry]:
+    main = [rev for rev in repo.revisions if "main" in rev.refs]
+    revision = main[0] if main else max(repo.revisions, key=lambda rev: rev.last_modified)
+    snapshot = Path(revision.snapshot_path)
+    on_main = bool(main)
+    common = dict(kind="hub-cache", repo_id=repo.repo_id, revision=revision.commit_hash)
+    entries = []
+    if (snapshot / "config.json").is_file():
+        entry = describe_path(snapshot, name=repo.repo_id if on_main else str(snapshot), label=repo.repo_id,
+                              **common)
+        entries.append(replace(entry, size_bytes=revision.size_on_disk))
+    for gguf in sorted(snapshot.rglob("*.gguf")):
+        relative = gguf.relative_to(snapshot).as_posix()
+        entries.append(describe_path(gguf, label=f"{repo.repo_id}/{relative}", **common))
+    if not entries:
+        entries.append(CatalogEntry(
+            name=repo.repo_id, label=repo.repo_id, path=snapshot, size_bytes=revision.size_on_disk,
+            complete=False, problem="the download has not finished (no config.json yet); download it again to "
+                                    "continue", **common))
+    return entries
+
+
+# ---------------------------------------------------------------- describing one model
+
+def describe_name(name: str) -> CatalogEntry:
+    """Describe what `load_model(name)` would load ("default", a folder, a .gguf file, a cached hub id)."""
+    if name.strip() == "default":
+        return describe_default()
+    source = resolve_source(name)
+    if source.kind == "hub":
+        for entry in list_hub_cache():
+            if entry.repo_id == name and entry.kind == "hub-cache" and entry.path == source.path:
+                return entry
+        return describe_path(source.path, name=name, label=name, kind="hub-cache", repo_id=name)
+    target = source.path / source.gguf_file if source.gguf_file else source.path
+    return describe_path(target, name=name)
+
+
+def describe_path(path: str | os.PathLike, *, name: str | None = None, label: str | None = None,
+                  kind: str | None = None, with_tokenizer: bool = True, **extra) -> CatalogEntry:
+    """Describe a model folder or a .gguf file from its metadata alone."""
+    path = Path(path).expanduser()
+    name = name or str(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return _describe_gguf(path, name=name, label=label or path.stem, kind=kind or "gguf", **extra)
+    label = label or path.name or str(path)
+    kind = kind or "folder"
+    if not path.exists():
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, complete=False,
+                            problem=f"{path} does not exist (moved or deleted?)", **extra)
+    if path.is_file():
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path),
+                            complete=False, problem=f"{path.name} is a file but not a .gguf model", **extra)
+    return _describe_folder(path, name=name, label=label, kind=kind, with_tokenizer=with_tokenizer, **extra)
+
+
+def _size(path: Path) -> int:
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def _text_config(config: dict) -> dict:
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else config
+
+
+def _mtp_layers(text: dict) -> int:
+    """MTP layers a config declares (transformers' num_mtp_layers; DeepSeek/GLM checkpoints say
+    num_nextn_predict_layers)."""
+    value = text.get("num_mtp_layers", text.get("num_nextn_predict_layers"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def own_drafter(entry: CatalogEntry) -> tuple[str, str] | None:
+    """(method, words) when a model drafts for itself: MTP layers in its config (method mtp), or a known
+    assistant drafter for its family (method assistant, engine.models.pairs); None otherwise."""
+    if entry.n_mtp_layers:
+        plural = "s" if entry.n_mtp_layers > 1 else ""
+        return "mtp", (f"drafts for itself: {entry.n_mtp_layers} MTP layer{plural} (method mtp, "
+                       f"k ≤ {entry.n_mtp_layers})")
+    from engine.models.pairs import pairs_for
+    for pair in pairs_for(entry.name, entry.label, entry.repo_id):
+        if pair.method == "assistant":
+            return "assistant", f"drafts with its assistant {pair.draft} (method assistant)"
+    return None
+
+
+def _normalize_dtype(value) -> str | None:
+    if not value or not isinstance(value, str):
+        return None
+    value = value.removeprefix("torch.").lower()
+    return DTYPE_NAMES.get(value, value)
+
+
+def _safetensors_facts(files: list[Path]) -> tuple[int | None, str | None]:
+    """Parameter count and the dominant dtype, from the safetensors headers (no tensor is read)."""
+    from safetensors import safe_open
+    n_parameters, by_dtype = 0, {}
+    try:
+        for file in files:
+            with safe_open(str(file), framework="numpy") as f:
+                for key in f.keys():
+                    tensor = f.get_slice(key)
+                    count = 1
+                    for dim in tensor.get_shape():
+                        count *= int(dim)
+                    n_parameters += count
+                    dtype = _SAFETENSORS_DTYPES.get(tensor.get_dtype(), tensor.get_dtype().lower())
+                    by_dtype[dtype] = by_dtype.get(dtype, 0) + count
+    except Exception:  # a truncated or foreign file: the facts are unknown, not an error
+        return None, None
+    return n_parameters, (max(by_dtype, key=by_dtype.get) if by_dtype else None)
+
+
+def needs_remote_code(folder: str | os.PathLike) -> bool:
+    """True when the model (or its tokenizer) names its own Python code (an `auto_map` in its config), which
+    SpecScope never runs without the user's say-so (`trust_remote_code` stays off)."""
+    folder = Path(folder)
+    if folder.is_file():
+        return False
+    for name in ("config.json", "tokenizer_config.json"):
+        data = read_json_dict(folder / name)
+        if data and data.get("auto_map"):
+            return True
+    return False
+
+
+def tokenizer_facts(folder: Path, config: dict | None = None) -> tuple[str | None, int | None]:
+    """(family, vocabulary size) from tokenizer.json through the `tokenizers` library (no model weights)."""
+    file = folder / "tokenizer.json"
+    if file.is_file():
+        try:
+            from tokenizers import Tokenizer
+            tokenizer = Tokenizer.from_file(str(file))
+            return type(tokenizer.model).__name__, tokenizer.get_vocab_size(with_added_tokens=True)
+        except Exception:  # unreadable tokenizer.json: fall back to the config's numbers
+            pass
+    family = "SentencePiece" if (folder / "tokenizer.model").is_file() else None
+    vocab = (config or {}).get("vocab_size")
+    return family, int(vocab) if isinstance(vocab, int) else None
+
+
+def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tokenizer: bool,
+                     **extra) -> CatalogEntry:
+    config = read_json_dict(folder / "config.json")
+    problems = []
+    if config is None:
+        problems.append("it has no readable config.json" if (folder / "config.json").exists()
+                        else "it has no config.json")
+        config = {}
+    text = _text_config(config)
+    architectures = config.get("architectures") or []
+    present, missing, weights_format = weight_files(folder)
+    n_parameters, stored_dtype = (None, None)
+    if weights_format == "safetensors" and not missing:
+        n_parameters, stored_dtype = _safetensors_facts(present)
+    if missing:
+        problems.append(f"{len(missing)} of {len(missing) + len(present)} weight files are missing "
+                        "(an unfinished download?)")
+    elif weights_format is None:
+        problems.append("it has no weights (no .safetensors file)")
+    elif weights_format == "safetensors" and n_parameters is None:
+        problems.append("its weights cannot be read (not safetensors, or cut short)")
+    family, vocab = tokenizer_facts(folder, text) if with_tokenizer else (None, text.get("vocab_size"))
+    n_heads = text.get("num_attention_heads")
+    head_dim = text.get("head_dim") or (text["hidden_size"] // n_heads if n_heads and text.get("hidden_size")
+                                        else None)
+    complete = not missing and weights_format is not None and bool(config)
+    return CatalogEntry(
+        name=name, label=label, kind=kind, path=folder,
+        architecture=architectures[0] if architectures else None,
+        model_type=config.get("model_type"),
+        n_parameters=n_parameters, size_bytes=_size(folder),
+        dtype=_normalize_dtype(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype")
+                               or text.get("dtype")) or stored_dtype,
+        tokenizer_family=family, vocab_size=vocab,
+        n_layers=text.get("num_hidden_layers"),
+        n_kv_heads=text.get("num_key_value_heads") or n_heads,
+        head_dim=head_dim,
+        context_length=text.get("max_position_embeddings"),
+        n_mtp_layers=_mtp_layers(text),
+        weights_format=weights_format,
+        needs_remote_code=needs_remote_code(folder),
+        complete=complete,
+        problem="; ".join(problems) or None, **extra)
+
+
+# GGUF: reading the header with gguf's reader costs seconds on a big vocabulary, so the facts are cached in
+# SpecScope's cache folder, keyed by path, size and modification time.
+
+_GGUF_TOKENIZER_FAMILIES = {"gpt2": "BPE", "llama": "BPE", "bert": "WordPiece", "t5": "Unigram"}
+
+
+def _gguf_facts_file(path: Path) -> Path:
+    return cache_root() / "facts" / f"{path.stem}-{file_stamp(path)}.json"
+
+
+def gguf_facts(path: Path) -> dict:
+    """Architecture, parameter count and shapes of a GGUF file, from its header (cached)."""
+    cached = _gguf_facts_file(path)
+    facts = read_json_dict(cached)
+    if facts is not None:
+        return facts
+    from gguf import GGMLQuantizationType, GGUFReader
+    reader = GGUFReader(str(path), "r")
+
+    def value(key, default=None):
+        field = reader.fields.get(key)
+        if field is None:
+            return default
+        try:
+            return field.contents()
+        except Exception:
+            return default
+
+    arch = value("general.architecture")
+    by_type: dict[str, int] = {}
+    n_parameters = 0
+    for tensor in reader.tensors:
+        n_parameters += int(tensor.n_elements)
+        type_name = GGMLQuantizationType(tensor.tensor_type).name
+        by_type[type_name] = by_type.get(type_name, 0) + int(tensor.n_elements)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    n_heads = value(f"{arch}.attention.head_count")
+    embedding = value(f"{arch}.embedding_length")
+    facts = {
+        "architecture": arch,
+        "n_parameters": n_parameters,
+        "dtype": max(by_type, key=by_type.get) if by_type else None,
+        "tokenizer_family": _GGUF_TOKENIZER_FAMILIES.get(value("tokenizer.ggml.model"), value("tokenizer.ggml.model")),
+        "vocab_size": len(tokens.data) if tokens is not None else value(f"{arch}.vocab_size"),
+        "n_layers": value(f"{arch}.block_count"),
+        "n_kv_heads": value(f"{arch}.attention.head_count_kv") or n_heads,
+        "head_dim": value(f"{arch}.attention.key_length") or (embedding // n_heads if embedding and n_heads
+                                                              else None),
+        "context_length": value(f"{arch}.context_length"),
+    }
+    facts = {k: (int(v) if isinstance(v, (int, float)) and k != "dtype" and not isinstance(v, bool) else v)
+             for k, v in facts.items()}
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(facts))
+        os.replace(tmp, cached)
+    except OSError:  # a read-only cache only costs time
+        pass
+    return facts
+
+
+def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> CatalogEntry:
+    problem = gguf_problem(path)
+    if problem:
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path), complete=False,
+                            problem=problem, **extra)
+    try:
+        facts = gguf_facts(path)
+    except Exception as exc:  # the reader raises many types on a damaged file
+        return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path),
+                            weights_format="gguf", complete=False,
+                            problem=f"{path.name} could not be read as GGUF ({type(exc).__name__})", **extra)
+    return CatalogEntry(name=name, label=label, kind=kind, path=path, architecture=facts.get("architecture"),
+                        model_type=facts.get("architecture"), n_parameters=facts.get("n_parameters"),
+                        size_bytes=_size(path), dtype=facts.get("dtype"),
+                        tokenizer_family=facts.get("tokenizer_family"), vocab_size=facts.get("vocab_size"),
+                        n_layers=facts.get("n_layers"), n_kv_heads=facts.get("n_kv_heads"),
+                        head_dim=facts.get("head_dim"), context_length=facts.get("context_length"),
+                        weights_format="gguf", **extra)
+
+
+# ---------------------------------------------------------------- memory
+
+def _device_and_dtype(device, dtype) -> tuple[str, str]:
+    """Normalise a device and dtype for estimates (engine.models.sources' resolver, as loading uses), without
+    requiring that the device exists here."""
+    device = str(device or "auto").lower()
+    if device == "auto":
+        device = str(resolve_device("auto"))
+    return device, dtype_label(resolve_dtype(dtype, device))
+
+
+def estimate_memory(entry: CatalogEntry, device: str = "auto", dtype=None,
+                    context_tokens: int | None = None) -> MemoryEstimate:
+    """Memory to hold `entry` on `device` in `dtype`: weights + KV cache for `context_tokens` (default 4,096,
+    at most the model's context) + a rough runtime allowance. GGUF weights count at `dtype`, since they are
+    dequantised on load."""
+    device, dtype_name = _device_and_dtype(device, dtype)
+    bytes_per = DTYPE_BYTES[dtype_name]
+    if entry.n_parameters is not None:
+        weights = entry.n_parameters * bytes_per
+    else:  # unknown count: what is on disk, scaled from the stored dtype where known
+        stored = DTYPE_BYTES.get(entry.dtype or "", None)
+        weights = int(entry.size_bytes * bytes_per / stored) if stored else entry.size_bytes
+    if context_tokens is None:
+        context_tokens = min(DEFAULT_CONTEXT_TOKENS, entry.context_length or DEFAULT_CONTEXT_TOKENS)
+    kv = 0
+    if entry.n_layers and entry.n_kv_heads and entry.head_dim:
+        kv = 2 * entry.n_layers * entry.n_kv_heads * entry.head_dim * bytes_per * context_tokens
+    overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
+    return MemoryEstimate(device=device, dtype=dtype_name, context_tokens=context_tokens, weights_bytes=weights,
+                          kv_cache_bytes=kv, overhead_bytes=overhead, free_bytes=free_memory(device))
+
+
+LLAMA_CPP_KV_BYTES = 2  # llama.cpp's default KV cache type is F16 (engine.backends.llama_cpp)
+
+
+def entry_backend(entry: CatalogEntry, requested: str = "auto") -> str:
+    """The backend `entry` loads on when `requested` is "auto": GGUF files on llama.cpp where llama-cpp-python
+    is installed, the rest on transformers (engine.models.sources.backend_for's rule, from the entry's facts)."""
+    if requested != "auto":
+        return requested
+    import importlib.util
+    if entry.weights_format == "gguf" and importlib.util.find_spec("llama_cpp") is not None:
+        return "llama.cpp"
+    return "transformers"
+
+
+def estimate_memory_on(entry: CatalogEntry, backend: str, device: str = "auto", dtype=None,
+                       context_tokens: int | None = None) -> MemoryEstimate:
+    """The estimate for `entry` on `backend` ("auto" as engine.models.sources.backend_for decides it): on llama.cpp a
+    GGUF stays quantized, so its weights are its file size and its KV cache F16; on transformers (or for a
+    model that is not a GGUF) estimate_memory's, dequantized to `dtype`."""
+    if backend == "auto":
+        backend = entry_backend(entry)
+    if backend != "llama.cpp" or entry.weights_format != "gguf":
+        return estimate_memory(entry, device, dtype, context_tokens)
+    device = str(device or "auto").lower()
+    if device == "auto":
+        device = str(resolve_device("auto"))
+    if context_tokens is None:
+        context_tokens = min(DEFAULT_CONTEXT_TOKENS, entry.context_length or DEFAULT_CONTEXT_TOKENS)
+    kv = 0
+    if entry.n_layers and entry.n_kv_heads and entry.head_dim:
+        kv = 2 * entry.n_layers * entry.n_kv_heads * entry.head_dim * LLAMA_CPP_KV_BYTES * context_tokens
+    weights = entry.size_bytes
+    overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
+    return MemoryEstimate(device=device, dtype=entry.dtype or "GGUF", context_tokens=context_tokens,
+                          weights_bytes=weights, kv_cache_bytes=kv, overhead_bytes=overhead,
+                          free_bytes=free_memory(device))
+
+
+def free_memory(device: str = "cpu") -> int | None:
+    """Bytes free on `device` now: CUDA from the driver, CPU (and MPS's unified memory) from the operating
+    system (MemAvailable, within a cgroup limit if any). None when unknown."""
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        index = torch.device(device).index
+        free, _total = torch.cuda.mem_get_info(index if index is not None else torch.cuda.current_device())
+        return int(free)
+    if kind == "mps":
+        import torch
+        mps = getattr(torch, "mps", None)
+        try:
+            return int(mps.recommended_max_memory() - mps.driver_allocated_memory())
+        except Exception:  # older torch: unified memory, so the system's figure is the right one
+            pass
+    return _system_available_memory()
+
+
+def _system_available_memory() -> int | None:
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if available is None and sys.platform == "win32":
+        available = _windows_available_memory()
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    limit = _cgroup_room()
+    if limit is not None:
+        available = limit if available is None else min(available, limit)
+    return available
+
+
+def _cgroup_room() -> int | None:
+    """Room left under a cgroup v2 memory limit (containers), or None without one."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
+
+
+def _windows_available_memory() -> int | None:
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):
+        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                    ("sullAvailExtendedVirtual", ctypes.c_ulonglong)]
+    status = MemoryStatus()
+    status.dwLength = ctypes.sizeof(MemoryStatus)
+    try:
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
+            return int(status.ullAvailPhys)
+    except (AttributeError, OSError):
+        pass
+    return None
+
+
+def memory_check(entry: CatalogEntry, device: str = "auto", dtype=None,
+                 context_tokens: int | None = None) -> MemoryEstimate:
+    """The estimate, or OutOfMemoryError when it clearly exceeds the free memory on `device`."""
+    estimate = estimate_memory(entry, device, dtype, context_tokens)
+    if estimate.fits is False:
+        where = "RAM" if estimate.device == "cpu" else f"{estimate.device} memory"
+        raise OutOfMemoryError(
+            f"{entry.label} needs about {format_bytes(estimate.total_bytes)} of {where} in {estimate.dtype} "
+            f"(weights {format_bytes(estimate.weights_bytes)}, KV cache for {estimate.context_tokens:,} tokens "
+            f"{format_bytes(estimate.kv_cache_bytes)}), but only {format_bytes(estimate.free_bytes)} is free; "
+            "pick a smaller model, a smaller dtype or another device")
+    return estimate
+
+
+# ---------------------------------------------------------------- drafts
+
+_tokenizers: dict[tuple, object] = {}
+
+
+def _load_tokenizer(entry: CatalogEntry):
+    from engine.backends.transformers import load_tokenizer
+    try:
+        stamp = file_stamp(entry.path)
+    except OSError:
+        stamp = None
+    key = (entry.name, str(entry.path), stamp)
+    if key not in _tokenizers:
+        _tokenizers[key] = load_tokenizer(resolve_source(entry.name), entry.name)
+    return _tokenizers[key]
+
+
+def is_smaller(draft: CatalogEntry, target: CatalogEntry) -> bool:
+    """The draft has fewer parameters than the target (or, where a count is unknown, fewer bytes)."""
+    if draft.n_parameters is not None and target.n_parameters is not None:
+        return draft.n_parameters < target.n_parameters
+    return draft.size_bytes < target.size_bytes
+
+
+def same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
+    """Two entries name the same files."""
+    try:
+        return a.path.resolve() == b.path.resolve()
+    except OSError:
+        return a.path == b.path
+
+
+def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDifference | None:
+    """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
+    tokenizers (never the weights); a cheap vocabulary-size check runs first."""
+    if target.vocab_size is not None and draft.vocab_size is not None:
+        sizes = size_difference(target.vocab_size, draft.vocab_size)
+        if sizes:
+            return sizes
+    return tokenizer_difference(_load_tokenizer(target), _load_tokenizer(draft))
+
+
+def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:
+    """The usable candidates that are smaller than `target` and whose tokenizer passes
+    `engine.core.compat.tokenizer_difference` against the target's, in the order given."""
+    found = []
+    for candidate in candidates:
+        if not candidate.usable or same_model(candidate, target) or not is_smaller(candidate, target):
+            continue
+        try:
+            if draft_difference(target, candidate) is None:
+                found.append(candidate)
+        except SpecScopeError:  # its tokenizer cannot be loaded: not a draft we can offer
+            continue
+    return found
+
+
+def entry_as_dict(entry: CatalogEntry, estimate: MemoryEstimate | None = None) -> dict:
+    """JSON-ready facts (for `specscope models list --json`)."""
+    out = {name: getattr(entry, name) for name in entry.__slots__}
+    out["path"] = str(entry.path)
+    out["usable"] = entry.usable
+    own = own_drafter(entry)
+    out["own_drafter"] = None if own is None else {"method": own[0], "words": own[1]}
+    if estimate is not None:
+        out["memory"] = {"device": estimate.device, "dtype": estimate.dtype,
+                         "context_tokens": estimate.context_tokens, "weights_bytes": estimate.weights_bytes,
+                         "kv_cache_bytes": estimate.kv_cache_bytes, "overhead_bytes": estimate.overhead_bytes,
+                         "total_bytes": estimate.total_bytes, "free_bytes": estimate.free_bytes,
+                         "fits": estimate.fits}
+    return out

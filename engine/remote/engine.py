@@ -1,0 +1,335 @@
+"""A model served elsewhere: `--model http(s)://HOST:PORT[/v1]` talks to an OpenAI-compatible server
+(llama-server, vLLM, SGLang, or another) and runs a chat as the same stream of events as engine.core.engine.
+
+`RemoteEngine.generate` has the local Engine's interface. It yields GenerationStarted, one plain
+RoundVerified per streamed token (the server verifies its own drafts and does not say which of its tokens
+were drafted, so none is coloured: `GenerationStarted.warnings` says what this server exposes), and
+GenerationFinished whose stats are measured here (tok/s, time to first token) with the server's own
+speculation counts, taken from /metrics before and after the request (or from the response's timings), in
+`GenerationFinished.server` (engine.core.stats.ServerStats) and in the stats' drafted/accepted counts.
+
+A failure mid-reply (the stream cut, the server silent, an error event) ends the reply with
+stop_reason "server-error" and the message in `error`, the partial reply kept. Touches the network through
+engine.remote.client and the keyring through engine.models.secrets (the server's API key); no Qt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from engine.core.chat import Conversation, normalize_conversation
+from engine.core.config import SamplingConfig, SpecConfig
+from engine.core.errors import ConfigError, ServerError
+from engine.core.events import Event, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.remote.client import (ServerAddress, ServerClient, ServerInfo, StreamCut, detect_server, metrics,
+                                  parse_server_url)
+from engine.remote.metrics import (PREFIXES, SpecCounters, counters_from_metrics, counters_from_timings,
+                                   spec_settings_from_props, speed_from_timings)
+from engine.core.stats import GenerationStats, ServerStats, StatsAccumulator
+
+BACKEND = "remote"
+UNKNOWN_ID = -1  # a token's id where the server does not give it (every server but llama-server)
+KNOWN_EXTRAS = ("llama-server", "vllm", "sglang")  # servers that take top_k beside the OpenAI fields
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTarget:
+    """The facts the window and the benchmark read of a target (engine.models.load.LoadedModel's names)."""
+
+    name: str  # the address as given
+    label: str  # "model-id on host:port (llama-server)"
+    model_id: str
+    server: ServerInfo
+    address: ServerAddress
+    backend: str = BACKEND
+    dtype: str = "server"
+    dtype_label: str = "on the server"
+    n_layers: int = 0  # not known here
+    context_length: int = 0  # 0: the server's own limit applies
+    eos_ids: frozenset[int] = frozenset()
+
+    @property
+    def device(self) -> str:
+        return self.address.origin
+
+    @property
+    def device_label(self) -> str:
+        return f"{self.server.kind} at {self.address.url}"
+
+
+def api_key_for(address: ServerAddress) -> str | None:
+    """The API key saved for this server's address (engine.models.secrets), else None."""
+    from engine.models import secrets
+    return secrets.server_key(address.origin)
+
+
+def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api_key: str | None = None,
+                read_timeout: float | None = None) -> "RemoteEngine":
+    """Connect to the server at `name` and pick its first model (a `#model-id` can't be given: a server
+    serves what it was started with). ServerError with one sentence when it can't be used."""
+    address = parse_server_url(name)
+    key = api_key if api_key is not None else api_key_for(address)
+    client = ServerClient(address, key, **({"read_timeout": read_timeout} if read_timeout else {}))
+    if progress:
+        progress(f"Connecting to {address.url}…")
+    info = detect_server(client)
+    model_id = info.models[0]
+    where = f"{address.host}:{address.port}"
+    target = RemoteTarget(name=name, label=f"{model_id} on {where} ({info.kind})", model_id=model_id,
+                          server=info, address=address, context_length=info.context_length or 0)
+    if progress:
+        progress(f"{info.kind} at {address.url} serves {', '.join(info.models)}")
+    return RemoteEngine(client, target)
+
+
+def exposure_note(info: ServerInfo, counters_seen: bool) -> str:
+    """What this server tells about its speculation, in words (shown where token colours would be)."""
+    if info.kind == "llama-server":
+        where = "its /metrics counters and each response's timings" if info.metrics else \
+            "each response's timings (start it with --metrics for per-position acceptance)"
+    elif info.metrics:
+        where = "its /metrics counters"
+    else:
+        where = "nothing about speculation (no /metrics)"
+    seen = "" if counters_seen else "; it reports no speculative decoding"
+    return (f"{info.kind} verifies its own drafts and says which tokens were drafted nowhere, so tokens are "
+            f"shown plain; acceptance comes from {where}{seen}")
+
+
+class RemoteEngine:
+    """The local Engine's interface over a server: validate, generate, release, on_status, target."""
+
+    def __init__(self, client: ServerClient, target: RemoteTarget) -> None:
+        self.client = client
+        self.target = target
+        self.on_status: Callable[[str], None] | None = None
+
+    @property
+    def server(self) -> ServerInfo:
+        return self.target.server
+
+    def validate(self, spec: SpecConfig) -> None:
+        """SpecScope's own methods run only on local models: the server speculates as it was started."""
+        if spec.speculative:
+            raise ConfigError(f"{spec.label()} is SpecScope's own drafting and runs on local models only; "
+                              f"{self.target.label} speculates as its server was started "
+                              f"({self.spec_settings_words()})")
+
+    def spec_settings_words(self) -> str:
+        settings = spec_settings_from_props(self.server.props, self.server.slots)
+        return ", ".join(f"{k} = {v}" for k, v in settings) or "settings not reported"
+
+    def release(self) -> None:
+        """Nothing is held here: the server keeps its own cache."""
+
+    def prompt_ids(self, conversation: Conversation, system: str | None = None) -> list[int]:
+        raise ConfigError("a server's prompt is tokenized on the server; SpecScope never sees its ids")
+
+    def generate(self, conversation: Conversation, *, spec: SpecConfig = SpecConfig(),
+                 sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
+                 stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None,
+                 system: str | None = None) -> Iterator[Event]:
+        """Chat on the server; yields events (see the module docstring). Errors before the request come early."""
+        if max_new_tokens < 1:
+            raise ConfigError(f"max new tokens must be ≥ 1, got {max_new_tokens}")
+        messages = normalize_conversation(conversation, system)
+        warnings = list(spec.warnings)
+        if spec.speculative:
+            warnings.append(f"{spec.label()} is ignored: {self.target.label} speculates as its server was "
+                            f"started ({self.spec_settings_words()})")
+        payload = self.payload(messages, sampling, max_new_tokens, stop_strings)
+        return self._run(payload, sampling, max_new_tokens, tuple(warnings), cancel or threading.Event())
+
+    def payload(self, messages: list[dict], sampling: SamplingConfig, max_new_tokens: int,
+                stop_strings: tuple[str, ...]) -> dict:
+        """The chat completion request: the conversation, sampling settings, stops and the token budget."""
+        body = {"model": self.target.model_id, "messages": messages, "stream": True,
+                "max_tokens": max_new_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                "stream_options": {"include_usage": True}}
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if stop_strings:
+            body["stop"] = list(stop_strings)
+        if sampling.top_k and self.server.kind in KNOWN_EXTRAS:
+            body["top_k"] = sampling.top_k
+        if self.server.kind == "llama-server":
+            body["logprobs"] = True  # llama-server gives each token's id and log-probability with it
+            body["timings_per_token"] = False
+        return body
+
+    def _counters(self) -> SpecCounters | None:
+        prefix = PREFIXES.get(self.server.kind)
+        if not prefix or not self.server.metrics:
+            return None
+        text = metrics(self.client)
+        return counters_from_metrics(text, prefix) if text else None
+
+    def _run(self, payload: dict, sampling: SamplingConfig, max_new_tokens: int, warnings: tuple[str, ...],
+             cancel: threading.Event) -> Iterator[Event]:
+        before = self._counters()
+        note = exposure_note(self.server, True)
+        yield GenerationStarted(
+            spec_label=f"server ({self.server.kind})", method="none", k=0, model=self.target.label, draft=None,
+            device=self.target.device, dtype=self.target.dtype_label, greedy=sampling.greedy, prompt_tokens=0,
+            reused_prefix_tokens=0, max_new_tokens=max_new_tokens, warnings=warnings + (note,))
+        reply = _Reply(started=time.perf_counter())
+        try:
+            for chunk in self.client.stream("/v1/chat/completions", payload, cancel):
+                for event in reply.take(chunk):
+                    yield event
+                if reply.error:
+                    break
+        except StreamCut as cut:
+            reply.error = f"{cut.reason} after {reply.n_tokens} tokens (the partial reply is kept)"
+        except ServerError as exc:
+            reply.error = str(exc)
+        if cancel.is_set() and reply.error is None:
+            reply.finish_reason = "cancelled"
+        yield self._finished(reply, before)
+
+    def _finished(self, reply: "_Reply", before: SpecCounters | None) -> GenerationFinished:
+        server = self._server_stats(reply, before)
+        stats = reply.stats.snapshot()
+        stats = dataclasses.replace(stats, elapsed_seconds=max(stats.elapsed_seconds, reply.elapsed()))
+        if server.source:
+            stats = with_server_counts(stats, server)
+        stop = reply.stop_reason()
+        return GenerationFinished(stop_reason=stop, text=reply.text, output_ids=tuple(reply.ids), stats=stats,
+                                  error=reply.error, server=server)
+
+    def _server_stats(self, reply: "_Reply", before: SpecCounters | None) -> ServerStats:
+        after = self._counters() if before is not None else None
+        timings = counters_from_timings(reply.timings)
+        settings = spec_settings_from_props(self.server.props, self.server.slots)
+        prompt_seconds, server_tok_per_s = speed_from_timings(reply.timings)
+        common = dict(server=self.server.kind, url=self.target.address.url, completion_tokens=reply.usage_tokens,
+                      settings=settings, request_draft_tokens=timings[0] if timings else None,
+                      request_accepted_tokens=timings[1] if timings else None,
+                      server_prompt_seconds=prompt_seconds, server_tok_per_s=server_tok_per_s)
+        if after is not None:
+            delta = after.minus(before)
+            if delta.drafts or delta.draft_tokens or timings:
+                return ServerStats(source="metrics", drafts=delta.drafts, draft_tokens=delta.draft_tokens,
+                                   accepted_tokens=delta.accepted_tokens,
+                                   accepted_per_position=delta.accepted_per_position,
+                                   note=exposure_note(self.server, True), **common)
+        if timings is not None:
+            return ServerStats(source="timings", drafts=0, draft_tokens=timings[0], accepted_tokens=timings[1],
+                               accepted_per_position=(), note=exposure_note(self.server, True), **common)
+        return ServerStats(source="", drafts=0, draft_tokens=0, accepted_tokens=0, accepted_per_position=(),
+                           note=exposure_note(self.server, False), **common)
+
+
+def with_server_counts(stats: GenerationStats, server: ServerStats) -> GenerationStats:
+    """Our measured stats with the server's speculation counts in them (so every view shows acceptance):
+    target passes = tokens − accepted drafts, as in engine.core.stats; per-position acceptance is the server's
+    (accepted at a position / drafts). Draft and verify times stay 0: the server does not report them."""
+    committed = stats.committed_tokens
+    return dataclasses.replace(
+        stats, drafted_tokens=server.draft_tokens, accepted_tokens=server.accepted_tokens,
+        drafting_rounds=server.drafts, target_passes=max(1, committed - server.accepted_tokens) if committed else 0,
+        per_position_acceptance=server.per_position_acceptance, accept_length_histogram=())
+
+
+@dataclass
+class _Reply:
+    """One streamed reply as it arrives: its tokens, text, finish reason and the server's last figures."""
+
+    started: float
+    text: str = ""
+    ids: list = dataclasses.field(default_factory=list)
+    n_tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    timings: dict | None = None
+    usage_tokens: int | None = None
+    stats: StatsAccumulator = dataclasses.field(default_factory=lambda: StatsAccumulator(0))
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def take(self, chunk: dict) -> list[RoundVerified]:
+        """The rounds of one streamed chunk (one per token where the server names its tokens)."""
+        if "error" in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            self.error = f"the server reported an error mid-reply: {message}"
+            return []
+        if isinstance(chunk.get("timings"), dict):
+            self.timings = chunk["timings"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+        choices = chunk.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta") or {}
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if not content:
+            return []
+        return [self._round(piece, token_id, p) for piece, token_id, p in _pieces(content, choice.get("logprobs"))]
+
+    def _round(self, piece: str, token_id: int, p_target: float | None) -> RoundVerified:
+        event = RoundVerified(
+            index=self.n_tokens, drafter="server", draft_ids=(), draft_pieces=(), n_accepted=0,
+            target_id=token_id, target_status=TokenStatus.PLAIN, target_piece=piece, p_target=(), p_draft=(),
+            p_target_of_target_id=p_target, committed_ids=(token_id,), committed_pieces=(piece,),
+            draft_seconds=0.0, verify_seconds=0.0, elapsed_seconds=self.elapsed(),
+            n_committed_total=self.n_tokens + 1)
+        self.n_tokens += 1
+        self.text += piece
+        self.ids.append(token_id)
+        self.stats.add_round(event)
+        return event
+
+    def stop_reason(self) -> str:
+        if self.error:
+            return "server-error"
+        return {"stop": "eos", "length": "max-new-tokens", "cancelled": "cancelled"}.get(
+            self.finish_reason or "", self.finish_reason or "eos")
+
+
+def _pieces(content: str, logprobs) -> list[tuple[str, int, float | None]]:
+    """(text, id, probability) per token of a chunk: from llama-server's logprobs where their text adds up
+    to the chunk's, else the whole chunk as one piece of unknown id and probability (None: not given)."""
+    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
+        pieces = [(str(e.get("token", "")), e.get("id"), e.get("logprob")) for e in entries]
+        if "".join(p[0] for p in pieces) == content and all(isinstance(p[1], int) for p in pieces):
+            return [(text, token_id, math.exp(lp) if isinstance(lp, (int, float)) else None)
+                    for text, token_id, lp in pieces]
+    return [(content, UNKNOWN_ID, None)]
+
+
+def server_figures_words(server: ServerStats) -> list[str]:
+    """The server's own figures for one reply, each saying where it came from (the CLI's stats line, the
+    window's status): the counts and the server's definitions, or what it exposes when it said nothing."""
+    if not server.source:
+        return [f"{server.server}: no speculative decoding reported for this reply"] + server_speed_words(server)
+    where = f"{server.server} {'/metrics' if server.source == 'metrics' else 'timings'}"
+    parts = [f"server ({where}): {server.accepted_tokens}/{server.draft_tokens} drafted tokens accepted"]
+    if server.acceptance_rate is not None:
+        parts.append(f"acceptance {server.acceptance_rate:.0%}")
+    if server.mean_accepted_length is not None:
+        parts.append(f"{server.drafts} drafts, {server.mean_accepted_length:.2f} tokens per verification")
+    if server.per_position_acceptance:
+        parts.append("per position " + " ".join(f"{p:.2f}" for p in server.per_position_acceptance))
+    if server.settings:
+        parts.append(", ".join(f"{k} = {v}" for k, v in server.settings))
+    return parts + server_speed_words(server)
+
+
+def server_speed_words(server: ServerStats) -> list[str]:
+    """The server's own timing of the reply, beside ours (their gap is the network and the client)."""
+    parts = []
+    if server.server_tok_per_s is not None:
+        parts.append(f"server's own timing: {server.server_tok_per_s:.1f} tok/s")
+    if server.server_prompt_seconds is not None:
+        parts.append(f"prompt {server.server_prompt_seconds:.2f} s on the server")
+    return parts

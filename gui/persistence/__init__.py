@@ -1,0 +1,1 @@
+"""What outlives a window: the chat history (SQLite), exports, the recorder, forks, replay, settings."""

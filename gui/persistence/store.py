@@ -1,0 +1,798 @@
+"""Chat history in SQLite: conversations, messages, and every round of every reply with its tokens coloured
+as they were made (accepted, rejected ghosts, substituted, bonus), so that a conversation re-renders as it
+was. Pure Python (sqlite3); no Qt. Tokens come from engine.core.tokens' fold and keep its 0-based positions;
+touches only the database file (and its backup copy on migration).
+
+Where: `<platformdirs user_data_dir>/history.sqlite3`; SPECSCOPE_DATA_DIR overrides the folder (tests).
+
+Durability: WAL journal, `synchronous=NORMAL`, one short transaction per write. Each round of a reply is its
+own commit, so a crash or SIGKILL mid-reply loses at most the round being written; everything committed is
+there on the next start (NORMAL is durable against a process crash; against a power cut the last commits may
+be lost, never the database).
+
+Partial replies are kept: a reply whose writer died is found in state "streaming" when the database is next
+opened (by a writable store), turned into "interrupted", and its text rebuilt from the rounds it committed.
+The GUI shows it with an "interrupted" mark; nothing is thrown away.
+
+Several windows: one writer per conversation. A store `claim`s a conversation before writing a reply into it
+(an OS file lock, `history.sqlite3.locks/c<id>.lock`, released when the writer ends or dies), so a second
+SpecScope never relabels a reply that is still streaming in another one, and can tell a conversation that
+is live elsewhere (`claimed_elsewhere`) to open it read-only. A database another process keeps busy makes a
+write fail after BUSY_TIMEOUT_S with HistoryBusyError (the GUI thread never waits longer); the recorder
+(gui.persistence.recorder) keeps such writes and replays them when the database frees.
+
+Privacy: the database, its -wal/-shm files, the locks and the migration backup are created owner-only (0600,
+umask 077 around their creation, chmod after).
+
+Schema versions (PRAGMA user_version): 1 had conversations and plain-text messages; 2 (current) adds per-
+message settings, stats, state and the rounds table. Older databases are migrated in place after a backup
+copy (`history.sqlite3.v1.bak`); a database from a newer SpecScope is opened read-only with a message
+saying so, and never changed or wiped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from engine.core.events import TokenStatus
+from engine.core.tokens import committed_text, fold_round
+
+SCHEMA_VERSION = 2
+DB_NAME = "history.sqlite3"
+EXPORT_FORMAT = "specscope.conversation"
+EXPORT_FORMAT_VERSION = 1
+STREAMING, COMPLETE, INTERRUPTED = "streaming", "complete", "interrupted"
+ROLES = ("system", "user", "assistant")
+
+# The first schema, kept verbatim: a fresh database is created as v1 and migrated, so the migration path
+# runs every time, not only on old installs.
+SCHEMA_V1 = """
+CREATE TABLE conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    settings TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+"""
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    _run_script(conn, """
+        ALTER TABLE messages ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+        ALTER TABLE messages ADD COLUMN stats TEXT;
+        ALTER TABLE messages ADD COLUMN state TEXT NOT NULL DEFAULT 'complete';
+        ALTER TABLE messages ADD COLUMN stop_reason TEXT;
+        ALTER TABLE messages ADD COLUMN error TEXT;
+        ALTER TABLE messages ADD COLUMN finished_at REAL;
+        CREATE TABLE rounds (
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            round_index INTEGER NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}',
+            tokens TEXT NOT NULL,
+            PRIMARY KEY (message_id, round_index)
+        ) WITHOUT ROWID;
+        CREATE INDEX conversations_by_update ON conversations(updated_at DESC);
+    """)
+
+
+MIGRATIONS = {1: _migrate_1_to_2}  # from version n to n + 1
+
+
+class HistoryError(Exception):
+    """The history database cannot be used as asked; the text is meant for the user."""
+
+
+class HistoryReadOnlyError(HistoryError):
+    """A write to a history opened read-only (written by a newer SpecScope)."""
+
+
+class HistoryBusyError(HistoryError):
+    """Another process holds the database's write lock (longer than BUSY_TIMEOUT_S): try the write again."""
+
+
+class HistoryLockedError(HistoryError):
+    """The conversation is being written by another SpecScope (its writer lock is held)."""
+
+
+BUSY_TIMEOUT_S = 0.25  # the longest a write waits for another process's lock (it runs on the GUI thread)
+PRIVATE = stat.S_IRUSR | stat.S_IWUSR
+
+
+@contextmanager
+def owner_only() -> Iterator[None]:
+    """Files created inside are owner-only (umask 077): sqlite's own -wal/-shm files and copies included."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def make_private(*paths: Path) -> None:
+    """chmod 0600 the files of `paths` that exist (POSIX; elsewhere a no-op)."""
+    if os.name != "posix":
+        return
+    for path in paths:
+        try:
+            if path.exists():
+                os.chmod(path, PRIVATE)
+        except OSError:
+            pass
+
+
+def write_private(path: str | os.PathLike, text: str) -> None:
+    """Write an export of a chat owner-only (0600), whole or not at all (a temporary file, then a rename)."""
+    from engine.core.validation import write_text_atomic
+    with owner_only():
+        write_text_atomic(path, text, mode=PRIVATE)
+
+
+def default_data_dir() -> Path:
+    override = os.environ.get("SPECSCOPE_DATA_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+    return Path(platformdirs.user_data_dir("specscope", appauthor=False))
+
+
+def default_db_path() -> Path:
+    return default_data_dir() / DB_NAME
+
+
+# ---------------------------------------------------------------- records
+
+# One letter per status in the stored rows (a 5,000-token reply stays ~150 KB); exports spell them out.
+_STATUS_CODE = {TokenStatus.PLAIN: "p", TokenStatus.ACCEPTED: "a", TokenStatus.REJECTED: "r",
+                TokenStatus.SUBSTITUTED: "s", TokenStatus.BONUS: "b", TokenStatus.PROMPT: "P"}
+_CODE_STATUS = {code: status for status, code in _STATUS_CODE.items()}
+
+@dataclass(frozen=True, slots=True)
+class StoredToken:
+    """One token of a reply as shown: committed ones in order, rejected drafts as ghosts before the token
+    that replaced them. `position` is engine.core.tokens' convention: the 0-based index in the round's draft
+    (len(draft) for a bonus, None for a plain decoding step); stored and exported as is."""
+    text: str
+    status: TokenStatus
+    round: int
+    position: int | None
+    p_target: float | None
+    p_draft: float | None
+    token_id: int | None = None
+
+    def to_row(self) -> list:
+        """The stored form: [text, status code, position, p_target, p_draft, token id] (the round is the row's)."""
+        return [self.text, _STATUS_CODE[self.status], self.position, _round_p(self.p_target), _round_p(self.p_draft),
+                self.token_id]
+
+    @classmethod
+    def from_row(cls, row: list, round_index: int) -> "StoredToken":
+        text, code, position, p_target, p_draft, token_id = (list(row) + [None] * 6)[:6]
+        status = _CODE_STATUS.get(code) or TokenStatus(code)
+        return cls(text, status, round_index, position, p_target, p_draft, token_id)
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "status": self.status.value, "round": self.round, "position": self.position,
+                "p_target": self.p_target, "p_draft": self.p_draft, "token_id": self.token_id}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StoredToken":
+        return cls(data["text"], TokenStatus(data["status"]), int(data["round"]), data.get("position"),
+                   data.get("p_target"), data.get("p_draft"), data.get("token_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRound:
+    index: int
+    tokens: tuple[StoredToken, ...]
+    meta: dict = field(default_factory=dict)  # drafter, n_drafted, n_accepted, draft/verify/elapsed seconds
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    state: str  # complete | streaming | interrupted
+    created_at: float
+    finished_at: float | None = None
+    settings: dict = field(default_factory=dict)
+    stats: dict | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    rounds: tuple[StoredRound, ...] = ()
+
+    @property
+    def tokens(self) -> tuple[StoredToken, ...]:
+        return tuple(token for r in self.rounds for token in r.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+    settings: dict
+    n_messages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+    settings: dict
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    conversation_id: int
+    title: str
+    message_id: int | None  # None when the title matched
+    role: str | None
+    snippet: str
+
+
+def _round_p(p: float | None) -> float | None:
+    return None if p is None else round(float(p), 4)
+
+
+def tokens_from_round(event) -> list[StoredToken]:
+    """The stored tokens of one `engine.core.events.RoundVerified`: `engine.core.tokens.fold_round`'s display tokens
+    (accepted drafts, rejected ghosts where they were drafted, the target's token; nothing a stop cut off),
+    with its 0-based draft positions as they are."""
+    return [StoredToken(t.text, t.status, t.round_index, t.position, t.p_target, t.p_draft, t.token_id)
+            for t in fold_round(event)]
+
+
+def round_meta(event) -> dict:
+    return {"drafter": event.drafter, "n_drafted": len(event.draft_ids), "n_accepted": event.n_accepted,
+            "draft_seconds": round(event.draft_seconds, 6), "verify_seconds": round(event.verify_seconds, 6),
+            "elapsed_seconds": round(event.elapsed_seconds, 6)}
+
+
+def text_of(tokens: Iterable[StoredToken]) -> str:
+    """The reply's text: every token but the rejected ghosts (engine.core.tokens' definition)."""
+    return committed_text(tokens)
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(text, default=None):
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def _contains(haystack, needle) -> int:
+    return int(haystack is not None and needle in str(haystack).casefold())
+
+
+# ---------------------------------------------------------------- the store
+
+class HistoryStore:
+    """The chat history. Thread-safe (one connection behind a lock); close() it, or use it as a context
+    manager. `read_only` is True (with `read_only_reason`) for a database from a newer SpecScope."""
+
+    def __init__(self, path: str | os.PathLike | None = None, *, recover: bool = True) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.read_only = False
+        self.read_only_reason: str | None = None
+        self._lock = threading.RLock()
+        self._claims: dict[int, int] = {}  # conversation id -> the fd of its writer lock, held by this store
+        with owner_only():
+            self._conn = self._open()
+        make_private(*self.private_files())
+        if recover and not self.read_only:
+            try:
+                self.recover_interrupted()
+            except HistoryBusyError:  # another SpecScope is writing: its replies are live; next start retries
+                pass
+
+    def private_files(self) -> list[Path]:
+        """The database and the files beside it that hold chat text."""
+        return [self.path, *(self.path.with_name(self.path.name + suffix) for suffix in ("-wal", "-shm")),
+                *self.path.parent.glob(f"{self.path.name}.v*.bak")]
+
+    # -- opening, versions, migrations
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        is_new = not self.path.exists()
+        try:
+            conn = self._connect(read_only=False)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"the chat history {self.path} cannot be opened ({exc}); it was left as it is") \
+                from None
+        if version > SCHEMA_VERSION:
+            conn.close()
+            self.read_only = True
+            self.read_only_reason = (
+                f"This chat history was written by a newer SpecScope (format {version}; this version knows up "
+                f"to {SCHEMA_VERSION}), so it is open read-only and nothing in it is changed. Update SpecScope "
+                "to add to it.")
+            return self._connect(read_only=True)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            if version == 0:
+                has_tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+                if has_tables:
+                    conn.close()
+                    raise HistoryError(f"{self.path} is not a SpecScope chat history (it has other tables); it "
+                                       "was left as it is")
+                with _transaction(conn):
+                    _run_script(conn, SCHEMA_V1)
+                    conn.execute("PRAGMA user_version = 1")
+                version = 1
+            elif version < SCHEMA_VERSION:
+                self._backup(conn, version)
+            while version < SCHEMA_VERSION:
+                with _transaction(conn):
+                    MIGRATIONS[version](conn)
+                    conn.execute(f"PRAGMA user_version = {version + 1}")
+                version += 1
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise HistoryError(f"the chat history {self.path} could not be upgraded ({exc}); it was left as it "
+                               "is") from None
+        return conn
+
+    def _connect(self, *, read_only: bool) -> sqlite3.Connection:
+        if read_only:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        else:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=BUSY_TIMEOUT_S)
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        if not read_only:
+            conn.execute("PRAGMA synchronous=NORMAL")
+        conn.create_function("specscope_contains", 2, _contains, deterministic=True)
+        return conn
+
+    def _backup(self, conn: sqlite3.Connection, version: int) -> None:
+        target = self.path.with_name(f"{self.path.name}.v{version}.bak")
+        if target.exists():
+            return
+        with owner_only():
+            backup = sqlite3.connect(target)
+            try:
+                conn.backup(backup)
+            finally:
+                backup.close()
+        make_private(target)
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            for conversation_id in list(self._claims):
+                self.release(conversation_id)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        make_private(*self.private_files())
+
+    # -- one writer per conversation
+    def _lock_file(self, conversation_id: int) -> Path:
+        folder = self.path.with_name(self.path.name + ".locks")
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return folder / f"c{int(conversation_id)}.lock"
+
+    def _try_lock(self, conversation_id: int) -> int | None:
+        """An fd holding the conversation's writer lock, or None when another writer holds it."""
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks (Windows): one writer is not enforced there
+            return -1
+        with owner_only():
+            fd = os.open(self._lock_file(conversation_id), os.O_RDWR | os.O_CREAT, PRIVATE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def claim(self, conversation_id: int) -> bool:
+        """Become the one writer of a conversation (until release/close, or this process ends). False when
+        another SpecScope (or another store) is writing it."""
+        with self._lock:
+            if conversation_id in self._claims:
+                return True
+            fd = self._try_lock(conversation_id)
+            if fd is None:
+                return False
+            self._claims[conversation_id] = fd
+            return True
+
+    def release(self, conversation_id: int | None) -> None:
+        with self._lock:
+            fd = self._claims.pop(conversation_id, None) if conversation_id is not None else None
+            if fd is not None and fd >= 0:
+                os.close(fd)
+
+    def claimed_elsewhere(self, conversation_id: int) -> bool:
+        """Whether another writer (another window, another SpecScope) holds the conversation now."""
+        with self._lock:
+            if conversation_id in self._claims:
+                return False
+            fd = self._try_lock(conversation_id)
+            if fd is None:
+                return True
+            if fd >= 0:
+                os.close(fd)
+            return False
+
+    def __enter__(self) -> "HistoryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def integrity_check(self) -> str:
+        with self._lock:
+            return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise HistoryReadOnlyError(self.read_only_reason)
+        with self._lock:
+            if self._conn is None:
+                raise HistoryError("the chat history is closed")
+            try:
+                with _transaction(self._conn):
+                    yield self._conn
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise HistoryBusyError(f"the chat history is busy (another SpecScope is writing it): {exc}") \
+                        from None
+                raise HistoryError(f"the chat history could not be written ({exc})") from None
+            except sqlite3.DatabaseError as exc:
+                raise HistoryError(f"the chat history could not be written ({exc})") from None
+
+    def _read(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise HistoryError("the chat history is closed")
+        return self._conn
+
+    # -- conversations
+    def create_conversation(self, title: str = "New chat", settings: dict | None = None) -> int:
+        now = time.time()
+        with self._write() as conn:
+            cursor = conn.execute("INSERT INTO conversations (title, created_at, updated_at, settings) "
+                                  "VALUES (?, ?, ?, ?)", (_title(title), now, now, _dumps(settings or {})))
+            return cursor.lastrowid
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        with self._write() as conn:
+            _require(conn.execute("UPDATE conversations SET title = ? WHERE id = ?",
+                                  (_title(title), conversation_id)), conversation_id)
+
+    def update_conversation_settings(self, conversation_id: int, settings: dict) -> None:
+        """The conversation's settings (model, draft, method, k, sampling): a JSON-ready dict."""
+        with self._write() as conn:
+            _require(conn.execute("UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?",
+                                  (_dumps(settings), time.time(), conversation_id)), conversation_id)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def list_conversations(self, limit: int | None = None, offset: int = 0) -> list[ConversationSummary]:
+        """Newest activity first."""
+        with self._lock:
+            rows = self._read().execute(
+                "SELECT c.id, c.title, c.created_at, c.updated_at, c.settings, "
+                "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) "
+                "FROM conversations c ORDER BY c.updated_at DESC, c.id DESC LIMIT ? OFFSET ?",
+                (-1 if limit is None else limit, offset)).fetchall()
+        return [ConversationSummary(r[0], r[1], r[2], r[3], _loads(r[4], {}), r[5]) for r in rows]
+
+    def search(self, text: str, limit: int = 50) -> list[SearchHit]:
+        """Conversations whose title or messages contain `text` (case-insensitive, any language), newest
+        first; one hit per matching message with a snippet around the first match."""
+        needle = (text or "").strip().casefold()
+        if not needle:
+            return []
+        with self._lock:
+            conn = self._read()
+            titles = conn.execute(
+                "SELECT id, title FROM conversations WHERE specscope_contains(title, ?) "
+                "ORDER BY updated_at DESC, id DESC LIMIT ?", (needle, limit)).fetchall()
+            messages = conn.execute(
+                "SELECT m.conversation_id, c.title, m.id, m.role, m.content FROM messages m "
+                "JOIN conversations c ON c.id = m.conversation_id WHERE specscope_contains(m.content, ?) "
+                "ORDER BY c.updated_at DESC, c.id DESC, m.id LIMIT ?", (needle, limit)).fetchall()
+        hits = [SearchHit(cid, title, None, None, title) for cid, title in titles]
+        hits += [SearchHit(cid, title, mid, role, _snippet(content, needle))
+                 for cid, title, mid, role, content in messages]
+        return hits[:limit]
+
+    # -- messages
+    def add_message(self, conversation_id: int, role: str, content: str, settings: dict | None = None) -> int:
+        """A finished message (user or system text)."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        now = time.time()
+        with self._write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO messages (conversation_id, role, content, created_at, settings, state, finished_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, now, _dumps(settings or {}), COMPLETE, now))
+            conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+            return cursor.lastrowid
+
+    def add_user_message(self, conversation_id: int, content: str, settings: dict | None = None) -> int:
+        return self.add_message(conversation_id, "user", content, settings)
+
+    def start_assistant_message(self, conversation_id: int, settings: dict | None = None) -> int:
+        """An empty reply in state "streaming"; rounds are appended as they come. This store claims the
+        conversation first (HistoryLockedError when another writer holds it)."""
+        if not self.claim(conversation_id):
+            raise HistoryLockedError("this chat is being written by another SpecScope window; it is read-only here")
+        now = time.time()
+        with self._write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO messages (conversation_id, role, content, created_at, settings, state) "
+                "VALUES (?, 'assistant', '', ?, ?, ?)", (conversation_id, now, _dumps(settings or {}), STREAMING))
+            conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+            return cursor.lastrowid
+
+    def append_round(self, message_id: int, event) -> None:
+        """Store one `engine.core.events.RoundVerified` of a streaming reply (its own short transaction)."""
+        self.append_tokens(message_id, event.index, tokens_from_round(event), round_meta(event))
+
+    def append_tokens(self, message_id: int, round_index: int, tokens: Iterable[StoredToken],
+                      meta: dict | None = None) -> None:
+        """The lower-level form of append_round: one round's tokens. Re-sending a round replaces it."""
+        rows = _dumps([t.to_row() for t in tokens])
+        with self._write() as conn:
+            state = conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if state is None:
+                raise HistoryError(f"there is no message {message_id}")
+            if state[0] == COMPLETE:
+                raise HistoryError(f"message {message_id} is finished; start a new reply to add rounds")
+            conn.execute("INSERT OR REPLACE INTO rounds (message_id, round_index, meta, tokens) VALUES (?, ?, ?, ?)",
+                         (message_id, round_index, _dumps(meta or {}), rows))
+
+    def finish_assistant_message(self, message_id: int, *, stats: dict | None = None, stop_reason: str | None = None,
+                                 error: str | None = None, state: str = COMPLETE) -> str:
+        """Close a reply: its text is rebuilt from the stored rounds. Returns that text."""
+        if state not in (COMPLETE, INTERRUPTED):
+            raise ValueError("state must be complete or interrupted")
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None:
+                raise HistoryError(f"there is no message {message_id}")
+            content = text_of(t for r in self._rounds(conn, message_id) for t in r.tokens)
+            conn.execute("UPDATE messages SET content = ?, state = ?, stats = ?, stop_reason = ?, error = ?, "
+                         "finished_at = ? WHERE id = ?",
+                         (content, state, None if stats is None else _dumps(stats), stop_reason, error, now,
+                          message_id))
+            conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, row[0]))
+            return content
+
+    def finish_from_event(self, message_id: int, finished) -> str:
+        """Close a reply from `engine.core.events.GenerationFinished` (stats, stop reason, error)."""
+        return self.finish_assistant_message(message_id, stats=finished.stats.as_dict(),
+                                             stop_reason=finished.stop_reason, error=finished.error)
+
+    def recover_interrupted(self) -> list[int]:
+        """Replies left "streaming" by a writer that died: mark them "interrupted" with the text of the rounds
+        they committed. Returns their ids."""
+        with self._write() as conn:
+            rows = conn.execute("SELECT id, conversation_id FROM messages WHERE state = ?", (STREAMING,)).fetchall()
+            # a reply whose conversation has a live writer (here or in another SpecScope) is still streaming
+            ids = [message_id for message_id, conversation_id in rows
+                   if conversation_id not in self._claims and not self.claimed_elsewhere(conversation_id)]
+            for message_id in ids:
+                content = text_of(t for r in self._rounds(conn, message_id) for t in r.tokens)
+                conn.execute("UPDATE messages SET state = ?, content = ?, stop_reason = 'interrupted' WHERE id = ?",
+                             (INTERRUPTED, content, message_id))
+            return ids
+
+    def delete_message(self, message_id: int) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+    # -- reading back
+    @staticmethod
+    def _rounds(conn: sqlite3.Connection, message_id: int) -> list[StoredRound]:
+        rows = conn.execute("SELECT round_index, meta, tokens FROM rounds WHERE message_id = ? ORDER BY round_index",
+                            (message_id,)).fetchall()
+        return [StoredRound(index, tuple(StoredToken.from_row(t, index) for t in _loads(tokens, [])),
+                            _loads(meta, {})) for index, meta, tokens in rows]
+
+    def load_conversation(self, conversation_id: int) -> Conversation:
+        """Everything needed to re-render a conversation, coloured."""
+        with self._lock:
+            conn = self._read()
+            row = conn.execute("SELECT id, title, created_at, updated_at, settings FROM conversations WHERE id = ?",
+                               (conversation_id,)).fetchone()
+            if row is None:
+                raise HistoryError(f"there is no conversation {conversation_id}")
+            messages = []
+            for m in conn.execute(
+                    "SELECT id, conversation_id, role, content, state, created_at, finished_at, settings, stats, "
+                    "stop_reason, error FROM messages WHERE conversation_id = ? ORDER BY id",
+                    (conversation_id,)).fetchall():
+                rounds = tuple(self._rounds(conn, m[0])) if m[2] == "assistant" else ()
+                content = m[3] if m[4] == COMPLETE or not rounds else text_of(t for r in rounds for t in r.tokens)
+                messages.append(StoredMessage(
+                    id=m[0], conversation_id=m[1], role=m[2], content=content, state=m[4], created_at=m[5],
+                    finished_at=m[6], settings=_loads(m[7], {}), stats=_loads(m[8]), stop_reason=m[9], error=m[10],
+                    rounds=rounds))
+        return Conversation(row[0], row[1], row[2], row[3], _loads(row[4], {}), tuple(messages))
+
+    # -- export / import
+    def export_json(self, conversation_id: int) -> str:
+        """The whole conversation, tokens included, as JSON that `import_json` reads back."""
+        c = self.load_conversation(conversation_id)
+        data = {
+            "format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION, "exported_at": time.time(),
+            "conversation": {
+                "title": c.title, "created_at": c.created_at, "updated_at": c.updated_at, "settings": c.settings,
+                "messages": [{
+                    "role": m.role, "content": m.content, "state": m.state, "created_at": m.created_at,
+                    "finished_at": m.finished_at, "settings": m.settings, "stats": m.stats,
+                    "stop_reason": m.stop_reason, "error": m.error,
+                    "rounds": [{"index": r.index, "meta": r.meta, "tokens": [t.to_dict() for t in r.tokens]}
+                               for r in m.rounds]} for m in c.messages]}}
+        return json.dumps(data, ensure_ascii=False, indent=1)
+
+    def import_json(self, text: str) -> int:
+        """A conversation exported by `export_json`, as a new conversation. Returns its id."""
+        try:
+            data = json.loads(text)
+            if data.get("format") != EXPORT_FORMAT:
+                raise ValueError("not a SpecScope conversation export")
+            if int(data.get("format_version", 0)) > EXPORT_FORMAT_VERSION:
+                raise ValueError("exported by a newer SpecScope")
+            conv = data["conversation"]
+            messages = conv["messages"]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise HistoryError(f"this file cannot be imported: {exc}") from None
+        with self._write() as conn:
+            cid = conn.execute("INSERT INTO conversations (title, created_at, updated_at, settings) VALUES (?,?,?,?)",
+                               (_title(conv.get("title", "Imported chat")), conv.get("created_at", time.time()),
+                                conv.get("updated_at", time.time()), _dumps(conv.get("settings") or {}))).lastrowid
+            for m in messages:
+                if m.get("role") not in ROLES:
+                    raise HistoryError(f"this file cannot be imported: unknown role {m.get('role')!r}")
+                state = m.get("state") if m.get("state") in (COMPLETE, INTERRUPTED) else INTERRUPTED
+                mid = conn.execute(
+                    "INSERT INTO messages (conversation_id, role, content, created_at, settings, stats, state, "
+                    "stop_reason, error, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (cid, m["role"], m.get("content", ""), m.get("created_at", time.time()),
+                     _dumps(m.get("settings") or {}), None if m.get("stats") is None else _dumps(m["stats"]),
+                     state, m.get("stop_reason"), m.get("error"), m.get("finished_at"))).lastrowid
+                for r in m.get("rounds", []):
+                    tokens = [StoredToken.from_dict(t) for t in r["tokens"]]
+                    conn.execute("INSERT INTO rounds (message_id, round_index, meta, tokens) VALUES (?,?,?,?)",
+                                 (mid, int(r["index"]), _dumps(r.get("meta") or {}),
+                                  _dumps([t.to_row() for t in tokens])))
+            return cid
+
+    def export_markdown(self, conversation_id: int, *, show_rejected: bool = False) -> str:
+        """The conversation as Markdown: who said what, each reply with its settings and stats line.
+        With `show_rejected`, rejected drafts appear struck through (~~like this~~) where they were drafted."""
+        c = self.load_conversation(conversation_id)
+        lines = [f"# {c.title}", ""]
+        if c.settings:
+            lines += [f"*{_settings_words(c.settings)}*", ""]
+        for m in c.messages:
+            heading = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
+            notes = [_settings_words(m.settings)] if m.settings else []
+            if m.state == INTERRUPTED:
+                notes.append("interrupted")
+            lines.append(f"## {heading}" + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else ""))
+            lines.append("")
+            if m.role == "assistant" and show_rejected and m.rounds:
+                body = "".join(f"~~{t.text}~~" if t.status is TokenStatus.REJECTED else t.text for t in m.tokens)
+            else:
+                body = m.content
+            lines += [body, ""]
+            if m.stats:
+                lines += [f"> {_stats_words(m.stats, m.stop_reason)}", ""]
+            if m.error:
+                lines += [f"> error: {m.error}", ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------- helpers
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Statement by statement: sqlite3's executescript would COMMIT the open transaction first."""
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _require(cursor: sqlite3.Cursor, conversation_id: int) -> None:
+    if cursor.rowcount == 0:
+        raise HistoryError(f"there is no conversation {conversation_id}")
+
+
+def _title(title: str) -> str:
+    title = " ".join((title or "").split())
+    return title[:200] or "New chat"
+
+
+def _snippet(content: str, needle: str, width: int = 60) -> str:
+    at = content.casefold().find(needle)
+    if at < 0:
+        return content[: 2 * width]
+    start, end = max(0, at - width), min(len(content), at + len(needle) + width)
+    text = " ".join(content[start:end].split())
+    return ("…" if start else "") + text + ("…" if end < len(content) else "")
+
+
+def _settings_words(settings: dict[str, Any]) -> str:
+    parts = []
+    for key in ("model", "draft", "method", "k"):
+        if settings.get(key) not in (None, ""):
+            parts.append(f"{key} {settings[key]}")
+    sampling = settings.get("sampling")
+    if isinstance(sampling, dict) and sampling:
+        parts.append(", ".join(f"{k} {v}" for k, v in sampling.items()))
+    return " · ".join(parts)
+
+
+def _stats_words(stats: dict[str, Any], stop_reason: str | None) -> str:
+    parts = []
+    if "committed_tokens" in stats:
+        parts.append(f"{stats['committed_tokens']} tokens")
+    if stats.get("tok_per_s"):
+        parts.append(f"{stats['tok_per_s']:.1f} tok/s")
+    if stats.get("drafted_tokens"):
+        parts.append(f"acceptance {stats.get('acceptance_rate', 0):.0%}")
+        if stats.get("mean_accepted_length"):
+            parts.append(f"mean accepted length {stats['mean_accepted_length']:.2f}")
+    if stop_reason:
+        parts.append(f"stop: {stop_reason}")
+    return " · ".join(parts)

@@ -1,0 +1,302 @@
+"""The event fold, in plain Python (no Qt): engine events become transcript tokens, turns and live stats.
+
+A round event becomes a few `Token`s (accepted, rejected drafts, then the target's own token) appended to the
+current assistant turn. Every figure, live ones included, is an `engine.core.stats` figure: the cumulative ones
+are the `StatsAccumulator`'s, the rolling ones (last rounds, last seconds) the same definitions applied to the
+difference of two of its snapshots, so the GUI, the CLI and the benchmark agree on every definition. Graph
+series are bounded ring buffers, so a long reply costs the same per round at its end as at its start.
+The chat (gui.sessions.chat) and each run of a comparison (gui.sessions.compare) fold their events here.
+
+May touch: engine events and stats (read). Never Qt, never a widget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.tokens import DisplayToken, fold_round
+from engine.core.stats import AggregateStats, GenerationStats, StatsAccumulator, efficiency, speedup
+
+SERIES_CAPACITY = 4096  # points kept per graph series
+ROLLING_ROUNDS = 16  # window of the rolling acceptance rate, in drafting rounds
+ROLLING_SECONDS = 2.0  # window of the rolling tok/s
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One piece of the transcript drawn by status: an engine.core.tokens.DisplayToken numbered by its serial in
+    the session (the transcript finds a token under the mouse by that number)."""
+
+    serial: int  # index in SessionModel.tokens
+    text: str
+    status: TokenStatus
+    round_index: int
+    position: int | None  # 0-based index in the round's draft (engine.core.tokens' convention); None for plain
+    draft_length: int
+    p_target: float | None
+    p_draft: float | None
+    drafter: str
+    token_id: int
+    replaced: str | None = None  # substituted: the drafted piece it replaced
+    replaced_p_target: float | None = None
+    replaced_p_draft: float | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.status is not TokenStatus.REJECTED
+
+
+@dataclass(slots=True)
+class Turn:
+    role: str  # "user" | "assistant"
+    text: str = ""
+    tokens: list[Token] = field(default_factory=list)  # assistant: in display order, rejected drafts too
+    spec_label: str = ""
+    model: str = ""
+    stop_reason: str | None = None
+    stats: GenerationStats | None = None
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason is not None or self.error is not None
+
+
+class RingSeries:
+    """A bounded (x, y) series for a graph."""
+
+    def __init__(self, capacity: int = SERIES_CAPACITY) -> None:
+        self.x: deque[float] = deque(maxlen=capacity)
+        self.y: deque[float] = deque(maxlen=capacity)
+
+    def append(self, x: float, y: float) -> None:
+        self.x.append(x)
+        self.y.append(y)
+
+    def clear(self) -> None:
+        self.x.clear()
+        self.y.clear()
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def data(self) -> tuple[list[float], list[float]]:
+        return list(self.x), list(self.y)
+
+
+def window_stats(newer: GenerationStats, older: GenerationStats | None) -> AggregateStats:
+    """The rounds between two snapshots of one generation, as pooled figures: their acceptance rate and their
+    tok/s are engine.core.stats' definitions applied to those rounds alone (the rolling graphs)."""
+    if older is None:
+        return AggregateStats(1, newer.committed_tokens, newer.decode_tokens, newer.decode_seconds,
+                              newer.elapsed_seconds, newer.target_passes, newer.drafted_tokens,
+                              newer.accepted_tokens, newer.drafting_rounds, newer.decode_rounds,
+                              newer.draft_seconds, newer.verify_seconds)
+    committed = newer.committed_tokens - older.committed_tokens
+    seconds = newer.elapsed_seconds - older.elapsed_seconds
+    return AggregateStats(
+        generations=1, committed_tokens=committed, decode_tokens=committed, decode_seconds=seconds,
+        elapsed_seconds=seconds, target_passes=newer.target_passes - older.target_passes,
+        drafted_tokens=newer.drafted_tokens - older.drafted_tokens,
+        accepted_tokens=newer.accepted_tokens - older.accepted_tokens,
+        drafting_rounds=newer.drafting_rounds - older.drafting_rounds,
+        decode_rounds=newer.decode_rounds - older.decode_rounds,
+        draft_seconds=newer.draft_seconds - older.draft_seconds,
+        verify_seconds=newer.verify_seconds - older.verify_seconds)
+
+
+class LiveStats:
+    """Figures of the generation in progress (or the last one), folded round by round."""
+
+    def __init__(self) -> None:
+        self.reset(k=0, method="none", model="")
+
+    def reset(self, k: int, method: str, model: str) -> None:
+        self.k = k
+        self.method = method
+        self.model = model
+        self.accumulator = StatsAccumulator(k)
+        self.final: GenerationStats | None = None
+        self.acceptance_cumulative = RingSeries()  # x: tokens committed, y: acceptance rate (0…1)
+        self.acceptance_rolling = RingSeries()
+        self.speed_cumulative = RingSeries()  # x: seconds since start, y: tok/s
+        self.speed_rolling = RingSeries()
+        self._drafting: deque[GenerationStats] = deque()  # snapshots before each of the last drafting rounds
+        self._recent: deque[GenerationStats] = deque()  # snapshots of the last seconds' rounds
+        self._last: GenerationStats | None = None
+        self.version = 0  # bumped on every change; views redraw when it moved
+
+    def add_round(self, event: RoundVerified) -> None:
+        before = self._last
+        self.accumulator.add_round(event)
+        now = self._last = self.accumulator.snapshot()
+        tokens = now.committed_tokens
+        if event.draft_ids:
+            self._drafting.append(before)
+            if len(self._drafting) > ROLLING_ROUNDS:
+                self._drafting.popleft()
+            self.acceptance_cumulative.append(tokens, now.acceptance_rate)
+            self.acceptance_rolling.append(tokens, window_stats(now, self._drafting[0]).acceptance_rate)
+        self._recent.append(now)
+        while len(self._recent) > 2 and now.elapsed_seconds - self._recent[1].elapsed_seconds >= ROLLING_SECONDS:
+            self._recent.popleft()
+        if now.rounds > 1:
+            if now.decode_seconds > 0:
+                self.speed_cumulative.append(now.elapsed_seconds, now.tok_per_s)
+            oldest = self._recent[0]
+            if now.elapsed_seconds > oldest.elapsed_seconds:
+                self.speed_rolling.append(now.elapsed_seconds, window_stats(now, oldest).tok_per_s)
+        self.version += 1
+
+    def finish(self, stats: GenerationStats) -> None:
+        self.final = stats
+        self.version += 1
+
+    def snapshot(self) -> GenerationStats:
+        if self.final is not None:
+            return self.final
+        return self._last if self._last is not None else self.accumulator.snapshot()
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What the stats strip shows; None where a figure is not defined yet."""
+
+    tok_per_s: float
+    acceptance_rate: float | None
+    mean_accepted_length: float
+    speedup: float | None
+    baseline_tok_per_s: float | None
+    theoretical_speedup: float | None
+    efficiency: float | None
+    draft_seconds: float
+    verify_seconds: float
+    committed_tokens: int
+    speculative: bool
+
+
+class SessionModel:
+    """A conversation and the live figures of its current reply."""
+
+    def __init__(self, system_prompt: str = "") -> None:
+        self.system_prompt = system_prompt
+        self.turns: list[Turn] = []
+        self.tokens: list[Token] = []  # every token of every assistant turn, by serial
+        self.live = LiveStats()
+        self._current: Turn | None = None
+
+    # ------------------------------------------------------------------ conversation
+    def conversation(self, *, include_pending: bool = True) -> list[dict]:
+        """The chat history as the engine takes it: system prompt, then every turn that has text."""
+        messages = []
+        if self.system_prompt.strip():
+            messages.append({"role": "system", "content": self.system_prompt.strip()})
+        for turn in self.turns:
+            if turn is self._current and not include_pending:
+                continue
+            if turn.role == "assistant" and not turn.text:
+                continue
+            messages.append({"role": turn.role, "content": turn.text})
+        return messages
+
+    def add_user(self, text: str) -> Turn:
+        turn = Turn(role="user", text=text)
+        self.turns.append(turn)
+        return turn
+
+    @property
+    def current(self) -> Turn | None:
+        """The assistant turn being generated, if any."""
+        return self._current
+
+    def new_chat(self) -> None:
+        self.turns.clear()
+        self.tokens.clear()
+        self._current = None
+        self.live.reset(k=0, method="none", model="")
+
+    def restore(self, turns: list[Turn], tokens: list[Token]) -> None:
+        """Replace the conversation with saved turns (their tokens' serials index `tokens`)."""
+        self.new_chat()
+        self.turns.extend(turns)
+        self.tokens.extend(tokens)
+
+    # ------------------------------------------------------------------ events
+    def start(self, event: GenerationStarted) -> Turn:
+        turn = Turn(role="assistant", spec_label=event.spec_label, model=event.model, warnings=event.warnings)
+        self.turns.append(turn)
+        self._current = turn
+        self.live.reset(k=event.k, method=event.method, model=event.model)
+        return turn
+
+    def apply_round(self, event: RoundVerified) -> list[Token]:
+        """Fold one round into the current turn (engine.core.tokens.fold_round); returns its tokens in display order,
+        rejected drafts too, each numbered by its serial in `tokens`."""
+        turn = self._current
+        if turn is None:
+            raise RuntimeError("a round arrived before GenerationStarted")
+        self.live.add_round(event)
+        first = len(self.tokens)
+        new = [Token(serial=first + i, **_fields(display)) for i, display in enumerate(fold_round(event))]
+        self.tokens.extend(new)
+        turn.tokens.extend(new)
+        turn.text += event.text
+        return new
+
+    def finish(self, event: GenerationFinished) -> Turn | None:
+        turn = self._current
+        self._current = None
+        self.live.finish(event.stats)
+        if turn is None:
+            return None
+        turn.stop_reason = event.stop_reason
+        turn.stats = event.stats
+        if event.error:  # the reply ended on a problem (out of memory): what came stays
+            turn.error = event.error
+        if event.text and len(event.text) >= len(turn.text):
+            turn.text = event.text  # the engine's own decoding of the whole reply is authoritative
+        return turn
+
+    def fail(self, message: str) -> str | None:
+        """The current request failed. With nothing generated, its user message is taken back and returned
+        (so the window can put it back in the message box); otherwise the partial reply stays."""
+        turn = self._current
+        self._current = None
+        if turn is not None and turn.text:
+            turn.error = message
+            return None
+        if turn is not None:
+            self.turns.remove(turn)
+        if self.turns and self.turns[-1].role == "user":
+            return self.turns.pop().text
+        return None
+
+    # ------------------------------------------------------------------ figures
+    def figures_against(self, baseline: float | None) -> Figures:
+        """The stats strip's figures of the reply shown; speed-up against `baseline` (plain tok/s)."""
+        stats = self.live.snapshot()
+        speculative = self.live.method != "none"
+        measured = speedup(stats.tok_per_s, baseline) if baseline and stats.tok_per_s > 0 else None
+        theoretical = stats.theoretical_speedup if speculative and stats.drafted_tokens else None
+        return Figures(
+            tok_per_s=stats.tok_per_s,
+            acceptance_rate=stats.acceptance_rate if stats.drafted_tokens else None,
+            mean_accepted_length=stats.mean_accepted_length,
+            speedup=measured, baseline_tok_per_s=baseline,
+            theoretical_speedup=theoretical,
+            efficiency=efficiency(measured, theoretical) if theoretical else None,
+            draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
+            committed_tokens=stats.committed_tokens, speculative=speculative)
+
+
+_DISPLAY_FIELDS = tuple(f.name for f in dataclasses.fields(DisplayToken))
+
+
+def _fields(display: DisplayToken) -> dict:
+    fields = {name: getattr(display, name) for name in _DISPLAY_FIELDS}
+    fields["token_id"] = -1 if display.token_id is None else display.token_id
+    return fields

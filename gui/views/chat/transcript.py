@@ -1,0 +1,438 @@
+"""The transcript: turns as rich text, every token drawn by its status, a tooltip per token, and the legend.
+
+A reply is laid out as Markdown while it streams (gui.views.chat.markdown.ReplyLayout: headings, lists, emphasis,
+tables, code blocks in a monospace font), every token keeping its format inside it. Appending is incremental:
+each round re-lays only the block being streamed, so a long conversation costs the same per round at its end
+as at its start. Only a change of what is drawn (the rejected-drafts toggle, the theme) re-renders the whole
+document, from the session model.
+
+May touch: QtWidgets/QtGui, gui.theme, engine.core.tokens (the tooltip's wording); reads the session's turns and
+tokens, never changes them.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Callable
+
+from PySide6.QtCore import QEvent, QMimeData, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import (QColor, QGuiApplication, QPainter, QTextBlockFormat, QTextCharFormat, QTextCursor,
+                           QTextDocument, QTextFrameFormat, QTextLength)
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QToolTip, QWidget
+
+from engine.core.events import TokenStatus
+from engine.core.tokens import draft_position_words
+from gui import theme
+from gui.sessions.session_model import Token, Turn
+from gui.views.chat.markdown import ReplyLayout, code_block_range, is_code
+
+ACTION_SCHEME = "specscope-action:"  # the links under a turn: specscope-action:<action>:<turn index>
+ACTION_TIPS = {"copy": "Copy this reply's text, without the rejected drafts (the last reply: Ctrl+Shift+C)",
+               "regenerate": "Write this reply again with the settings it ran with, in a new branch of the chat "
+                             "(the last reply: Ctrl+R; with the current settings: Ctrl+Shift+R)",
+               "edit": "Edit this message and send it again: the chat forks from here, the history keeps both "
+                       "(the last message: Ctrl+E, or Up in an empty message box)"}
+
+
+def describe_token(token: Token) -> str:
+    """The tooltip of a token (rich text): status, round, draft position, p_target, p_draft, drafter."""
+
+    def prob(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    def piece(text: str) -> str:
+        shown = text.replace("\n", "↵").replace("\t", "⇥")
+        return escape(shown if shown.strip() else repr(text))
+
+    lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{piece(token.text)}” &nbsp;(id {token.token_id})",
+             f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
+    lines.append(draft_position_words(token))
+    if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
+        p_draft = "one-hot (n-gram)" if token.p_draft is None else prob(token.p_draft)
+        lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")
+        lines.append(f"proposed by: {escape(token.drafter)}")
+    else:
+        lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
+        lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"
+                                                        if token.drafter not in ("", "none") else ""))
+    if token.replaced is not None:
+        p_draft = "one-hot" if token.replaced_p_draft is None else prob(token.replaced_p_draft)
+        lines.append(f"replaced the draft “{piece(token.replaced)}” "
+                     f"(p_target {prob(token.replaced_p_target)}, p_draft {p_draft})")
+    return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
+
+
+class TranscriptView(QTextEdit):
+    """Read-only rich text of the conversation; renders from `Turn`s and `Token`s, keeps no state of its own
+    beyond the write cursor. With `actions`, each turn has links (Copy, Regenerate under a reply, Edit on a
+    message) that emit `action_requested(action, turn index)`. A code block shows a Copy button on hover; text
+    copied from a selection (Ctrl+C) leaves the rejected drafts out."""
+
+    action_requested = Signal(str, int)  # copy | regenerate | edit, the turn's index in the conversation
+    code_copied = Signal(str)
+
+    def __init__(self, lookup: Callable[[int], Token | None], palette: theme.Palette, parent=None,
+                 actions: bool = False) -> None:
+        super().__init__(parent)
+        self.actions = actions
+        self._turns_drawn = 0  # the index the next turn drawn will have
+        self.copy_code_button = QToolButton(self.viewport())
+        self.copy_code_button.setText("Copy")
+        self.copy_code_button.setObjectName("copy_code_button")
+        self.copy_code_button.setToolTip("Copy this code block (its text only)")
+        self.copy_code_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.copy_code_button.clicked.connect(lambda: self.copy_code(self._hovered_code))
+        self.copy_code_button.hide()
+        self._hovered_code = -1  # document position of the code block under the mouse
+        self.setObjectName("transcript")
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.document().setDocumentMargin(14)
+        self.viewport().setMouseTracking(True)
+        self._lookup = lookup
+        self._palette = palette
+        self.show_rejected = True
+        self._cursor = QTextCursor(self.document())
+        self._reply: ReplyLayout | None = None  # the reply being written
+
+    # ------------------------------------------------------------------ whole-document rendering
+    def set_palette(self, palette: theme.Palette) -> None:
+        self._palette = palette
+
+    def render_turns(self, turns: list[Turn], current: Turn | None = None) -> None:
+        """Redraw everything (theme or toggle change, new chat); the hot path is `append_tokens`."""
+        self.setUpdatesEnabled(False)
+        self.document().clear()
+        self._turns_drawn = 0
+        self.copy_code_button.hide()
+        batch = QTextCursor(self.document())
+        batch.beginEditBlock()  # a single layout pass for the whole document
+        try:
+            self._cursor = QTextCursor(self.document())
+            for turn in turns:
+                if turn.role == "user":
+                    self.append_user(turn)
+                else:
+                    self.begin_assistant(turn)
+                    self.append_tokens(turn.tokens, scroll=False)
+                    if turn.finished:
+                        self.end_assistant(turn)
+        finally:
+            batch.endEditBlock()
+            self.setUpdatesEnabled(True)
+        self._scroll_to_end()
+
+    # ------------------------------------------------------------------ incremental rendering
+    def append_user(self, turn: Turn) -> None:
+        p = self._palette
+        follow = self._at_bottom()
+        cursor = self._end_cursor()
+        if not self.document().isEmpty() or cursor.block().previous().isValid():
+            cursor.insertBlock(QTextBlockFormat(), theme.text_format(p))
+        frame_format = QTextFrameFormat()
+        frame_format.setBackground(QColor(p.surface_alt))
+        frame_format.setPadding(10)
+        frame_format.setTopMargin(10)
+        frame_format.setBottomMargin(6)
+        frame_format.setBorder(0)
+        frame_format.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
+        cursor.insertFrame(frame_format)
+        cursor.setBlockFormat(QTextBlockFormat())
+        cursor.insertText("You", theme.text_format(p, bold=True, small=True, dim=True))
+        index = self._next_turn()
+        if self.actions:
+            cursor.insertText("   ", theme.text_format(p, small=True))
+            self._insert_action(cursor, "edit", "✎ Edit", index)
+        cursor.insertBlock(QTextBlockFormat(), theme.text_format(p))
+        cursor.insertText(turn.text, theme.text_format(p))
+        self._cursor = self._end_cursor()
+        self._reply = None
+        if follow:
+            self._scroll_to_end()
+
+    def begin_assistant(self, turn: Turn) -> None:
+        p = self._palette
+        cursor = self._end_cursor()
+        header = QTextBlockFormat()
+        header.setTopMargin(8)
+        if self.document().isEmpty():
+            cursor.setBlockFormat(header)
+        else:
+            cursor.insertBlock(header)
+        title = "Assistant"
+        self._reply_index = self._next_turn()
+        details = " · ".join(x for x in (turn.model, turn.spec_label) if x)
+        cursor.insertText(title, theme.text_format(p, bold=True, small=True, dim=True))
+        if details:
+            cursor.insertText("   " + details, theme.text_format(p, small=True, dim=True))
+        for warning in turn.warnings:
+            cursor.insertBlock(QTextBlockFormat())
+            cursor.insertText("⚠ " + warning, theme.text_format(p, small=True, color=p.warning))
+        self._cursor = cursor
+        self._reply = ReplyLayout(self.document(), cursor.position() + 1, p, self.show_rejected)
+
+    def append_tokens(self, tokens: list[Token], scroll: bool = True) -> None:
+        """Insert one round's tokens at the end (the per-round hot path)."""
+        if not tokens:
+            return
+        if self._reply is None:
+            raise RuntimeError("tokens arrived before begin_assistant")
+        follow = scroll and self._at_bottom()
+        cursor = self._cursor
+        cursor.beginEditBlock()  # one layout pass per round, not one per token
+        try:
+            self._reply.add(tokens)
+            self._reply.render()
+        finally:
+            cursor.endEditBlock()
+        if follow:
+            self._scroll_to_end()
+
+    def end_assistant(self, turn: Turn) -> None:
+        p = self._palette
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._reply.end if self._reply is not None else self._cursor.position())
+        footer = QTextBlockFormat()
+        footer.setTopMargin(6)
+        footer.setBottomMargin(4)
+        if turn.error:
+            cursor.insertBlock(footer)
+            cursor.insertText("⚠ " + turn.error, theme.text_format(p, small=True, color=p.error))
+        if turn.stop_reason is not None or (self.actions and turn.text):
+            cursor.insertBlock(footer)
+            if turn.stop_reason is not None:
+                cursor.insertText(footer_text(turn) + ("   " if self.actions and turn.text else ""),
+                                  theme.text_format(p, small=True, dim=True))
+            if self.actions and turn.text:
+                self._insert_action(cursor, "copy", "Copy", self._reply_index)
+                cursor.insertText("  ", theme.text_format(p, small=True))
+                self._insert_action(cursor, "regenerate", "↻ Regenerate", self._reply_index)
+        self._cursor = self._end_cursor()
+        self._reply = None
+        if self._at_bottom(slack=200):
+            self._scroll_to_end()
+
+    def append_notice(self, message: str, error: bool = True) -> None:
+        """A line that is not part of any turn (a failed request, a load error)."""
+        p = self._palette
+        cursor = self._end_cursor()
+        fmt = QTextBlockFormat()
+        fmt.setTopMargin(8)
+        if self.document().isEmpty():
+            cursor.setBlockFormat(fmt)
+        else:
+            cursor.insertBlock(fmt)
+        cursor.insertText(("⚠ " if error else "") + message,
+                          theme.text_format(p, small=True, color=p.error if error else p.text_dim))
+        self._cursor = self._end_cursor()
+        self._scroll_to_end()
+
+    def _next_turn(self) -> int:
+        self._turns_drawn += 1
+        return self._turns_drawn - 1
+
+    def _insert_action(self, cursor: QTextCursor, action: str, label: str, index: int) -> None:
+        fmt = theme.text_format(self._palette, small=True, color=self._palette.accent)
+        fmt.setAnchor(True)
+        fmt.setAnchorHref(f"{ACTION_SCHEME}{action}:{index}")
+        cursor.insertText(label, fmt)
+        cursor.setCharFormat(QTextCharFormat())
+
+    # ------------------------------------------------------------------ copying
+    def is_ghost(self, fmt: QTextCharFormat) -> bool:
+        serial = fmt.property(theme.TOKEN_SERIAL_PROPERTY)
+        token = self._lookup(serial) if isinstance(serial, int) else None
+        return token is not None and token.status is TokenStatus.REJECTED
+
+    def text_between(self, start: int, end: int) -> str:
+        """The text drawn between two document positions without the rejected drafts (and so without their
+        ↵ glyphs); blocks on lines of their own."""
+        lines, block = [], self.document().findBlock(start)
+        while block.isValid() and block.position() <= end:
+            pieces, it = [], block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                lo, hi = max(start, fragment.position()), min(end, fragment.position() + fragment.length())
+                if lo < hi and not self.is_ghost(fragment.charFormat()):
+                    pieces.append(fragment.text()[lo - fragment.position():hi - fragment.position()])
+                it += 1
+            lines.append("".join(pieces))
+            block = block.next()
+        return "\n".join(lines).replace("\u2028", "\n")
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 (Qt override: Ctrl+C, drag)
+        cursor = self.textCursor()
+        mime = QMimeData()
+        mime.setText(self.text_between(cursor.selectionStart(), cursor.selectionEnd()))
+        return mime
+
+    def code_text(self, position: int) -> str:
+        """The text of the code block at document position `position` (its committed tokens only)."""
+        block = self.document().findBlock(position)
+        if not is_code(block):
+            return ""
+        first, last = code_block_range(block)
+        return self.text_between(first.position(), last.position() + last.length() - 1)
+
+    def copy_code(self, position: int) -> None:
+        text = self.code_text(position)
+        if text:
+            QGuiApplication.clipboard().setText(text)
+            self.code_copied.emit(text)
+
+    def _show_code_button(self, point) -> None:
+        """The Copy button at the top right of the code block under the mouse, if any."""
+        block = self.cursorForPosition(point).block()
+        if not block.isValid() or not is_code(block):
+            if not self.copy_code_button.underMouse():
+                self.copy_code_button.hide()
+            return
+        first, _ = code_block_range(block)
+        rect = self.document().documentLayout().blockBoundingRect(first)
+        top = rect.top() - self.verticalScrollBar().value()
+        right = rect.right() - self.horizontalScrollBar().value()
+        self._hovered_code = first.position()
+        button = self.copy_code_button
+        button.adjustSize()
+        button.move(int(right - button.width() - 4), int(max(0, top) + 2))
+        button.show()
+        button.raise_()
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802
+        self._show_code_button(event.position().toPoint())
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor
+                                  if self.anchorAt(event.position().toPoint()).startswith(ACTION_SCHEME)
+                                  else Qt.CursorShape.IBeamCursor)
+        super().mouseMoveEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802
+        href = self.anchorAt(event.position().toPoint())
+        if event.button() == Qt.MouseButton.LeftButton and href.startswith(ACTION_SCHEME) \
+                and not self.textCursor().hasSelection():
+            action, _, index = href[len(ACTION_SCHEME):].partition(":")
+            self.action_requested.emit(action, int(index))
+        super().mouseReleaseEvent(event)
+
+    # ------------------------------------------------------------------ hover
+    def token_at_position(self, position: int) -> Token | None:
+        """The token drawn at document position `position`, if any."""
+        block = self.document().findBlock(position)
+        if not block.isValid():
+            return None
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.contains(position):
+                serial = fragment.charFormat().property(theme.TOKEN_SERIAL_PROPERTY)
+                return self._lookup(serial) if isinstance(serial, int) else None
+            it += 1
+        return None
+
+    def token_at(self, point) -> Token | None:
+        """The token under a viewport point."""
+        offset = QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
+        position = self.document().documentLayout().hitTest(QPointF(point) + offset, Qt.HitTestAccuracy.ExactHit)
+        return self.token_at_position(position) if position >= 0 else None
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.ToolTip:
+            token = self.token_at(event.pos())
+            href = self.anchorAt(event.pos())
+            if href.startswith(ACTION_SCHEME):
+                QToolTip.showText(event.globalPos(), ACTION_TIPS.get(href[len(ACTION_SCHEME):].partition(":")[0], ""),
+                                  self.viewport())
+            elif token is not None:
+                QToolTip.showText(event.globalPos(), describe_token(token), self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+    # ------------------------------------------------------------------ helpers
+    def _end_cursor(self) -> QTextCursor:
+        return self.document().rootFrame().lastCursorPosition()
+
+    def _at_bottom(self, slack: int = 24) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - slack
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+
+def footer_text(turn: Turn) -> str:
+    stats = turn.stats
+    reason = {"eos": "end of reply", "stop-string": "stop string", "max-new-tokens": "token limit reached",
+              "cancelled": "stopped", "closed": "stopped: SpecScope was closed", "context-full": "context full", "out-of-memory": "out of memory",
+              "interrupted": "interrupted", "error": "ended by an error"}.get(turn.stop_reason, turn.stop_reason)
+    parts = [reason]
+    if stats is not None:
+        parts.append(f"{stats.committed_tokens} tokens")
+        parts.append(f"{stats.tok_per_s:.1f} tok/s")
+        if stats.drafted_tokens:
+            parts.append(f"acceptance {stats.acceptance_rate:.0%}")
+            parts.append(f"{stats.mean_accepted_length:.2f} tokens/pass")
+    return " · ".join(parts)
+
+
+class LegendChip(QWidget):
+    """A status name drawn with the very format the transcript uses, so the legend cannot drift."""
+
+    def __init__(self, status: TokenStatus, palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        self.status = status
+        self._doc = QTextDocument(self)
+        self._doc.setDocumentMargin(2)
+        self.setToolTip(theme.STATUS_DESCRIPTIONS[status])
+        self.set_palette(palette)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        self._doc.clear()
+        self._doc.setDefaultFont(self.font())
+        cursor = QTextCursor(self._doc)
+        cursor.insertText(" " + theme.STATUS_LABELS[self.status] + " ", theme.token_format(palette, self.status))
+        self.updateGeometry()
+        self.update()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        size = self._doc.size()
+        return QSize(int(size.width()) + 2, int(size.height()) + 2)
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.translate(1, 1)
+        self._doc.drawContents(painter, QRectF(0, 0, self.width(), self.height()))
+        painter.end()
+
+
+class LegendBar(QWidget):
+    """Names every status, with the toggle that hides rejected drafts."""
+
+    show_rejected_toggled = Signal(bool)
+
+    def __init__(self, palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(2, 0, 2, 0)
+        layout.setSpacing(6)
+        caption = QLabel("Tokens:")
+        caption.setObjectName("dim")
+        layout.addWidget(caption)
+        self.chips = {status: LegendChip(status, palette) for status in theme.LEGEND_ORDER}
+        for chip in self.chips.values():
+            layout.addWidget(chip)
+        layout.addStretch(1)
+        self.show_rejected = QCheckBox("Show rejected")
+        self.show_rejected.setChecked(True)
+        self.show_rejected.setToolTip("Draw drafted tokens the target threw away, where they were proposed")
+        self.show_rejected.toggled.connect(self.show_rejected_toggled)
+        layout.addWidget(self.show_rejected)
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        for chip in self.chips.values():
+            chip.set_palette(palette)

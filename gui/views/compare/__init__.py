@@ -1,0 +1,1 @@
+"""The compare window and its parts."""

@@ -1,0 +1,1 @@
+"""The dialogs: model manager, settings, drafter training, fastest setting, help."""

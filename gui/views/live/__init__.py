@@ -1,0 +1,1 @@
+"""Live panels beside the chat: stats cards, plots, the verify-cost curve."""

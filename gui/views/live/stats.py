@@ -1,0 +1,191 @@
+"""The stats strip: tok/s, acceptance, mean accepted length, speed-up (measured and theoretical), efficiency,
+and draft vs verify time, and the time-split bar the compare panes use too.
+
+It renders `gui.sessions.session_model.Figures` (from `ChatSession.figures()`, which reads `engine.core.stats`) and asks for
+a baseline measurement (`baseline_requested`); it computes no figure itself.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+
+from gui import theme
+from gui.sessions.session_model import Figures
+
+DASH = "—"
+
+
+class StatTile(QFrame):
+    def __init__(self, caption: str, tooltip: str, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("stat_tile")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 5, 8, 5)
+        layout.setSpacing(0)
+        self.caption = QLabel(caption)
+        self.caption.setObjectName("stat_caption")
+        self.value = QLabel(DASH)
+        self.value.setObjectName("stat_value")
+        font = self.value.font()
+        font.setPointSizeF(font.pointSizeF() * 1.35)
+        self.value.setFont(font)
+        # fixed sizes: a changing figure must not relayout the dock (and repaint the graphs below it), nor
+        # raise the window's minimum size (a label's minimum width is its text's: Ignored keeps it ours)
+        self.value.setMinimumWidth(self.value.fontMetrics().horizontalAdvance("000.00× "))
+        self.value.setFixedHeight(self.value.fontMetrics().height() + 2)
+        self.detail = QLabel("")
+        self.detail.setObjectName("stat_caption")
+        for label in (self.caption, self.value, self.detail):
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.detail.setFixedHeight(self.detail.fontMetrics().height())
+        layout.addWidget(self.caption)
+        layout.addWidget(self.value)
+        layout.addWidget(self.detail)
+        self.setToolTip(tooltip)
+
+    def set(self, value: str, detail: str = "") -> None:
+        if self.value.text() != value:
+            self.value.setText(value)
+        if self.detail.text() != detail:
+            self.detail.setText(detail)
+            self.detail.setToolTip(detail)  # a narrow tile may clip it
+
+    def minimum_width(self) -> int:
+        margins = self.layout().contentsMargins()
+        return self.value.minimumWidth() + margins.left() + margins.right()
+
+    def caption_width(self) -> int:
+        """The width that shows the whole caption (the tiles go three abreast only when each gets it)."""
+        margins = self.layout().contentsMargins()
+        return max(self.caption.sizeHint().width(), self.value.minimumWidth()) + margins.left() + margins.right()
+
+
+class TimeSplitBar(QWidget):
+    """Draft time vs verify time as one two-coloured bar."""
+
+    def __init__(self, palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        self._palette = palette
+        self.draft_seconds = 0.0
+        self.verify_seconds = 0.0
+        self.setMinimumHeight(8)
+        self.setMaximumHeight(8)
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        self._palette = palette
+        self.update()
+
+    def set_times(self, draft_seconds: float, verify_seconds: float) -> None:
+        if (draft_seconds, verify_seconds) != (self.draft_seconds, self.verify_seconds):
+            self.draft_seconds, self.verify_seconds = draft_seconds, verify_seconds
+            self.update()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(120, 8)
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        rect = QRectF(self.rect())
+        painter.setBrush(QColor(self._palette.surface_alt))
+        painter.drawRoundedRect(rect, 3, 3)
+        total = self.draft_seconds + self.verify_seconds
+        if total > 0:
+            draft_width = rect.width() * self.draft_seconds / total
+            painter.setBrush(QColor(self._palette.series_draft_time))
+            painter.drawRoundedRect(QRectF(rect.x(), rect.y(), draft_width, rect.height()), 3, 3)
+            painter.setBrush(QColor(self._palette.series_verify_time))
+            painter.drawRoundedRect(QRectF(rect.x() + draft_width, rect.y(), rect.width() - draft_width,
+                                           rect.height()), 3, 3)
+        painter.end()
+
+
+class StatsStrip(QWidget):
+    """The figures as tiles that reflow: three columns when the dock is wide, two when it is narrow."""
+
+    baseline_requested = Signal()
+
+    def __init__(self, palette: theme.Palette, parent=None) -> None:
+        super().__init__(parent)
+        self.grid = grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setSpacing(6)
+        self.tok_per_s = StatTile("tok/s", "Committed tokens per second after the first token")
+        self.acceptance = StatTile("acceptance", "Accepted drafted tokens / drafted tokens")
+        self.mean_length = StatTile("mean accepted length",
+                                    "Committed tokens per target forward pass (plain decoding: 1.0)")
+        self.speedup = StatTile("speed-up", "tok/s of this reply / tok/s of plain decoding with this model "
+                                            "(measured this session)")
+        self.theoretical = StatTile("theoretical speed-up", "Expected from acceptance, k and the draft/verify "
+                                                            "cost ratio (Leviathan et al. 2023, eq. 1)")
+        self.efficiency = StatTile("efficiency", "Measured speed-up / theoretical speed-up")
+        self.times = StatTile("draft vs verify time", "Seconds spent drafting (orange) and verifying (blue)")
+        self.time_bar = TimeSplitBar(palette)
+        self.times.layout().addWidget(self.time_bar)
+        self.tiles = (self.tok_per_s, self.acceptance, self.mean_length, self.speedup, self.theoretical,
+                      self.efficiency)
+        self.measure = QPushButton("Measure plain speed")
+        self.measure.setToolTip("Run the last message again with plain decoding (hidden) to measure the "
+                                "reference tok/s for the speed-up")
+        self.measure.clicked.connect(self.baseline_requested)
+        self.columns = 0
+        self._tile_width = max(tile.minimum_width() for tile in (*self.tiles, self.times))
+        self._wide_tile_width = max(tile.caption_width() for tile in self.tiles)
+        self.setMinimumWidth(2 * self._tile_width + grid.spacing())
+        self._reflow(3)
+
+    def _reflow(self, columns: int) -> None:
+        """Lay the tiles out in `columns` columns (2 or 3); the time split and the button fill the last row."""
+        if columns == self.columns:
+            return
+        self.columns = columns
+        for widget in (*self.tiles, self.times, self.measure):
+            self.grid.removeWidget(widget)
+        for i, tile in enumerate(self.tiles):
+            self.grid.addWidget(tile, i // columns, i % columns)
+        last = (len(self.tiles) + columns - 1) // columns
+        self.grid.addWidget(self.times, last, 0, 1, 2)
+        if columns == 3:
+            self.grid.addWidget(self.measure, last, 2)
+        else:
+            self.grid.addWidget(self.measure, last + 1, 0, 1, 2)
+        for column in range(3):
+            self.grid.setColumnStretch(column, 1 if column < columns else 0)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        spacing = self.grid.spacing()
+        self._reflow(3 if event.size().width() >= 3 * self._wide_tile_width + 2 * spacing else 2)
+        super().resizeEvent(event)
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        self.time_bar.set_palette(palette)
+
+    def set_measure_enabled(self, enabled: bool) -> None:
+        self.measure.setEnabled(enabled)
+
+    def show_figures(self, figures: Figures) -> None:
+        self.tok_per_s.set(f"{figures.tok_per_s:.1f}" if figures.committed_tokens > 1 else DASH,
+                           f"{figures.committed_tokens} tokens" if figures.committed_tokens else "")
+        self.acceptance.set(DASH if figures.acceptance_rate is None else f"{figures.acceptance_rate:.0%}",
+                            "" if figures.speculative else "no drafting")
+        self.mean_length.set(f"{figures.mean_accepted_length:.2f}" if figures.committed_tokens else DASH,
+                             "tokens / pass")
+        if figures.speedup is not None:
+            self.speedup.set(f"{figures.speedup:.2f}×", f"plain {figures.baseline_tok_per_s:.1f} tok/s")
+        else:
+            self.speedup.set(DASH, "not measured yet" if figures.baseline_tok_per_s is None else "")
+        self.theoretical.set(DASH if figures.theoretical_speedup is None else f"{figures.theoretical_speedup:.2f}×")
+        self.efficiency.set(DASH if figures.efficiency is None else f"{figures.efficiency:.0%}")
+        self.times.set(f"{seconds_text(figures.draft_seconds)} / {seconds_text(figures.verify_seconds)}",
+                       f"drafting {figures.draft_seconds / total:.0%} of the time" if (
+                           total := figures.draft_seconds + figures.verify_seconds) > 0 else "")
+        self.time_bar.set_times(figures.draft_seconds, figures.verify_seconds)
+
+
+def seconds_text(value: float) -> str:
+    if value < 1.0:
+        return f"{value * 1000:.0f} ms" if value >= 0.0005 or value == 0 else f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s"

@@ -1,0 +1,1 @@
+"""The main window (wiring only) and the small dialogs it opens."""

@@ -1,0 +1,91 @@
+"""Comparison summary, first difference and the k sweep's choice, on canned figures."""
+
+import pytest
+
+from engine.measure.compare import (SweepPoint, best_k, first_difference, pooled_alpha_and_cost, summary_rows,
+                            sweep_points, sweep_specs, sweep_summary, theoretical_curve, with_plain_first)
+from engine.core.config import SpecConfig, parse_spec
+from engine.core.events import GenerationFinished
+from engine.core.stats import GenerationStats, theoretical_speedup
+
+
+def stats(committed, elapsed, drafted=0, accepted=0, passes=None):
+    return GenerationStats(k=4, committed_tokens=committed, target_passes=passes or committed, rounds=passes or committed,
+                           drafting_rounds=(passes or committed) - 1 if drafted else 0, drafted_tokens=drafted,
+                           accepted_tokens=accepted, ttft_seconds=0.0, elapsed_seconds=elapsed,
+                           draft_seconds=0.0, verify_seconds=elapsed, per_position_acceptance=(),
+                           accept_length_histogram=())
+
+
+def finished(ids, text, s):
+    return GenerationFinished(stop_reason="max-new-tokens", text=text, output_ids=tuple(ids), stats=s)
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+    assert first_difference([], [5]) == 0
+
+
+def test_plain_is_always_first_and_never_twice():
+    specs = [parse_spec("prompt-lookup:k=3"), SpecConfig(), parse_spec("early-exit:k=2"), parse_spec("none:k=7")]
+    ordered = with_plain_first(specs)
+    assert [s.label() for s in ordered] == ["none", "prompt-lookup:k=3", "early-exit:k=2"]
+    assert ordered[0] == SpecConfig()  # a plain spec with another k is the same baseline: it does not run twice
+    assert with_plain_first([]) == [SpecConfig()]
+
+
+def test_summary_rows_speedup_identity_and_planted_difference():
+    specs = [parse_spec("prompt-lookup:k=3"), parse_spec("early-exit:k=2")]
+    runs = {
+        0: finished([1, 2, 3, 4, 5], "a b c d e", stats(5, 1.0)),
+        1: finished([1, 2, 3, 4, 5], "a b c d e", stats(5, 0.5, drafted=8, accepted=4, passes=3)),
+        2: finished([1, 2, 7, 4, 5], "a b X d e", stats(5, 2.0, drafted=4, accepted=1, passes=4)),
+    }
+    rows = summary_rows(specs, runs, greedy=True)
+    assert [r.label for r in rows] == ["none", "prompt-lookup:k=3", "early-exit:k=2"]
+    assert rows[0].speedup == pytest.approx(1.0)
+    assert rows[1].speedup == pytest.approx(2.0)
+    assert rows[1].identical_to_plain is True and rows[1].first_difference is None and rows[1].diff == ""
+    assert rows[2].identical_to_plain is False
+    assert rows[2].first_difference == 2
+    assert "-c" in rows[2].diff and "+X" in rows[2].diff
+    assert rows[1].efficiency == pytest.approx(rows[1].speedup / rows[1].theoretical_speedup)
+    assert rows[1].as_dict()["identical_to_plain"] is True
+
+
+def test_sampling_runs_make_no_identity_claim():
+    runs = {0: finished([1], "a", stats(1, 1.0)), 1: finished([2], "b", stats(1, 1.0))}
+    rows = summary_rows([parse_spec("prompt-lookup:k=3")], runs, greedy=False)
+    assert rows[1].identical_to_plain is None
+
+
+def test_best_k_and_theoretical_curve():
+    points = [SweepPoint(1, 1.10, 0.6, 0.05), SweepPoint(2, 1.30, 0.6, 0.05), SweepPoint(3, 1.30, 0.6, 0.05),
+              SweepPoint(4, 1.20, 0.6, 0.05)]
+    assert best_k(points).k == 2  # a tie goes to the smaller k
+    alpha, cost = pooled_alpha_and_cost(points)
+    assert alpha == pytest.approx(0.6) and cost == pytest.approx(0.05)
+    curve = theoretical_curve(alpha, cost, [1, 2, 3, 4])
+    assert curve == [pytest.approx(theoretical_speedup(0.6, k, 0.05)) for k in [1, 2, 3, 4]]
+    assert curve[0] == pytest.approx((1 + 0.6) / (1 + 0.05))
+    assert best_k([]) is None
+
+
+def test_sweep_specs_and_summary_from_rows():
+    specs = sweep_specs([SpecConfig(), parse_spec("prompt-lookup:k=9,ngram_max=4,ngram_min=2")], [1, 2, 3])
+    assert [s.label() for s in specs] == [f"prompt-lookup:k={k},ngram_max=4,ngram_min=2" for k in (1, 2, 3)]
+    runs = {0: finished([1, 2, 3, 4], "a b c d", stats(4, 1.0))}
+    for index, (elapsed, accepted) in enumerate([(0.8, 2), (0.5, 5), (0.6, 6)], 1):
+        runs[index] = finished([1, 2, 3, 4], "a b c d", stats(4, elapsed, drafted=8, accepted=accepted, passes=3))
+    del runs[2]  # a run that did not finish has no point
+    points = sweep_points(summary_rows(specs, runs, greedy=True))
+    assert [p.k for p in points] == [1, 3]
+    assert points[0].speedup == pytest.approx(1 / 0.8) and points[1].acceptance_rate == pytest.approx(6 / 8)
+    summary = sweep_summary("prompt-lookup", reversed(points))
+    assert [p.k for p in summary.points] == [1, 3] and summary.best.k == 3
+    assert summary.alpha == pytest.approx((2 / 8 + 6 / 8) / 2)
+    assert list(summary.theory) == theoretical_curve(summary.alpha, summary.cost_ratio, [1, 3])
+    assert summary.as_dict()["best_k"] == 3 and len(summary.as_dict()["points"]) == 2
+    assert sweep_summary("early-exit", []).best is None

@@ -1,0 +1,58 @@
+"""FastestState without Qt: its request ids never meet the compare window's, repeats follow one another, a
+refused method is left out with its reason, a stop before a repeat finished gives no answer."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from engine.core.config import SamplingConfig
+from engine.core.errors import ConfigError
+from engine.core.events import GenerationFinished
+from engine.core.stats import GenerationStats
+from gui.sessions.fastest import REQUEST_ID_BASE, FastestState, Plan
+
+PLAN = Plan(model="default", prompt="Write a haiku", sampling=SamplingConfig(), max_new_tokens=16)
+
+
+def finished(tok_per_s, stop_reason="max-new-tokens"):
+    stats = GenerationStats(k=2, committed_tokens=11, target_passes=11, rounds=11, drafting_rounds=0,
+                            drafted_tokens=0, accepted_tokens=0, ttft_seconds=0.0, elapsed_seconds=10 / tok_per_s,
+                            draft_seconds=0.0, verify_seconds=0.0, per_position_acceptance=(),
+                            accept_length_histogram=())
+    return GenerationFinished(stop_reason=stop_reason, text="x", output_ids=(1,), stats=stats)
+
+
+def feed(state, request, speeds):
+    for index, speed in enumerate(speeds):
+        assert state.advanced(request.request_id, index, finished(speed))
+    return state.finished(request.request_id)
+
+
+def test_repeats_follow_one_another_and_give_the_answer():
+    state = FastestState(make_request=SimpleNamespace)
+    request = state.start(PLAN, "2, 4", 3, draft=None)
+    assert request.request_id >= REQUEST_ID_BASE and [s.label() for s in request.specs] == \
+        ["prompt-lookup:k=2", "prompt-lookup:k=4", "early-exit:k=2", "early-exit:k=4"]
+    assert not state.advanced(1, 0, finished(10))  # the compare window's request 1: not ours
+    for repeat in range(3):
+        assert state.running and state.repeat == repeat
+        nxt = feed(state, request, [10, 15, 12, 9, 8])
+        assert (nxt is None) == (repeat == 2)
+        request = nxt or request
+    assert state.winner().label() == "prompt-lookup:k=2" and state.status() == "Done · 3 of 3 repeats"
+    with pytest.raises(ConfigError, match="busy"):
+        state.start(PLAN, "2", 3, draft=None, busy="busy")
+
+
+def test_a_refused_method_is_left_out_and_a_stop_gives_no_answer():
+    state = FastestState(make_request=SimpleNamespace)
+    request = state.start(PLAN, "2", 3, draft=None)
+    retry = state.failed(request.request_id, "early-exit:k=2: method early-exit needs the transformers backend")
+    assert [s.label() for s in retry.specs] == ["prompt-lookup:k=2"] and retry.request_id == request.request_id + 1
+    assert "Left out: early exit (self-speculative): method early-exit needs" in state.verdict()
+    assert state.advanced(retry.request_id, 0, finished(10))
+    assert state.advanced(retry.request_id, 1, finished(20, stop_reason="cancelled"))
+    assert state.finished(retry.request_id) is None and state.result is None and not state.running
+    assert state.status() == "Stopped · 0 of 3 repeats" and state.winner() is None
+    request = state.start(PLAN, "2", 3, draft=None)
+    assert state.failed(request.request_id, "model 'x' is not loaded") is None and not state.running
