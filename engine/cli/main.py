@@ -63,7 +63,7 @@ def cmd_generate(args) -> int:
     progress = (lambda message: None) if args.json else terminal_progress()
     engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype, backend=args.backend,
                          trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
-    engine.models.consent = consent_answers(args, (args.model, spec.draft))
+    engine.consent = consent_answers(args, (args.model, spec.draft))
     events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
                              system=args.system, stop_strings=tuple(args.stop or ()))
     if args.json:

@@ -412,7 +412,7 @@ def run(args) -> int:
     err = Console(stderr=True, highlight=False)
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
                          backend=args.backend, **flags)
-    engine.models.consent = ConsentAnswers.from_flags(names, **flags)
+    engine.consent = ConsentAnswers.from_flags(names, **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
     if args.compare_hf and engine.target.backend != "transformers":

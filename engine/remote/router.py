@@ -40,7 +40,7 @@ class BackendRouter:
                 engine = load_remote(spec.remote_url, self.primary.on_status)
             else:
                 engine = self._load(backend)
-                engine.models.consent = self.primary.consent
+                engine.consent = self.primary.consent
             engine.on_status = self.primary.on_status
             self.engines[backend] = engine
         return self.engines[backend]

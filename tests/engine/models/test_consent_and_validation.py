@@ -84,7 +84,7 @@ def test_a_draft_gets_the_targets_two_questions(tiny_model, planted, pickle_dir)
     assert asked.value.kind == PICKLE and asked.value.model == str(pickle_dir)
     with pytest.raises(ConsentNeeded, match="own Python code"):
         engine.validate(SpecConfig("draft-model", draft=str(planted[0])))
-    engine.models.consent = ConsentAnswers(pickle_allowed=frozenset({str(pickle_dir)}))
+    engine.consent = ConsentAnswers(pickle_allowed=frozenset({str(pickle_dir)}))
     engine.validate(SpecConfig("draft-model", draft=str(pickle_dir)))
     assert not planted[1].exists()
 
