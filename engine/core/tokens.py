@@ -1,8 +1,9 @@
-"""The one fold of a round into display tokens: `RoundVerified` → the pieces a reader sees, in order.
+"""The one token record (`DisplayToken`) and the one fold of a round into it: `RoundVerified` → the pieces a
+reader sees, in order.
 
-Used by the chat view (gui/sessions/session_model.py), the history store (gui/persistence/store.py, gui/persistence/recorder.py) and the
-terminal (engine/cli/terminal.py), so a reply looks the same live, reopened from history and in a terminal.
-Pure Python on events; imports only engine.core.events.
+Used by the chat view (gui/sessions/session_model.py), the history store (gui/persistence/: it stores and reads
+back these very records) and the terminal (engine/cli/terminal.py), so a reply looks the same live, reopened
+from history and in a terminal. Pure Python on events; imports only engine.core.events.
 
 Display order of one round: the accepted drafts, then — when the round reached the target's own token (no
 stop cut it first) — the rejected drafts as ghosts where they were proposed, then the target's token
@@ -29,7 +30,9 @@ __all__ = ["DisplayToken", "fold_round", "fill_replacements", "committed_text", 
 
 @dataclass(frozen=True, slots=True)
 class DisplayToken:
-    """One piece of a reply as drawn, with what its tooltip tells."""
+    """One piece of a reply as drawn, with what its tooltip tells. The chat numbers the tokens it shows
+    (`serial`: the index in its session's token list, by which the transcript finds the token under the mouse);
+    the fold and the history store leave it None."""
 
     text: str
     status: TokenStatus
@@ -43,6 +46,7 @@ class DisplayToken:
     replaced: str | None = None  # substituted: the drafted piece it replaced
     replaced_p_target: float | None = None
     replaced_p_draft: float | None = None
+    serial: int | None = None
 
     @property
     def committed(self) -> bool:
@@ -89,9 +93,8 @@ def fill_replacements(round_tokens: Sequence[DisplayToken]) -> list[DisplayToken
             for t in round_tokens]
 
 
-def committed_text(tokens: Iterable) -> str:
-    """The reply's text: every token but the rejected ghosts (of display tokens, or anything with a `text`
-    and a `status`, such as the history store's tokens)."""
+def committed_text(tokens: Iterable[DisplayToken]) -> str:
+    """The reply's text: every token but the rejected ghosts."""
     return "".join(t.text for t in tokens if t.status is not TokenStatus.REJECTED)
 
 

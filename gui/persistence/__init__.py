@@ -1,1 +1,3 @@
-"""What outlives a window: the chat history (SQLite), exports, the recorder, forks, replay, settings."""
+"""What outlives a window: the chat history (schema: its tables and versions; records: what it reads back;
+store: SQLite; exports: JSON and Markdown files), the recorder that writes a chat as it happens, forks, replay,
+settings."""

@@ -2,14 +2,15 @@
 
 The old conversation stays as it was; the new branch is a new conversation holding a copy of the messages
 before the fork (replies with their rounds, so the branch re-renders coloured), titled after the old one.
-The smallest addition the reply actions need, written with the store's public functions only (gui/persistence/store.py
+The smallest addition the reply actions need, written with the store's public functions only (gui.persistence.store
 has no fork of its own). Touches the history store and the recorder's ids; no Qt.
 """
 
 from __future__ import annotations
 
+from gui.persistence.records import COMPLETE, INTERRUPTED
 from gui.persistence.recorder import HistoryRecorder
-from gui.persistence.store import COMPLETE, INTERRUPTED, HistoryError, HistoryStore
+from gui.persistence.store import HistoryError, HistoryStore
 
 CHAT_ROLES = ("user", "assistant")  # the session's turns; system messages are a setting, not a turn
 BRANCH_MARK = " (branch)"

@@ -1,11 +1,12 @@
-"""The chat window's link to the history store (gui/persistence/store.py), in plain Python (no Qt).
+"""The chat window's link to the history store (gui.persistence.store), in plain Python (no Qt).
 
 `HistoryRecorder` writes a conversation as it happens: the conversation on its first message, each user
-message, each reply's rounds as they arrive (one short transaction each, on the GUI thread: ~0.1 ms), and the
+message, each reply's rounds as they arrive (one short transaction each, on the GUI thread), and the
 reply's end; a busy database queues the write (`pending`) instead of blocking, and a conversation another
-window writes is read-only here. `turns_from_conversation` turns a stored conversation back into session turns and tokens, so a
-past chat re-renders coloured exactly as it was drawn live: stored rounds become `engine.core.tokens` display
-tokens, the same fold the live view uses. Touches the store and the session model's records; no Qt.
+window writes is read-only here. `turns_from_conversation` turns a stored conversation back into session
+turns and tokens, so a past chat re-renders coloured exactly as it was drawn live: a stored round reads back
+as the `engine.core.tokens.DisplayToken`s the live fold made, numbered here as the session numbers its own.
+Touches the store and the session model's records; no Qt.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import dataclasses
 import time
 
 from engine.core.stats import GenerationStats
-from engine.core.tokens import DisplayToken, fill_replacements
-from gui.sessions.session_model import Token, Turn
-from gui.persistence.store import (COMPLETE, INTERRUPTED, Conversation, HistoryBusyError, HistoryError, HistoryStore,
-                       StoredRound)
+from engine.core.tokens import DisplayToken
+from gui.persistence.records import COMPLETE, INTERRUPTED, ConversationRecord
+from gui.persistence.store import HistoryBusyError, HistoryError, HistoryStore
+from gui.sessions.session_model import Turn
 
 TITLE_CHARS = 60
 _STATS_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats) if f.default is dataclasses.MISSING)
@@ -41,28 +42,12 @@ def stats_from_dict(data: dict | None) -> GenerationStats | None:
     return GenerationStats(**values)
 
 
-def display_tokens(stored_round: StoredRound) -> list[DisplayToken]:
-    """A stored round's tokens as `engine.core.tokens` display tokens (positions as stored: engine.core.tokens'
-    0-based convention), each correction told which ghost it replaced, as the live fold does."""
-    meta = stored_round.meta or {}
-    drafter, n_drafted = str(meta.get("drafter", "")), int(meta.get("n_drafted", 0))
-    return fill_replacements([
-        DisplayToken(text=t.text, status=t.status, round_index=stored_round.index, position=t.position,
-                     draft_length=n_drafted, p_target=t.p_target, p_draft=t.p_draft, drafter=drafter,
-                     token_id=t.token_id) for t in stored_round.tokens])
-
-
-def _token_fields(display: DisplayToken) -> dict:
-    fields = {f.name: getattr(display, f.name) for f in dataclasses.fields(DisplayToken)}
-    fields["token_id"] = -1 if display.token_id is None else display.token_id
-    return fields
-
-
-def turns_from_conversation(conversation: Conversation, first_serial: int = 0) -> tuple[list[Turn], list[Token]]:
+def turns_from_conversation(conversation: ConversationRecord,
+                            first_serial: int = 0) -> tuple[list[Turn], list[DisplayToken]]:
     """Session turns (and the flat token list, serials from `first_serial`) of a stored conversation. System
     messages are left out (the system prompt is a setting)."""
     turns: list[Turn] = []
-    tokens: list[Token] = []
+    tokens: list[DisplayToken] = []
     for message in conversation.messages:
         if message.role == "user":
             turns.append(Turn(role="user", text=message.content))
@@ -77,11 +62,10 @@ def turns_from_conversation(conversation: Conversation, first_serial: int = 0) -
                     stats=stats_from_dict(message.stats), error=message.error)
         if message.state == INTERRUPTED and not message.error:
             turn.error = "interrupted: SpecScope closed before this reply finished; the part above was kept"
-        for stored_round in message.rounds:
-            for display in display_tokens(stored_round):
-                token = Token(serial=first_serial + len(tokens), **_token_fields(display))
-                tokens.append(token)
-                turn.tokens.append(token)
+        for stored in message.tokens:
+            token = dataclasses.replace(stored, serial=first_serial + len(tokens))
+            tokens.append(token)
+            turn.tokens.append(token)
         turns.append(turn)
     return turns, tokens
 
@@ -123,10 +107,6 @@ class HistoryRecorder:
     @property
     def message_id(self) -> int | None:
         return self._reply.id if self._reply is not None else None
-
-    @property
-    def user_message_id(self) -> int | None:
-        return self._user.id if self._user is not None else None
 
     @property
     def enabled(self) -> bool:

@@ -1,7 +1,9 @@
 """Chat history in SQLite: conversations, messages, and every round of every reply with its tokens coloured
 as they were made (accepted, rejected ghosts, substituted, bonus), so that a conversation re-renders as it
-was. Pure Python (sqlite3); no Qt. Tokens come from engine.core.tokens' fold and keep its 0-based positions;
-touches only the database file (and its backup copy on migration).
+was. Pure Python (sqlite3); no Qt. The tables and their versions are gui.persistence.schema's; what is read
+back are gui.persistence.records' plain records, the tokens engine.core.tokens' own DisplayTokens (0-based
+positions as they are); exports to files are gui.persistence.exports'. Touches only the database file (and its
+backup copy on migration).
 
 Where: `<platformdirs user_data_dir>/history.sqlite3`; SPECSCOPE_DATA_DIR overrides the folder (tests).
 
@@ -24,10 +26,8 @@ write fail after BUSY_TIMEOUT_S with HistoryBusyError (the GUI thread never wait
 Privacy: the database, its -wal/-shm files, the locks and the migration backup are created owner-only (0600,
 umask 077 around their creation, chmod after).
 
-Schema versions (PRAGMA user_version): 1 had conversations and plain-text messages; 2 (current) adds per-
-message settings, stats, state and the rounds table. Older databases are migrated in place after a backup
-copy (`history.sqlite3.v1.bak`); a database from a newer SpecScope is opened read-only with a message
-saying so, and never changed or wiped.
+Versions: an older database is migrated in place after a backup copy (`history.sqlite3.v<version>.bak`); a
+database from a newer SpecScope is opened read-only with a message saying so, and never changed or wiped.
 """
 
 from __future__ import annotations
@@ -39,61 +39,16 @@ import stat
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
-from engine.core.events import TokenStatus
-from engine.core.tokens import committed_text, fold_round
+from engine.core.tokens import DisplayToken, committed_text, fold_round
+from gui.persistence import schema
+from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STREAMING, ConversationRecord,
+                                     ConversationSummary, SearchHit, StoredMessage, StoredRound, round_meta,
+                                     token_row)
 
-SCHEMA_VERSION = 2
 DB_NAME = "history.sqlite3"
-EXPORT_FORMAT = "specscope.conversation"
-EXPORT_FORMAT_VERSION = 1
-STREAMING, COMPLETE, INTERRUPTED = "streaming", "complete", "interrupted"
-ROLES = ("system", "user", "assistant")
-
-# The first schema, kept verbatim: a fresh database is created as v1 and migrated, so the migration path
-# runs every time, not only on old installs.
-SCHEMA_V1 = """
-CREATE TABLE conversations (
-    id INTEGER PRIMARY KEY,
-    title TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    settings TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE messages (
-    id INTEGER PRIMARY KEY,
-    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    role TEXT NOT NULL,
-    content TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
-"""
-
-
-def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
-    _run_script(conn, """
-        ALTER TABLE messages ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
-        ALTER TABLE messages ADD COLUMN stats TEXT;
-        ALTER TABLE messages ADD COLUMN state TEXT NOT NULL DEFAULT 'complete';
-        ALTER TABLE messages ADD COLUMN stop_reason TEXT;
-        ALTER TABLE messages ADD COLUMN error TEXT;
-        ALTER TABLE messages ADD COLUMN finished_at REAL;
-        CREATE TABLE rounds (
-            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-            round_index INTEGER NOT NULL,
-            meta TEXT NOT NULL DEFAULT '{}',
-            tokens TEXT NOT NULL,
-            PRIMARY KEY (message_id, round_index)
-        ) WITHOUT ROWID;
-        CREATE INDEX conversations_by_update ON conversations(updated_at DESC);
-    """)
-
-
-MIGRATIONS = {1: _migrate_1_to_2}  # from version n to n + 1
 
 
 class HistoryError(Exception):
@@ -138,13 +93,6 @@ def make_private(*paths: Path) -> None:
             pass
 
 
-def write_private(path: str | os.PathLike, text: str) -> None:
-    """Write an export of a chat owner-only (0600), whole or not at all (a temporary file, then a rename)."""
-    from engine.core.validation import write_text_atomic
-    with owner_only():
-        write_text_atomic(path, text, mode=PRIVATE)
-
-
 def default_data_dir() -> Path:
     override = os.environ.get("SPECSCOPE_DATA_DIR")
     if override:
@@ -155,126 +103,6 @@ def default_data_dir() -> Path:
 
 def default_db_path() -> Path:
     return default_data_dir() / DB_NAME
-
-
-# ---------------------------------------------------------------- records
-
-# One letter per status in the stored rows (a 5,000-token reply stays ~150 KB); exports spell them out.
-_STATUS_CODE = {TokenStatus.PLAIN: "p", TokenStatus.ACCEPTED: "a", TokenStatus.REJECTED: "r",
-                TokenStatus.SUBSTITUTED: "s", TokenStatus.BONUS: "b", TokenStatus.PROMPT: "P"}
-_CODE_STATUS = {code: status for status, code in _STATUS_CODE.items()}
-
-@dataclass(frozen=True, slots=True)
-class StoredToken:
-    """One token of a reply as shown: committed ones in order, rejected drafts as ghosts before the token
-    that replaced them. `position` is engine.core.tokens' convention: the 0-based index in the round's draft
-    (len(draft) for a bonus, None for a plain decoding step); stored and exported as is."""
-    text: str
-    status: TokenStatus
-    round: int
-    position: int | None
-    p_target: float | None
-    p_draft: float | None
-    token_id: int | None = None
-
-    def to_row(self) -> list:
-        """The stored form: [text, status code, position, p_target, p_draft, token id] (the round is the row's)."""
-        return [self.text, _STATUS_CODE[self.status], self.position, _round_p(self.p_target), _round_p(self.p_draft),
-                self.token_id]
-
-    @classmethod
-    def from_row(cls, row: list, round_index: int) -> "StoredToken":
-        text, code, position, p_target, p_draft, token_id = (list(row) + [None] * 6)[:6]
-        status = _CODE_STATUS.get(code) or TokenStatus(code)
-        return cls(text, status, round_index, position, p_target, p_draft, token_id)
-
-    def to_dict(self) -> dict:
-        return {"text": self.text, "status": self.status.value, "round": self.round, "position": self.position,
-                "p_target": self.p_target, "p_draft": self.p_draft, "token_id": self.token_id}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "StoredToken":
-        return cls(data["text"], TokenStatus(data["status"]), int(data["round"]), data.get("position"),
-                   data.get("p_target"), data.get("p_draft"), data.get("token_id"))
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRound:
-    index: int
-    tokens: tuple[StoredToken, ...]
-    meta: dict = field(default_factory=dict)  # drafter, n_drafted, n_accepted, draft/verify/elapsed seconds
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    id: int
-    conversation_id: int
-    role: str
-    content: str
-    state: str  # complete | streaming | interrupted
-    created_at: float
-    finished_at: float | None = None
-    settings: dict = field(default_factory=dict)
-    stats: dict | None = None
-    stop_reason: str | None = None
-    error: str | None = None
-    rounds: tuple[StoredRound, ...] = ()
-
-    @property
-    def tokens(self) -> tuple[StoredToken, ...]:
-        return tuple(token for r in self.rounds for token in r.tokens)
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationSummary:
-    id: int
-    title: str
-    created_at: float
-    updated_at: float
-    settings: dict
-    n_messages: int
-
-
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    id: int
-    title: str
-    created_at: float
-    updated_at: float
-    settings: dict
-    messages: tuple[StoredMessage, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    conversation_id: int
-    title: str
-    message_id: int | None  # None when the title matched
-    role: str | None
-    snippet: str
-
-
-def _round_p(p: float | None) -> float | None:
-    return None if p is None else round(float(p), 4)
-
-
-def tokens_from_round(event) -> list[StoredToken]:
-    """The stored tokens of one `engine.core.events.RoundVerified`: `engine.core.tokens.fold_round`'s display tokens
-    (accepted drafts, rejected ghosts where they were drafted, the target's token; nothing a stop cut off),
-    with its 0-based draft positions as they are."""
-    return [StoredToken(t.text, t.status, t.round_index, t.position, t.p_target, t.p_draft, t.token_id)
-            for t in fold_round(event)]
-
-
-def round_meta(event) -> dict:
-    return {"drafter": event.drafter, "n_drafted": len(event.draft_ids), "n_accepted": event.n_accepted,
-            "draft_seconds": round(event.draft_seconds, 6), "verify_seconds": round(event.verify_seconds, 6),
-            "elapsed_seconds": round(event.elapsed_seconds, 6)}
-
-
-def text_of(tokens: Iterable[StoredToken]) -> str:
-    """The reply's text: every token but the rejected ghosts (engine.core.tokens' definition)."""
-    return committed_text(tokens)
 
 
 def _dumps(value) -> str:
@@ -294,7 +122,6 @@ def _contains(haystack, needle) -> int:
     return int(haystack is not None and needle in str(haystack).casefold())
 
 
-# ---------------------------------------------------------------- the store
 
 class HistoryStore:
     """The chat history. Thread-safe (one connection behind a lock); close() it, or use it as a context
@@ -323,40 +150,31 @@ class HistoryStore:
     # -- opening, versions, migrations
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        is_new = not self.path.exists()
         try:
             conn = self._connect(read_only=False)
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            version = schema.version_of(conn)
         except sqlite3.DatabaseError as exc:
             raise HistoryError(f"the chat history {self.path} cannot be opened ({exc}); it was left as it is") \
                 from None
-        if version > SCHEMA_VERSION:
+        if version > schema.SCHEMA_VERSION:
             conn.close()
             self.read_only = True
             self.read_only_reason = (
                 f"This chat history was written by a newer SpecScope (format {version}; this version knows up "
-                f"to {SCHEMA_VERSION}), so it is open read-only and nothing in it is changed. Update SpecScope "
+                f"to {schema.SCHEMA_VERSION}), so it is open read-only and nothing in it is changed. Update SpecScope "
                 "to add to it.")
             return self._connect(read_only=True)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             if version == 0:
-                has_tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
-                if has_tables:
+                if schema.has_tables(conn):
                     conn.close()
                     raise HistoryError(f"{self.path} is not a SpecScope chat history (it has other tables); it "
                                        "was left as it is")
-                with _transaction(conn):
-                    _run_script(conn, SCHEMA_V1)
-                    conn.execute("PRAGMA user_version = 1")
-                version = 1
-            elif version < SCHEMA_VERSION:
+                schema.create(conn)
+            elif version < schema.SCHEMA_VERSION:
                 self._backup(conn, version)
-            while version < SCHEMA_VERSION:
-                with _transaction(conn):
-                    MIGRATIONS[version](conn)
-                    conn.execute(f"PRAGMA user_version = {version + 1}")
-                version += 1
+            schema.migrate(conn)
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise HistoryError(f"the chat history {self.path} could not be upgraded ({exc}); it was left as it "
@@ -392,7 +210,7 @@ class HistoryStore:
     @property
     def schema_version(self) -> int:
         with self._lock:
-            return self._conn.execute("PRAGMA user_version").fetchone()[0]
+            return schema.version_of(self._conn)
 
     def close(self) -> None:
         with self._lock:
@@ -472,7 +290,7 @@ class HistoryStore:
             if self._conn is None:
                 raise HistoryError("the chat history is closed")
             try:
-                with _transaction(self._conn):
+                with schema.transaction(self._conn):
                     yield self._conn
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc) or "busy" in str(exc):
@@ -572,12 +390,13 @@ class HistoryStore:
 
     def append_round(self, message_id: int, event) -> None:
         """Store one `engine.core.events.RoundVerified` of a streaming reply (its own short transaction)."""
-        self.append_tokens(message_id, event.index, tokens_from_round(event), round_meta(event))
+        self.append_tokens(message_id, event.index, fold_round(event), round_meta(event))
 
-    def append_tokens(self, message_id: int, round_index: int, tokens: Iterable[StoredToken],
+    def append_tokens(self, message_id: int, round_index: int, tokens: Iterable[DisplayToken],
                       meta: dict | None = None) -> None:
-        """The lower-level form of append_round: one round's tokens. Re-sending a round replaces it."""
-        rows = _dumps([t.to_row() for t in tokens])
+        """The lower-level form of append_round: one round's tokens (their round index, drafter and draft
+        length are the round's: `round_index` and `meta`). Re-sending a round replaces it."""
+        rows = _dumps([token_row(t) for t in tokens])
         with self._write() as conn:
             state = conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()
             if state is None:
@@ -597,7 +416,7 @@ class HistoryStore:
             row = conn.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise HistoryError(f"there is no message {message_id}")
-            content = text_of(t for r in self._rounds(conn, message_id) for t in r.tokens)
+            content = committed_text(t for r in self._rounds(conn, message_id) for t in r.tokens)
             conn.execute("UPDATE messages SET content = ?, state = ?, stats = ?, stop_reason = ?, error = ?, "
                          "finished_at = ? WHERE id = ?",
                          (content, state, None if stats is None else _dumps(stats), stop_reason, error, now,
@@ -619,7 +438,7 @@ class HistoryStore:
             ids = [message_id for message_id, conversation_id in rows
                    if conversation_id not in self._claims and not self.claimed_elsewhere(conversation_id)]
             for message_id in ids:
-                content = text_of(t for r in self._rounds(conn, message_id) for t in r.tokens)
+                content = committed_text(t for r in self._rounds(conn, message_id) for t in r.tokens)
                 conn.execute("UPDATE messages SET state = ?, content = ?, stop_reason = 'interrupted' WHERE id = ?",
                              (INTERRUPTED, content, message_id))
             return ids
@@ -633,10 +452,9 @@ class HistoryStore:
     def _rounds(conn: sqlite3.Connection, message_id: int) -> list[StoredRound]:
         rows = conn.execute("SELECT round_index, meta, tokens FROM rounds WHERE message_id = ? ORDER BY round_index",
                             (message_id,)).fetchall()
-        return [StoredRound(index, tuple(StoredToken.from_row(t, index) for t in _loads(tokens, [])),
-                            _loads(meta, {})) for index, meta, tokens in rows]
+        return [StoredRound.from_rows(index, _loads(meta, {}), _loads(tokens, [])) for index, meta, tokens in rows]
 
-    def load_conversation(self, conversation_id: int) -> Conversation:
+    def load_conversation(self, conversation_id: int) -> ConversationRecord:
         """Everything needed to re-render a conversation, coloured."""
         with self._lock:
             conn = self._read()
@@ -650,108 +468,40 @@ class HistoryStore:
                     "stop_reason, error FROM messages WHERE conversation_id = ? ORDER BY id",
                     (conversation_id,)).fetchall():
                 rounds = tuple(self._rounds(conn, m[0])) if m[2] == "assistant" else ()
-                content = m[3] if m[4] == COMPLETE or not rounds else text_of(t for r in rounds for t in r.tokens)
+                if m[4] != COMPLETE and rounds:  # a reply cut short: its text is what its rounds committed
+                    content = committed_text(t for r in rounds for t in r.tokens)
+                else:
+                    content = m[3]
                 messages.append(StoredMessage(
                     id=m[0], conversation_id=m[1], role=m[2], content=content, state=m[4], created_at=m[5],
                     finished_at=m[6], settings=_loads(m[7], {}), stats=_loads(m[8]), stop_reason=m[9], error=m[10],
                     rounds=rounds))
-        return Conversation(row[0], row[1], row[2], row[3], _loads(row[4], {}), tuple(messages))
+        return ConversationRecord(row[0], row[1], row[2], row[3], _loads(row[4], {}), tuple(messages))
 
-    # -- export / import
-    def export_json(self, conversation_id: int) -> str:
-        """The whole conversation, tokens included, as JSON that `import_json` reads back."""
-        c = self.load_conversation(conversation_id)
-        data = {
-            "format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION, "exported_at": time.time(),
-            "conversation": {
-                "title": c.title, "created_at": c.created_at, "updated_at": c.updated_at, "settings": c.settings,
-                "messages": [{
-                    "role": m.role, "content": m.content, "state": m.state, "created_at": m.created_at,
-                    "finished_at": m.finished_at, "settings": m.settings, "stats": m.stats,
-                    "stop_reason": m.stop_reason, "error": m.error,
-                    "rounds": [{"index": r.index, "meta": r.meta, "tokens": [t.to_dict() for t in r.tokens]}
-                               for r in m.rounds]} for m in c.messages]}}
-        return json.dumps(data, ensure_ascii=False, indent=1)
-
-    def import_json(self, text: str) -> int:
-        """A conversation exported by `export_json`, as a new conversation. Returns its id."""
-        try:
-            data = json.loads(text)
-            if data.get("format") != EXPORT_FORMAT:
-                raise ValueError("not a SpecScope conversation export")
-            if int(data.get("format_version", 0)) > EXPORT_FORMAT_VERSION:
-                raise ValueError("exported by a newer SpecScope")
-            conv = data["conversation"]
-            messages = conv["messages"]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise HistoryError(f"this file cannot be imported: {exc}") from None
+    def add_conversation(self, record: ConversationRecord) -> int:
+        """A copy of `record` (an import: gui.persistence.exports) as a new conversation, in one transaction;
+        returns its id. A reply that was still streaming is kept as interrupted."""
         with self._write() as conn:
             cid = conn.execute("INSERT INTO conversations (title, created_at, updated_at, settings) VALUES (?,?,?,?)",
-                               (_title(conv.get("title", "Imported chat")), conv.get("created_at", time.time()),
-                                conv.get("updated_at", time.time()), _dumps(conv.get("settings") or {}))).lastrowid
-            for m in messages:
-                if m.get("role") not in ROLES:
-                    raise HistoryError(f"this file cannot be imported: unknown role {m.get('role')!r}")
-                state = m.get("state") if m.get("state") in (COMPLETE, INTERRUPTED) else INTERRUPTED
+                               (_title(record.title), record.created_at, record.updated_at,
+                                _dumps(record.settings or {}))).lastrowid
+            for m in record.messages:
+                if m.role not in ROLES:
+                    raise HistoryError(f"a message has the unknown role {m.role!r}")
+                state = m.state if m.state in (COMPLETE, INTERRUPTED) else INTERRUPTED
                 mid = conn.execute(
                     "INSERT INTO messages (conversation_id, role, content, created_at, settings, stats, state, "
                     "stop_reason, error, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (cid, m["role"], m.get("content", ""), m.get("created_at", time.time()),
-                     _dumps(m.get("settings") or {}), None if m.get("stats") is None else _dumps(m["stats"]),
-                     state, m.get("stop_reason"), m.get("error"), m.get("finished_at"))).lastrowid
-                for r in m.get("rounds", []):
-                    tokens = [StoredToken.from_dict(t) for t in r["tokens"]]
+                    (cid, m.role, m.content, m.created_at, _dumps(m.settings or {}),
+                     None if m.stats is None else _dumps(m.stats), state, m.stop_reason, m.error,
+                     m.finished_at)).lastrowid
+                for r in m.rounds:
                     conn.execute("INSERT INTO rounds (message_id, round_index, meta, tokens) VALUES (?,?,?,?)",
-                                 (mid, int(r["index"]), _dumps(r.get("meta") or {}),
-                                  _dumps([t.to_row() for t in tokens])))
+                                 (mid, r.index, _dumps(r.meta or {}), _dumps([token_row(t) for t in r.tokens])))
             return cid
-
-    def export_markdown(self, conversation_id: int, *, show_rejected: bool = False) -> str:
-        """The conversation as Markdown: who said what, each reply with its settings and stats line.
-        With `show_rejected`, rejected drafts appear struck through (~~like this~~) where they were drafted."""
-        c = self.load_conversation(conversation_id)
-        lines = [f"# {c.title}", ""]
-        if c.settings:
-            lines += [f"*{_settings_words(c.settings)}*", ""]
-        for m in c.messages:
-            heading = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
-            notes = [_settings_words(m.settings)] if m.settings else []
-            if m.state == INTERRUPTED:
-                notes.append("interrupted")
-            lines.append(f"## {heading}" + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else ""))
-            lines.append("")
-            if m.role == "assistant" and show_rejected and m.rounds:
-                body = "".join(f"~~{t.text}~~" if t.status is TokenStatus.REJECTED else t.text for t in m.tokens)
-            else:
-                body = m.content
-            lines += [body, ""]
-            if m.stats:
-                lines += [f"> {_stats_words(m.stats, m.stop_reason)}", ""]
-            if m.error:
-                lines += [f"> error: {m.error}", ""]
-        return "\n".join(lines).rstrip() + "\n"
 
 
 # ---------------------------------------------------------------- helpers
-
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    """Statement by statement: sqlite3's executescript would COMMIT the open transaction first."""
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
-@contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
 
 def _require(cursor: sqlite3.Cursor, conversation_id: int) -> None:
     if cursor.rowcount == 0:
@@ -770,29 +520,3 @@ def _snippet(content: str, needle: str, width: int = 60) -> str:
     start, end = max(0, at - width), min(len(content), at + len(needle) + width)
     text = " ".join(content[start:end].split())
     return ("…" if start else "") + text + ("…" if end < len(content) else "")
-
-
-def _settings_words(settings: dict[str, Any]) -> str:
-    parts = []
-    for key in ("model", "draft", "method", "k"):
-        if settings.get(key) not in (None, ""):
-            parts.append(f"{key} {settings[key]}")
-    sampling = settings.get("sampling")
-    if isinstance(sampling, dict) and sampling:
-        parts.append(", ".join(f"{k} {v}" for k, v in sampling.items()))
-    return " · ".join(parts)
-
-
-def _stats_words(stats: dict[str, Any], stop_reason: str | None) -> str:
-    parts = []
-    if "committed_tokens" in stats:
-        parts.append(f"{stats['committed_tokens']} tokens")
-    if stats.get("tok_per_s"):
-        parts.append(f"{stats['tok_per_s']:.1f} tok/s")
-    if stats.get("drafted_tokens"):
-        parts.append(f"acceptance {stats.get('acceptance_rate', 0):.0%}")
-        if stats.get("mean_accepted_length"):
-            parts.append(f"mean accepted length {stats['mean_accepted_length']:.2f}")
-    if stop_reason:
-        parts.append(f"stop: {stop_reason}")
-    return " · ".join(parts)

@@ -1,10 +1,11 @@
 """The event fold, in plain Python (no Qt): engine events become transcript tokens, turns and live stats.
 
-A round event becomes a few `Token`s (accepted, rejected drafts, then the target's own token) appended to the
-current assistant turn. Every figure, live ones included, is an `engine.core.stats` figure: the cumulative ones
-are the `StatsAccumulator`'s, the rolling ones (last rounds, last seconds) the same definitions applied to the
-difference of two of its snapshots, so the GUI, the CLI and the benchmark agree on every definition. Graph
-series are bounded ring buffers, so a long reply costs the same per round at its end as at its start.
+A round event becomes a few `engine.core.tokens.DisplayToken`s (accepted, rejected drafts, then the target's
+own token), each numbered by its serial in the session, appended to the current assistant turn. Every figure,
+live ones included, is an `engine.core.stats` figure: the cumulative ones are the `StatsAccumulator`'s, the
+rolling ones (last rounds, last seconds) the same definitions applied to the difference of two of its
+snapshots, so the GUI, the CLI and the benchmark agree on every definition. Graph series are bounded ring
+buffers, so a long reply costs the same per round at its end as at its start.
 The chat (gui.sessions.chat) and each run of a comparison (gui.sessions.compare) fold their events here.
 
 May touch: engine events and stats (read). Never Qt, never a widget.
@@ -16,7 +17,8 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, fold_round
 from engine.core.stats import AggregateStats, GenerationStats, StatsAccumulator, efficiency, speedup
 
@@ -25,35 +27,11 @@ ROLLING_ROUNDS = 16  # window of the rolling acceptance rate, in drafting rounds
 ROLLING_SECONDS = 2.0  # window of the rolling tok/s
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
-    """One piece of the transcript drawn by status: an engine.core.tokens.DisplayToken numbered by its serial in
-    the session (the transcript finds a token under the mouse by that number)."""
-
-    serial: int  # index in SessionModel.tokens
-    text: str
-    status: TokenStatus
-    round_index: int
-    position: int | None  # 0-based index in the round's draft (engine.core.tokens' convention); None for plain
-    draft_length: int
-    p_target: float | None
-    p_draft: float | None
-    drafter: str
-    token_id: int
-    replaced: str | None = None  # substituted: the drafted piece it replaced
-    replaced_p_target: float | None = None
-    replaced_p_draft: float | None = None
-
-    @property
-    def committed(self) -> bool:
-        return self.status is not TokenStatus.REJECTED
-
-
 @dataclass(slots=True)
 class Turn:
     role: str  # "user" | "assistant"
     text: str = ""
-    tokens: list[Token] = field(default_factory=list)  # assistant: in display order, rejected drafts too
+    tokens: list[DisplayToken] = field(default_factory=list)  # assistant: in display order, rejected drafts too
     spec_label: str = ""
     model: str = ""
     stop_reason: str | None = None
@@ -113,7 +91,7 @@ class LiveStats:
     """Figures of the generation in progress (or the last one), folded round by round."""
 
     def __init__(self) -> None:
-        self.reset(k=0, method="none", model="")
+        self.reset(k=0, method=plain_method().name, model="")
 
     def reset(self, k: int, method: str, model: str) -> None:
         self.k = k
@@ -185,7 +163,7 @@ class SessionModel:
     def __init__(self, system_prompt: str = "") -> None:
         self.system_prompt = system_prompt
         self.turns: list[Turn] = []
-        self.tokens: list[Token] = []  # every token of every assistant turn, by serial
+        self.tokens: list[DisplayToken] = []  # every token of every assistant turn, by serial
         self.live = LiveStats()
         self._current: Turn | None = None
 
@@ -217,9 +195,9 @@ class SessionModel:
         self.turns.clear()
         self.tokens.clear()
         self._current = None
-        self.live.reset(k=0, method="none", model="")
+        self.live.reset(k=0, method=plain_method().name, model="")
 
-    def restore(self, turns: list[Turn], tokens: list[Token]) -> None:
+    def restore(self, turns: list[Turn], tokens: list[DisplayToken]) -> None:
         """Replace the conversation with saved turns (their tokens' serials index `tokens`)."""
         self.new_chat()
         self.turns.extend(turns)
@@ -233,7 +211,7 @@ class SessionModel:
         self.live.reset(k=event.k, method=event.method, model=event.model)
         return turn
 
-    def apply_round(self, event: RoundVerified) -> list[Token]:
+    def apply_round(self, event: RoundVerified) -> list[DisplayToken]:
         """Fold one round into the current turn (engine.core.tokens.fold_round); returns its tokens in display order,
         rejected drafts too, each numbered by its serial in `tokens`."""
         turn = self._current
@@ -241,7 +219,7 @@ class SessionModel:
             raise RuntimeError("a round arrived before GenerationStarted")
         self.live.add_round(event)
         first = len(self.tokens)
-        new = [Token(serial=first + i, **_fields(display)) for i, display in enumerate(fold_round(event))]
+        new = [dataclasses.replace(display, serial=first + i) for i, display in enumerate(fold_round(event))]
         self.tokens.extend(new)
         turn.tokens.extend(new)
         turn.text += event.text
@@ -279,7 +257,7 @@ class SessionModel:
     def figures_against(self, baseline: float | None) -> Figures:
         """The stats strip's figures of the reply shown; speed-up against `baseline` (plain tok/s)."""
         stats = self.live.snapshot()
-        speculative = self.live.method != "none"
+        speculative = self.live.method != plain_method().name
         measured = speedup(stats.tok_per_s, baseline) if baseline and stats.tok_per_s > 0 else None
         theoretical = stats.theoretical_speedup if speculative and stats.drafted_tokens else None
         return Figures(
@@ -292,11 +270,3 @@ class SessionModel:
             draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
             committed_tokens=stats.committed_tokens, speculative=speculative)
 
-
-_DISPLAY_FIELDS = tuple(f.name for f in dataclasses.fields(DisplayToken))
-
-
-def _fields(display: DisplayToken) -> dict:
-    fields = {name: getattr(display, name) for name in _DISPLAY_FIELDS}
-    fields["token_id"] = -1 if display.token_id is None else display.token_id
-    return fields

@@ -13,7 +13,8 @@ from engine.core.stats import StatsAccumulator
 from gui import theme
 from fakes import FakeEngine
 from engine.models.secrets import TokenStorage, TokenStore
-from gui.persistence.store import COMPLETE, STREAMING, HistoryStore
+from gui.persistence.records import COMPLETE, STREAMING
+from gui.persistence.store import HistoryStore
 from gui.views.main.window import MainWindow
 from gui.views.dialogs.settings import SettingsDialog
 from transcript_probe import background, fragments

@@ -1,8 +1,11 @@
-"""Chat history (gui/persistence/store.py, no Qt): rounds as coloured tokens, search, export/import, a reply that survives
-SIGKILL of its writer, migration of an older database, and a newer database left untouched."""
+"""Chat history (gui.persistence: store, records, schema, exports; no Qt): rounds stored and read back as the fold's
+DisplayTokens, search, export/import (this format and the one before), a reply that survives SIGKILL of its writer,
+an older database migrated, a database of this schema written without the store read back, and a newer database
+left untouched."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,7 +21,11 @@ import pytest
 
 from engine.core.events import GenerationFinished, RoundVerified, TokenStatus
 from engine.core.stats import GenerationStats
-from gui.persistence import store as history
+from engine.core.tokens import DisplayToken, fold_round
+from gui.persistence import schema
+from gui.persistence.exports import conversation_from_json, conversation_json, conversation_markdown
+from gui.persistence.records import StoredRound, round_meta, token_row
+from gui.persistence.recorder import turns_from_conversation
 from gui.persistence.store import HistoryError, HistoryReadOnlyError, HistoryStore
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -73,20 +80,31 @@ def write_reply(db, settings=None):
     return cid, mid
 
 
-def test_rounds_become_tokens_with_ghosts_where_they_were_drafted():
-    tokens = history.tokens_from_round(ROUNDS[1])
-    assert [(t.text, t.status, t.position) for t in tokens] == [
-        (" is", A, 0), (" the", A, 1), (" big", R, 2), (" city", R, 3), (" capital", S, 2)]
-    assert tokens[2].p_target == pytest.approx(0.7) and tokens[2].p_draft == 0.8
-    assert tokens[-1].p_target == 0.6 and tokens[-1].p_draft is None
-    bonus = history.tokens_from_round(ROUNDS[2])
-    assert [(t.status, t.position) for t in bonus] == [(A, 0), (A, 1), (B, 2)]
-    assert [(t.status, t.position) for t in history.tokens_from_round(ROUNDS[0])] == [(P, None)]
-    cut = history.tokens_from_round(make_round(3, [" a", " b", " c"], 1, " d", S, committed=1))
-    assert [(t.text, t.status) for t in cut] == [(" a", A)]  # a stop cut the rest: no ghosts, no correction
-    one_hot = history.tokens_from_round(make_round(4, [" x"], 0, " y", S, p_draft=(None,)))
-    assert [(t.status, t.p_draft) for t in one_hot] == [(R, None), (S, None)]
-    assert history.text_of(t for e in ROUNDS for t in history.tokens_from_round(e)) == REPLY
+def same_tokens(stored, live) -> bool:
+    """Every DisplayToken field equal, the p's to the 4 places the store keeps."""
+    if len(stored) != len(live):
+        return False
+    for a, b in zip(stored, live):
+        for f in dataclasses.fields(DisplayToken):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if f.name.startswith(("p_", "replaced_p_")) and x is not None and y is not None:
+                if x != pytest.approx(y, abs=1e-4):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def test_a_stored_round_reads_back_as_the_display_tokens_the_fold_made():
+    cut = make_round(3, [" a", " b", " c"], 1, " d", S, committed=1)
+    one_hot = make_round(4, [" x"], 0, " y", S, p_draft=(None,))
+    for event in [*ROUNDS, cut, one_hot]:
+        live = fold_round(event)
+        stored = StoredRound.from_rows(event.index, round_meta(event), [token_row(t) for t in live])
+        assert same_tokens(stored.tokens, live), event.index
+    substituted = StoredRound.from_rows(1, round_meta(ROUNDS[1]), [token_row(t) for t in fold_round(ROUNDS[1])])
+    assert substituted.tokens[-1].replaced == " big"  # the correction is told its ghost again
+    assert not same_tokens(substituted.tokens, fold_round(ROUNDS[2]))
 
 
 def test_reply_round_trip_keeps_everything_needed_to_render_it(db):
@@ -101,7 +119,7 @@ def test_reply_round_trip_keeps_everything_needed_to_render_it(db):
     assert [r.index for r in reply.rounds] == [0, 1, 2]
     assert reply.rounds[1].meta["n_accepted"] == 2 and reply.rounds[1].meta["drafter"] == "draft-model"
     assert [t.status for t in reply.tokens] == [P, A, A, R, R, S, A, A, B]
-    assert reply.tokens == tuple(t for e in ROUNDS for t in history.tokens_from_round(e))
+    assert same_tokens(reply.tokens, [t for e in ROUNDS for t in fold_round(e)])
     with pytest.raises(HistoryError, match="finished"):
         db.append_round(mid, ROUNDS[0])
 
@@ -130,30 +148,49 @@ def test_conversations_list_rename_search_delete(db):
     assert db.integrity_check() == "ok"
 
 
-def test_export_json_reimports_identically_and_markdown_reads_well(db):
+def as_format_1(exported: str) -> str:
+    """An export as the format before wrote it: a token's round under the name `round`."""
+    data = json.loads(exported)
+    data["format_version"] = 1
+    for message in data["conversation"]["messages"]:
+        for r in message["rounds"]:
+            r["tokens"] = [{("round" if k == "round_index" else k): v for k, v in t.items()} for t in r["tokens"]]
+    return json.dumps(data)
+
+
+def test_export_json_reimports_identically_also_from_the_format_before_and_markdown_reads_well(db):
     cid, _ = write_reply(db)
-    exported = db.export_json(cid)
-    assert json.loads(exported)["format"] == "specscope.conversation"
-    copy = db.load_conversation(db.import_json(exported))
     original = db.load_conversation(cid)
-    assert copy.title == original.title and copy.settings == original.settings
-    for a, b in zip(original.messages, copy.messages, strict=True):
-        assert (a.role, a.content, a.state, a.stats, a.stop_reason, a.settings) == \
-               (b.role, b.content, b.state, b.stats, b.stop_reason, b.settings)
-        assert a.rounds == b.rounds
+    exported = conversation_json(original)
+    document = json.loads(exported)
+    assert document["format"] == "specscope.conversation" and document["format_version"] == 2
+    token = document["conversation"]["messages"][1]["rounds"][1]["tokens"][2]
+    assert token == {"text": " big", "status": "rejected", "round_index": 1, "position": 2, "p_target": 0.7,
+                     "p_draft": 0.8, "token_id": 102}
+    for text in (exported, as_format_1(exported)):
+        copy = db.load_conversation(db.add_conversation(conversation_from_json(text)))
+        assert copy.id != cid and copy.title == original.title and copy.settings == original.settings
+        for a, b in zip(original.messages, copy.messages, strict=True):
+            assert (a.role, a.content, a.state, a.stats, a.stop_reason, a.settings) == \
+                   (b.role, b.content, b.state, b.stats, b.stop_reason, b.settings)
+            assert a.rounds == b.rounds
     with pytest.raises(HistoryError, match="cannot be imported"):
-        db.import_json('{"format": "something else"}')
-    markdown = db.export_markdown(cid)
+        conversation_from_json('{"format": "something else"}')
+    newer = {**document, "format_version": 3}
+    with pytest.raises(HistoryError, match="newer SpecScope"):
+        conversation_from_json(json.dumps(newer))
+    markdown = conversation_markdown(original)
     assert markdown.startswith("# Geography\n")
     assert "## You" in markdown and "## Assistant (method draft-model · k 4)" in markdown
     assert REPLY in markdown and "stop: eos" in markdown and "acceptance 62%" in markdown
-    assert "~~ big~~~~ city~~ capital" in db.export_markdown(cid, show_rejected=True)
+    assert "~~ big~~~~ city~~ capital" in conversation_markdown(original, show_rejected=True)
 
 
 WRITER = textwrap.dedent("""
     import sys
     from engine.core.events import TokenStatus
-    from gui.persistence.store import HistoryStore, StoredToken
+    from engine.core.tokens import DisplayToken
+    from gui.persistence.store import HistoryStore
     store = HistoryStore(sys.argv[1])
     cid = store.create_conversation("Killed mid-reply")
     store.add_user_message(cid, "Count for me")
@@ -161,9 +198,9 @@ WRITER = textwrap.dedent("""
     print(mid, flush=True)
     i = 0
     while True:
-        tokens = [StoredToken(f" w{i}a", TokenStatus.ACCEPTED, i, 0, 0.9, 0.8, 1),
-                  StoredToken(f" x{i}", TokenStatus.REJECTED, i, 1, 0.1, 0.7, 2),
-                  StoredToken(f" w{i}b", TokenStatus.SUBSTITUTED, i, 1, 0.5, None, 3)]
+        tokens = [DisplayToken(f" w{i}a", TokenStatus.ACCEPTED, i, 0, 2, 0.9, 0.8, "draft-model", 1),
+                  DisplayToken(f" x{i}", TokenStatus.REJECTED, i, 1, 2, 0.1, 0.7, "draft-model", 2),
+                  DisplayToken(f" w{i}b", TokenStatus.SUBSTITUTED, i, 1, 2, 0.5, None, "draft-model", 3)]
         store.append_tokens(mid, i, tokens, {"n_accepted": 1})
         print(i, flush=True)  # only after the commit returned
         i += 1
@@ -204,7 +241,7 @@ def test_history_survives_sigkill_mid_reply(tmp_path):
 
 def plant_v1(path: Path) -> None:
     conn = sqlite3.connect(path)
-    conn.executescript(history.SCHEMA_V1)
+    conn.executescript(schema.SCHEMA_V1)
     conn.execute("INSERT INTO conversations VALUES (1, 'Old chat', 1.0, 2.0, '{\"model\": \"default\"}')")
     conn.execute("INSERT INTO messages VALUES (1, 1, 'user', 'hello from v1', 1.0)")
     conn.execute("INSERT INTO messages VALUES (2, 1, 'assistant', 'hi, I am old', 1.5)")
@@ -217,7 +254,7 @@ def test_older_database_is_migrated_not_wiped(tmp_path):
     path = tmp_path / "history.sqlite3"
     plant_v1(path)
     with HistoryStore(path) as store:
-        assert store.schema_version == history.SCHEMA_VERSION == 2 and not store.read_only
+        assert store.schema_version == schema.SCHEMA_VERSION == 2 and not store.read_only
         old = store.load_conversation(1)
         assert old.settings == {"model": "default"}
         assert [(m.role, m.content, m.state) for m in old.messages] == [
@@ -230,6 +267,51 @@ def test_older_database_is_migrated_not_wiped(tmp_path):
     assert backup.execute("PRAGMA user_version").fetchone()[0] == 1
     assert backup.execute("SELECT content FROM messages WHERE id = 1").fetchone()[0] == "hello from v1"
     backup.close()
+
+
+def plant_v2(path: Path) -> None:
+    """A chat as schema 2 holds it, written with SQL alone (no store, no records): token rows
+    [text, status code, position, p_target, p_draft, token id], the round's drafter and length in its meta, and
+    an early row without its token id."""
+    conn = sqlite3.connect(path)
+    conn.executescript(schema.SCHEMA_V1)
+    conn.execute("PRAGMA user_version = 1")
+    schema.migrate(conn)
+    conn.execute("INSERT INTO conversations VALUES (1, 'Stored chat', 1.0, 2.0, '{}')")
+    conn.execute("INSERT INTO messages (id, conversation_id, role, content, created_at) "
+                 "VALUES (1, 1, 'user', 'Capital of France?', 1.0)")
+    conn.execute("INSERT INTO messages (id, conversation_id, role, content, created_at, state, stop_reason) "
+                 "VALUES (2, 1, 'assistant', 'Paris is the capital', 1.5, 'complete', 'eos')")
+    rounds = [(0, {"drafter": "target", "n_drafted": 0, "n_accepted": 0}, [["Paris", "p", None, 0.6, None]]),
+              (1, {"drafter": "draft-model", "n_drafted": 3, "n_accepted": 2},
+               [[" is", "a", 0, 0.9, 0.8, 100], [" the", "a", 1, 0.8, 0.8, 101], [" big", "r", 2, 0.7, 0.8, 102],
+                [" capital", "s", 2, 0.6, None, 7]])]
+    for index, meta, rows in rounds:
+        conn.execute("INSERT INTO rounds VALUES (2, ?, ?, ?)", (index, json.dumps(meta), json.dumps(rows)))
+    conn.commit()
+    conn.close()
+
+
+def test_a_database_of_this_schema_written_without_the_store_reads_back_as_display_tokens(tmp_path):
+    path = tmp_path / "history.sqlite3"
+    plant_v2(path)
+    with HistoryStore(path) as store:
+        assert store.schema_version == 2 and not (tmp_path / "history.sqlite3.v2.bak").exists()
+        chat = store.load_conversation(1)
+    reply = chat.messages[1]
+    assert all(isinstance(t, DisplayToken) for t in reply.tokens)
+    assert [(t.text, t.status, t.round_index, t.position, t.draft_length, t.drafter, t.token_id)
+            for t in reply.tokens] == [
+        ("Paris", P, 0, None, 0, "target", None), (" is", A, 1, 0, 3, "draft-model", 100),
+        (" the", A, 1, 1, 3, "draft-model", 101), (" big", R, 1, 2, 3, "draft-model", 102),
+        (" capital", S, 1, 2, 3, "draft-model", 7)]
+    correction = reply.tokens[-1]
+    assert (correction.replaced, correction.replaced_p_target, correction.replaced_p_draft) == (" big", 0.7, 0.8)
+    assert all(t.serial is None for t in reply.tokens)
+    turns, tokens = turns_from_conversation(chat, first_serial=10)
+    assert [t.role for t in turns] == ["user", "assistant"] and turns[1].text == "Paris is the capital"
+    assert [t.serial for t in tokens] == list(range(10, 15)) and turns[1].tokens == tokens
+    assert [t.text for t in tokens] == [t.text for t in reply.tokens]
 
 
 def test_newer_database_is_opened_read_only_and_left_untouched(tmp_path):
@@ -282,10 +364,10 @@ def test_a_long_reply_stays_cheap(db):
     mid = db.start_assistant_message(cid)
     started = time.perf_counter()
     for i in range(1250):  # 5,000 committed tokens in rounds of 4, plus a ghost each
-        db.append_tokens(mid, i, [history.StoredToken(f" tok{i}", A, i, j, 0.91234567, 0.8, 1000 + i)
+        db.append_tokens(mid, i, [DisplayToken(f" tok{i}", A, i, j, 4, 0.91234567, 0.8, "draft-model", 1000 + i)
                                   for j in range(3)]
-                         + [history.StoredToken(f" no{i}", R, i, 3, 0.1, 0.6, 5),
-                            history.StoredToken(f" end{i}", S, i, 3, 0.5, None, 6)])
+                         + [DisplayToken(f" no{i}", R, i, 3, 4, 0.1, 0.6, "draft-model", 5),
+                            DisplayToken(f" end{i}", S, i, 3, 4, 0.5, None, "draft-model", 6)])
     text = db.finish_assistant_message(mid)
     assert text.count(" tok") == 3750 and " no1" not in text
     load_started = time.perf_counter()

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from gui.persistence.recorder import HistoryRecorder
-from gui.persistence.store import (INTERRUPTED, STREAMING, HistoryBusyError, HistoryLockedError, HistoryStore, StoredToken,
-                       write_private)
 from engine.core.events import TokenStatus
+from engine.core.tokens import DisplayToken
+from gui.persistence.exports import conversation_json, write_private
+from gui.persistence.recorder import HistoryRecorder
+from gui.persistence.records import INTERRUPTED, STREAMING
+from gui.persistence.store import HistoryBusyError, HistoryLockedError, HistoryStore
 
 ROOT = Path(__file__).resolve().parents[3]
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX file modes and locks")
@@ -29,8 +31,8 @@ def _state(path: Path, message_id: int) -> str:
         return conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()[0]
 
 
-def _tokens(text: str) -> list[StoredToken]:
-    return [StoredToken(text, TokenStatus.ACCEPTED, 0, 0, 0.9, 0.8)]
+def _tokens(text: str) -> list[DisplayToken]:
+    return [DisplayToken(text, TokenStatus.ACCEPTED, 0, 0, 1, 0.9, 0.8, "draft-model", None)]
 
 
 @posix_only
@@ -55,12 +57,13 @@ def test_a_second_store_leaves_a_live_reply_streaming(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from gui.persistence.store import HistoryStore, StoredToken
     from engine.core.events import TokenStatus
+    from engine.core.tokens import DisplayToken
+    from gui.persistence.store import HistoryStore
     store = HistoryStore(sys.argv[1])
     conversation = store.create_conversation("other process")
     reply = store.start_assistant_message(conversation)
-    store.append_tokens(reply, 0, [StoredToken("live", TokenStatus.ACCEPTED, 0, 0, 0.9, 0.8)])
+    store.append_tokens(reply, 0, [DisplayToken("live", TokenStatus.ACCEPTED, 0, 0, 1, 0.9, 0.8, "draft-model", None)])
     print(reply, flush=True)
     time.sleep(120)
 """)
@@ -154,7 +157,7 @@ def test_every_file_with_chat_text_is_owner_only(tmp_path):
         assert all(f.exists() for f in files)
         assert {f.name: _mode(f) for f in files} == {f.name: 0o600 for f in files}
         export = tmp_path / "chat.json"
-        write_private(export, store.export_json(conversation))
+        write_private(export, conversation_json(store.load_conversation(conversation)))
         assert _mode(export) == 0o600 and "secret" in export.read_text()
         store.close()
     finally:
@@ -163,7 +166,7 @@ def test_every_file_with_chat_text_is_owner_only(tmp_path):
 
 @posix_only
 def test_the_migration_backup_is_owner_only(tmp_path):
-    from gui.persistence.store import SCHEMA_V1
+    from gui.persistence.schema import SCHEMA_V1
     path = tmp_path / "history.sqlite3"
     previous = os.umask(0o022)
     try:

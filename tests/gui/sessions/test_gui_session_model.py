@@ -1,11 +1,14 @@
-"""SessionModel: events fold into transcript tokens and stats series (pure Python, no widgets). Positions are
-engine.core.tokens' 0-based draft indices."""
+"""SessionModel: events fold into transcript tokens (the fold's own DisplayTokens, numbered by serial) and stats
+series (pure Python, no widgets). Positions are engine.core.tokens' 0-based draft indices."""
+
+import dataclasses
 
 import pytest
 
 from engine.core.config import SpecConfig
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
 from engine.core.stats import StatsAccumulator
+from engine.core.tokens import fold_round
 from fakes import FakeEngine
 from gui.sessions.session_model import SessionModel
 
@@ -37,8 +40,9 @@ def test_round_becomes_accepted_then_rejected_ghosts_then_correction():
     session.add_user("hi")
     session.start(started(k=3))
     session.apply_round(round_event(0, [], 0, "Hello", TokenStatus.PLAIN))
-    tokens = session.apply_round(round_event(1, [" big", " world", "!"], 1, " wide", TokenStatus.SUBSTITUTED,
-                                             total=1))
+    event = round_event(1, [" big", " world", "!"], 1, " wide", TokenStatus.SUBSTITUTED, total=1)
+    tokens = session.apply_round(event)
+    assert tokens == [dataclasses.replace(t, serial=1 + i) for i, t in enumerate(fold_round(event))]
     assert [(t.text, t.status) for t in tokens] == [
         (" big", TokenStatus.ACCEPTED), (" world", TokenStatus.REJECTED), ("!", TokenStatus.REJECTED),
         (" wide", TokenStatus.SUBSTITUTED)]
