@@ -1,8 +1,10 @@
 """This machine: how many CPU threads the engine's compute uses (all cores but one, left to the interface or
-the terminal) and what its CPU computes natively (bfloat16 in hardware?).
+the terminal), what its CPU computes natively (bfloat16 in hardware?), which GPUs torch sees, how much memory
+is free on a device, and where SpecScope's caches live.
 
 A leaf module (imports nothing of the engine): anything may ask it. Touches torch's thread setting
-(torch.set_num_threads) when told to and reads /proc/cpuinfo when asked; nothing at import time.
+(torch.set_num_threads) when told to, and reads /proc/cpuinfo, /proc/meminfo, the cgroup limit, the CUDA
+driver's free memory and the environment (SPECSCOPE_CACHE_DIR) when asked; nothing at import time.
 """
 
 from __future__ import annotations
@@ -54,4 +56,99 @@ def native_bf16(flags: frozenset[str] | None = None) -> bool:
     return bool(BF16_FLAGS & (cpu_flags() if flags is None else flags))
 
 
-__all__ = ["engine_threads", "limit_torch_threads", "cpu_flags", "native_bf16", "BF16_FLAGS"]
+# ---- where SpecScope keeps derived files (converted models, cached facts, trained heads, verify costs)
+
+def cache_root() -> Path:
+    """Where SpecScope keeps derived files (SPECSCOPE_CACHE_DIR overrides, e.g. in tests)."""
+    override = os.environ.get("SPECSCOPE_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("specscope", appauthor=False))
+
+
+# ---- GPUs and memory
+
+def mps_available() -> bool:
+    """Whether torch can run on Apple's Metal (MPS) here."""
+    import torch
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def free_memory(device: str = "cpu") -> int | None:
+    """Bytes free on `device` now: CUDA from the driver, CPU (and MPS's unified memory) from the operating
+    system (MemAvailable, within a cgroup limit if any). None when unknown."""
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        index = torch.device(device).index
+        free, _total = torch.cuda.mem_get_info(index if index is not None else torch.cuda.current_device())
+        return int(free)
+    if kind == "mps":
+        import torch
+        mps = getattr(torch, "mps", None)
+        try:
+            return int(mps.recommended_max_memory() - mps.driver_allocated_memory())
+        except Exception:  # older torch: unified memory, so the system's figure is the right one
+            pass
+    return _system_available_memory()
+
+
+def _system_available_memory() -> int | None:
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if available is None and sys.platform == "win32":
+        available = _windows_available_memory()
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    limit = _cgroup_room()
+    if limit is not None:
+        available = limit if available is None else min(available, limit)
+    return available
+
+
+def _cgroup_room() -> int | None:
+    """Room left under a cgroup v2 memory limit (containers), or None without one."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
+
+
+def _windows_available_memory() -> int | None:
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):
+        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                    ("sullAvailExtendedVirtual", ctypes.c_ulonglong)]
+    status = MemoryStatus()
+    status.dwLength = ctypes.sizeof(MemoryStatus)
+    try:
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
+            return int(status.ullAvailPhys)
+    except (AttributeError, OSError):
+        pass
+    return None
+
+
+__all__ = ["engine_threads", "limit_torch_threads", "cpu_flags", "native_bf16", "BF16_FLAGS", "cache_root",
+           "mps_available", "free_memory"]

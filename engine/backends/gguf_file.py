@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.backends.source import gguf_problem
 from engine.core.errors import ModelLoadError
 
 SUPPORTED_VERSIONS = (2, 3)
@@ -130,7 +131,6 @@ def _parse(cursor: _Cursor) -> GgufHeader:
 def read_header(path: Path) -> GgufHeader:
     """The header of the GGUF file at `path`; ModelLoadError with the reason for a file that is not a whole
     GGUF (missing, unreadable, not GGUF, truncated, corrupt)."""
-    from engine.models.sources import gguf_problem
     problem = gguf_problem(path)  # unreadable, or no magic bytes: worded as for every backend
     if problem:
         raise ModelLoadError(problem)

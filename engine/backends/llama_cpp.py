@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import importlib.util
 import os
 import threading
 import time
@@ -22,20 +21,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from engine.backends import LoadedModel, common_prefix_length
+from engine.backends import LoadedModel, backend_named, common_prefix_length, kv_cache_bytes
 from engine.backends.gguf_file import read_header
 from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
 from engine.core.errors import ConfigError, ModelLoadError, OutOfMemoryError, PromptTooLongError, SpecScopeError
+from engine.host import free_memory
 
 if TYPE_CHECKING:
-    from engine.models.sources import ModelSource
+    from engine.backends.source import ModelSource
 
 BACKEND = "llama.cpp"
-INSTALL_HINT = "pip install llama-cpp-python==0.3.36"
 N_BATCH = 512  # tokens per llama_decode call; more than the longest verification (MAX_K + 1)
 MAX_DEFAULT_CONTEXT = 8192  # the KV cache is allocated up front: a model trained on 128k gets 8k unless asked
 MIN_CONTEXT = 16
-KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is F16
 _LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level
 _DEVICE_TYPE_CPU = 0  # ggml_backend_dev_type: CPU, GPU, IGPU, ACCEL
 
@@ -43,11 +41,6 @@ _state_lock = threading.Lock()
 _library = None
 _log_callback = None  # llama.cpp calls it from C: it must stay referenced, or the process crashes
 _errors: collections.deque[str] = collections.deque(maxlen=32)
-
-
-def available() -> bool:
-    """Whether llama-cpp-python is installed (without importing it)."""
-    return importlib.util.find_spec("llama_cpp") is not None
 
 
 def library():
@@ -59,7 +52,8 @@ def library():
             try:
                 import llama_cpp
             except ImportError:
-                raise ModelLoadError(f"the llama.cpp backend needs llama-cpp-python ({INSTALL_HINT}); or use "
+                hint = backend_named(BACKEND).install_hint
+                raise ModelLoadError(f"the llama.cpp backend needs llama-cpp-python ({hint}); or use "
                                      "--backend transformers") from None
             last_level = [0]
 
@@ -157,7 +151,6 @@ class GgufModel:
         """Before loading: on the CPU the weights (the file, memory-mapped) must fit in the free memory."""
         if self.n_gpu_layers or not _memory_check_on():
             return
-        from engine.models.catalog import free_memory
         size, free = self.header.file_size, free_memory("cpu")
         if free is not None and size > free:
             raise OutOfMemoryError(f"{self.path.name} needs {size / 2**30:.1f} GB of memory for its weights, but "
@@ -192,14 +185,14 @@ class GgufModel:
         self.device_label = self.accelerators[0] if self.n_gpu_layers and self.accelerators else "CPU"
 
     def kv_cache_bytes(self, n_ctx: int) -> int:
-        """What a context of n_ctx tokens allocates for its KV cache (F16 keys and values, every layer)."""
+        """What a context of n_ctx tokens allocates for its KV cache (keys and values in llama.cpp's default type)."""
         lib, handle = self.lib, self.handle
         n_head = max(1, int(lib.llama_model_n_head(handle)))
         head_dim = int(lib.llama_model_n_embd(handle)) // n_head
         k_dim = int(self.header.get("attention.key_length", head_dim))
         v_dim = int(self.header.get("attention.value_length", head_dim))
         n_kv = int(lib.llama_model_n_head_kv(handle))
-        return n_ctx * self.n_layers * n_kv * (k_dim + v_dim) * KV_BYTES_PER_VALUE
+        return kv_cache_bytes(n_ctx, self.n_layers, n_kv, k_dim, v_dim, backend_named(BACKEND).kv_bytes_per_value)
 
     def _check_context(self, n_ctx: int | None) -> int:
         limit = self.n_ctx_train or MAX_DEFAULT_CONTEXT
@@ -209,7 +202,6 @@ class GgufModel:
             raise ConfigError(f"the context must be from {MIN_CONTEXT} to {limit} tokens for {self.label} (its "
                               f"trained length), got {n_ctx}")
         if _memory_check_on() and not self.n_gpu_layers:
-            from engine.models.catalog import free_memory
             needed, free = self.kv_cache_bytes(n_ctx), free_memory("cpu")
             if free is not None and needed > free:
                 raise OutOfMemoryError(
@@ -410,9 +402,9 @@ def load_gguf(path: str | Path, *, n_ctx: int | None = None, n_threads: int | No
 def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, progress=None,
          trust_remote_code: bool = False, n_ctx: int | None = None, n_threads: int | None = None,
          n_gpu_layers: int | None = None) -> LoadedModel:
-    """engine.models.load' entry point: a .gguf source (or the built-in model) as a LoadedModel whose runners are
-    llama.cpp contexts. Layers go to the GPU unless `device` is the CPU; `dtype` does not apply (the weights
-    stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
+    """This backend's entry point (engine.backends.Backend.load): a .gguf source (or the built-in model) as a
+    LoadedModel whose runners are llama.cpp contexts. Layers go to the GPU unless `device` is the CPU; `dtype`
+    does not apply (the weights stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
     started = time.perf_counter()
     if not source.gguf_file:
         raise ModelLoadError(f"{name} is not a .gguf file; the llama.cpp backend runs GGUF models only (use "
@@ -429,4 +421,4 @@ def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, 
         load_seconds=time.perf_counter() - started, converted_now=False, n_layers=gguf.n_layers,
         context_length=gguf.context_length, vocab_size=gguf.vocab_size, n_parameters=gguf.n_parameters,
         eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None,
-        supports_rollback=gguf.supports_rollback, device_label=f"llama.cpp · {gguf.device_label}")
+        supports_rollback=gguf.supports_rollback, device_label=backend_named(BACKEND).device_label(gguf.device_label))

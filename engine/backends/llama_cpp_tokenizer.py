@@ -84,7 +84,7 @@ class LlamaCppTokenizer:
                  "pad_token": self.pad_token}
         return {key: value for key, value in named.items() if value is not None}
 
-    def tokenizer_facts(self):
+    def own_compatibility_facts(self):
         """What engine.core.compat decides compatibility on: the GGUF vocabulary's kind (named as HF names it, so a
         GGUF and an HF tokenizer compare too), size, BOS/EOS and the stored text of every id."""
         from engine.core.compat import TokenizerFacts

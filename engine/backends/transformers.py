@@ -5,8 +5,8 @@ A `TransformersRunner` pairs a causal LM with its DynamicCache and the token ids
 context is synced by its common prefix: a rejected draft, a new chat turn or a regenerated reply only
 recomputes what changed. Early exit (a view of the target's first layers) runs on this backend only.
 
-Touches torch, transformers and the file system (the converted-model folder of engine.models.sources); imported
-lazily by engine.models.load, never at engine import time.
+Touches torch, transformers and the file system (a GGUF's converted-model folder, engine.backends.source);
+imported only when a model loads on it (engine.backends.Backend.load), never at engine import time.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from engine.backends import LoadedModel, sync_by_prefix
+from engine.backends import LoadedModel, backend_named, sync_by_prefix
+from engine.backends.device import dtype_label
+from engine.backends.source import ModelSource, check_gguf, converted_folder, weight_files
 from engine.core.chat import eos_ids
 from engine.core.errors import ModelLoadError, OutOfMemoryError
-from engine.models.sources import ModelSource, check_gguf, converted_folder, dtype_label
 
 BACKEND = "transformers"
 Progress = Callable[[str], None]
@@ -285,8 +286,6 @@ def check_weight_files(folder: Path) -> None:
     """Every safetensors file of a folder has a readable header that covers the file (what an interrupted
     download or copy breaks): ModelLoadError naming the file and what to do, before transformers reads it."""
     from safetensors import SafetensorError, safe_open
-
-    from engine.models.weights import weight_files
     try:
         present, _missing, weights_format = weight_files(folder)
     except OSError:
@@ -347,4 +346,5 @@ def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.d
         context_length=int(getattr(text_config, "max_position_embeddings", None) or 2048),
         vocab_size=_vocab_size(model),
         n_parameters=sum(p.numel() for p in model.parameters()), eos_ids=eos_ids(tokenizer, model),
-        runner_factory=lambda: TransformersRunner(model), model=model)
+        runner_factory=lambda: TransformersRunner(model), model=model,
+        device_label=backend_named(BACKEND).device_label(str(device)))

@@ -1,42 +1,37 @@
-"""What models are on this machine and what they need: the built-in default, the local Hugging Face cache,
-user-added folders and .gguf files. Facts come from metadata only (config.json, safetensors headers, the
-tokenizer.json, a GGUF header); no weights are loaded. Also: memory estimates, free memory per device, and
-which drafts fit a target.
+"""What models are on this machine and what they are: the built-in default, the local Hugging Face cache,
+user-added folders and .gguf files, each a `CatalogEntry` of facts read from metadata only (config.json,
+safetensors headers, the tokenizer.json, a GGUF header); no weights are loaded. Memory estimates are
+engine.models.memory's, which drafts fit a target engine.models.pairing's.
 
 Everything here is best effort and cheap: a model whose facts cannot be read is still listed, with the
-missing facts as None and a `problem` saying why it cannot be used. Reads files and the OS's memory figures;
-names and devices come from engine.models.sources, tokenizer differences from engine.core.compat.
+missing facts as None and a `problem` saying why it cannot be used. Reads files (and caches GGUF facts under
+engine.host's cache_root); names come from engine.models.sources, file checks from engine.backends.source.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from engine.core.compat import TokenizerDifference, explain_mismatch, size_difference, tokenizer_difference
-from engine.core.errors import OutOfMemoryError, SpecScopeError
-from engine.models.weights import read_json_dict, weight_files
-from engine.models.sources import (DEFAULT_LABEL, DTYPE_NAMES, cache_root, converted_folder, dtype_label, file_stamp, gguf_problem,
-                            hub_cache_dir, resolve_device, resolve_dtype, resolve_source)
+from engine.backends import resolve_backend
+from engine.backends.device import DTYPE_NAMES
+from engine.backends.source import (ModelSource, converted_folder, file_stamp, gguf_problem, read_json_dict,
+                                    weight_files)
+from engine.core.errors import SpecScopeError
+from engine.host import cache_root
+from engine.models.sources import DEFAULT_LABEL, hub_cache_dir, resolve_source
 
-__all__ = ["CatalogEntry", "MemoryEstimate", "estimate_memory_on", "entry_backend", "list_models", "describe_default", "list_hub_cache", "describe_name",
-           "describe_path", "weight_files", "needs_remote_code", "tokenizer_facts", "gguf_facts", "estimate_memory",
-           "free_memory", "memory_check", "draft_difference", "compatible_drafts", "explain_mismatch",
-           "entry_as_dict", "format_bytes", "format_parameters", "hub_cache_dir", "same_model", "is_smaller"]
+__all__ = ["CatalogEntry", "list_models", "describe_default", "list_hub_cache", "describe_name", "describe_path",
+           "needs_remote_code", "folder_tokenizer_facts", "gguf_facts", "own_drafter", "entry_source",
+           "entry_backend", "entry_as_dict", "format_bytes", "format_parameters"]
 
-DEFAULT_CONTEXT_TOKENS = 4096  # the KV-cache estimate's context unless the caller says otherwise
-RUNTIME_OVERHEAD_BYTES = 256 * 2**20  # activations, logits, allocator slack: rough, on top of weights + KV
-RUNTIME_OVERHEAD_FRACTION = 0.05
-
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "int32": 4, "int64": 8, "int16": 2, "bool": 1}
 _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8",
                        "U8": "uint8", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32",
                        "I64": "int64", "I16": "int16", "BOOL": "bool"}
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,26 +65,7 @@ class CatalogEntry:
         return self.complete and self.problem is None
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryEstimate:
-    device: str  # cpu, cuda, cuda:1, mps
-    dtype: str  # float32, bfloat16, float16
-    context_tokens: int
-    weights_bytes: int
-    kv_cache_bytes: int
-    overhead_bytes: int
-    free_bytes: int | None  # None when the device's free memory is unknown
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.overhead_bytes
-
-    @property
-    def fits(self) -> bool | None:
-        return None if self.free_bytes is None else self.total_bytes <= self.free_bytes
-
-
-# ---------------------------------------------------------------- where things are
+# ---------------------------------------------------------------- words
 
 def format_bytes(n: int | None) -> str:
     if n is None:
@@ -236,16 +212,15 @@ def _mtp_layers(text: dict) -> int:
 
 
 def own_drafter(entry: CatalogEntry) -> tuple[str, str] | None:
-    """(method, words) when a model drafts for itself: MTP layers in its config (method mtp), or a known
-    assistant drafter for its family (method assistant, engine.models.pairs); None otherwise."""
-    if entry.n_mtp_layers:
-        plural = "s" if entry.n_mtp_layers > 1 else ""
-        return "mtp", (f"drafts for itself: {entry.n_mtp_layers} MTP layer{plural} (method mtp, "
-                       f"k ≤ {entry.n_mtp_layers})")
+    """(method, words) when a model drafts for itself, as the registered methods tell it (MethodSpec.own_drafter:
+    MTP layers in its config, a known assistant drafter for its family in engine.models.pairs); None otherwise."""
+    from engine.core.methods import methods
     from engine.models.pairs import pairs_for
-    for pair in pairs_for(entry.name, entry.label, entry.repo_id):
-        if pair.method == "assistant":
-            return "assistant", f"drafts with its assistant {pair.draft} (method assistant)"
+    pairs = pairs_for(entry.name, entry.label, entry.repo_id)
+    for method in methods():
+        words = method.own_drafter(entry, pairs) if method.own_drafter is not None else None
+        if words:
+            return method.name, words
     return None
 
 
@@ -289,8 +264,9 @@ def needs_remote_code(folder: str | os.PathLike) -> bool:
     return False
 
 
-def tokenizer_facts(folder: Path, config: dict | None = None) -> tuple[str | None, int | None]:
-    """(family, vocabulary size) from tokenizer.json through the `tokenizers` library (no model weights)."""
+def folder_tokenizer_facts(folder: Path, config: dict | None = None) -> tuple[str | None, int | None]:
+    """A model folder's tokenizer family and vocabulary size, from tokenizer.json through the `tokenizers`
+    library (no model weights), else from tokenizer.model and the config."""
     file = folder / "tokenizer.json"
     if file.is_file():
         try:
@@ -325,7 +301,7 @@ def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tok
         problems.append("it has no weights (no .safetensors file)")
     elif weights_format == "safetensors" and n_parameters is None:
         problems.append("its weights cannot be read (not safetensors, or cut short)")
-    family, vocab = tokenizer_facts(folder, text) if with_tokenizer else (None, text.get("vocab_size"))
+    family, vocab = folder_tokenizer_facts(folder, text) if with_tokenizer else (None, text.get("vocab_size"))
     n_heads = text.get("num_attention_heads")
     head_dim = text.get("head_dim") or (text["hidden_size"] // n_heads if n_heads and text.get("hidden_size")
                                         else None)
@@ -431,234 +407,25 @@ def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> 
                         weights_format="gguf", **extra)
 
 
-# ---------------------------------------------------------------- memory
+# ---------------------------------------------------------------- where an entry runs
 
-def _device_and_dtype(device, dtype) -> tuple[str, str]:
-    """Normalise a device and dtype for estimates (engine.models.sources' resolver, as loading uses), without
-    requiring that the device exists here."""
-    device = str(device or "auto").lower()
-    if device == "auto":
-        device = str(resolve_device("auto"))
-    return device, dtype_label(resolve_dtype(dtype, device))
+def entry_source(entry: CatalogEntry) -> ModelSource:
+    """The source an entry's files make, as engine.models.sources would name them (a GGUF file, or a folder)."""
+    if entry.path.suffix.lower() == ".gguf":
+        return ModelSource("gguf", entry.path.parent, entry.path.name, entry.label)
+    return ModelSource("folder", entry.path, None, entry.label)
 
 
-def estimate_memory(entry: CatalogEntry, device: str = "auto", dtype=None,
-                    context_tokens: int | None = None) -> MemoryEstimate:
-    """Memory to hold `entry` on `device` in `dtype`: weights + KV cache for `context_tokens` (default 4,096,
-    at most the model's context) + a rough runtime allowance. GGUF weights count at `dtype`, since they are
-    dequantised on load."""
-    device, dtype_name = _device_and_dtype(device, dtype)
-    bytes_per = DTYPE_BYTES[dtype_name]
-    if entry.n_parameters is not None:
-        weights = entry.n_parameters * bytes_per
-    else:  # unknown count: what is on disk, scaled from the stored dtype where known
-        stored = DTYPE_BYTES.get(entry.dtype or "", None)
-        weights = int(entry.size_bytes * bytes_per / stored) if stored else entry.size_bytes
-    if context_tokens is None:
-        context_tokens = min(DEFAULT_CONTEXT_TOKENS, entry.context_length or DEFAULT_CONTEXT_TOKENS)
-    kv = 0
-    if entry.n_layers and entry.n_kv_heads and entry.head_dim:
-        kv = 2 * entry.n_layers * entry.n_kv_heads * entry.head_dim * bytes_per * context_tokens
-    overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
-    return MemoryEstimate(device=device, dtype=dtype_name, context_tokens=context_tokens, weights_bytes=weights,
-                          kv_cache_bytes=kv, overhead_bytes=overhead, free_bytes=free_memory(device))
+def entry_backend(entry: CatalogEntry, requested: str = "auto", method_name: str | None = None) -> str:
+    """The backend `entry` loads on (engine.backends.resolve_backend's choice, by the model and the method)."""
+    return resolve_backend(entry_source(entry), method_name, requested).name
 
 
-LLAMA_CPP_KV_BYTES = 2  # llama.cpp's default KV cache type is F16 (engine.backends.llama_cpp)
-
-
-def entry_backend(entry: CatalogEntry, requested: str = "auto") -> str:
-    """The backend `entry` loads on when `requested` is "auto": GGUF files on llama.cpp where llama-cpp-python
-    is installed, the rest on transformers (engine.models.sources.backend_for's rule, from the entry's facts)."""
-    if requested != "auto":
-        return requested
-    import importlib.util
-    if entry.weights_format == "gguf" and importlib.util.find_spec("llama_cpp") is not None:
-        return "llama.cpp"
-    return "transformers"
-
-
-def estimate_memory_on(entry: CatalogEntry, backend: str, device: str = "auto", dtype=None,
-                       context_tokens: int | None = None) -> MemoryEstimate:
-    """The estimate for `entry` on `backend` ("auto" as engine.models.sources.backend_for decides it): on llama.cpp a
-    GGUF stays quantized, so its weights are its file size and its KV cache F16; on transformers (or for a
-    model that is not a GGUF) estimate_memory's, dequantized to `dtype`."""
-    if backend == "auto":
-        backend = entry_backend(entry)
-    if backend != "llama.cpp" or entry.weights_format != "gguf":
-        return estimate_memory(entry, device, dtype, context_tokens)
-    device = str(device or "auto").lower()
-    if device == "auto":
-        device = str(resolve_device("auto"))
-    if context_tokens is None:
-        context_tokens = min(DEFAULT_CONTEXT_TOKENS, entry.context_length or DEFAULT_CONTEXT_TOKENS)
-    kv = 0
-    if entry.n_layers and entry.n_kv_heads and entry.head_dim:
-        kv = 2 * entry.n_layers * entry.n_kv_heads * entry.head_dim * LLAMA_CPP_KV_BYTES * context_tokens
-    weights = entry.size_bytes
-    overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
-    return MemoryEstimate(device=device, dtype=entry.dtype or "GGUF", context_tokens=context_tokens,
-                          weights_bytes=weights, kv_cache_bytes=kv, overhead_bytes=overhead,
-                          free_bytes=free_memory(device))
-
-
-def free_memory(device: str = "cpu") -> int | None:
-    """Bytes free on `device` now: CUDA from the driver, CPU (and MPS's unified memory) from the operating
-    system (MemAvailable, within a cgroup limit if any). None when unknown."""
-    kind = str(device).split(":")[0]
-    if kind == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            return None
-        index = torch.device(device).index
-        free, _total = torch.cuda.mem_get_info(index if index is not None else torch.cuda.current_device())
-        return int(free)
-    if kind == "mps":
-        import torch
-        mps = getattr(torch, "mps", None)
-        try:
-            return int(mps.recommended_max_memory() - mps.driver_allocated_memory())
-        except Exception:  # older torch: unified memory, so the system's figure is the right one
-            pass
-    return _system_available_memory()
-
-
-def _system_available_memory() -> int | None:
-    available = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    if available is None and sys.platform == "win32":
-        available = _windows_available_memory()
-    if available is None:
-        try:
-            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            pass
-    limit = _cgroup_room()
-    if limit is not None:
-        available = limit if available is None else min(available, limit)
-    return available
-
-
-def _cgroup_room() -> int | None:
-    """Room left under a cgroup v2 memory limit (containers), or None without one."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
-        return max(0, int(limit) - used)
-    except (OSError, ValueError):
-        return None
-
-
-def _windows_available_memory() -> int | None:
-    import ctypes
-
-    class MemoryStatus(ctypes.Structure):
-        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                    ("sullAvailExtendedVirtual", ctypes.c_ulonglong)]
-    status = MemoryStatus()
-    status.dwLength = ctypes.sizeof(MemoryStatus)
-    try:
-        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
-            return int(status.ullAvailPhys)
-    except (AttributeError, OSError):
-        pass
-    return None
-
-
-def memory_check(entry: CatalogEntry, device: str = "auto", dtype=None,
-                 context_tokens: int | None = None) -> MemoryEstimate:
-    """The estimate, or OutOfMemoryError when it clearly exceeds the free memory on `device`."""
-    estimate = estimate_memory(entry, device, dtype, context_tokens)
-    if estimate.fits is False:
-        where = "RAM" if estimate.device == "cpu" else f"{estimate.device} memory"
-        raise OutOfMemoryError(
-            f"{entry.label} needs about {format_bytes(estimate.total_bytes)} of {where} in {estimate.dtype} "
-            f"(weights {format_bytes(estimate.weights_bytes)}, KV cache for {estimate.context_tokens:,} tokens "
-            f"{format_bytes(estimate.kv_cache_bytes)}), but only {format_bytes(estimate.free_bytes)} is free; "
-            "pick a smaller model, a smaller dtype or another device")
-    return estimate
-
-
-# ---------------------------------------------------------------- drafts
-
-_tokenizers: dict[tuple, object] = {}
-
-
-def _load_tokenizer(entry: CatalogEntry):
-    from engine.backends.transformers import load_tokenizer
-    try:
-        stamp = file_stamp(entry.path)
-    except OSError:
-        stamp = None
-    key = (entry.name, str(entry.path), stamp)
-    if key not in _tokenizers:
-        _tokenizers[key] = load_tokenizer(resolve_source(entry.name), entry.name)
-    return _tokenizers[key]
-
-
-def is_smaller(draft: CatalogEntry, target: CatalogEntry) -> bool:
-    """The draft has fewer parameters than the target (or, where a count is unknown, fewer bytes)."""
-    if draft.n_parameters is not None and target.n_parameters is not None:
-        return draft.n_parameters < target.n_parameters
-    return draft.size_bytes < target.size_bytes
-
-
-def same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
-    """Two entries name the same files."""
-    try:
-        return a.path.resolve() == b.path.resolve()
-    except OSError:
-        return a.path == b.path
-
-
-def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDifference | None:
-    """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
-    tokenizers (never the weights); a cheap vocabulary-size check runs first."""
-    if target.vocab_size is not None and draft.vocab_size is not None:
-        sizes = size_difference(target.vocab_size, draft.vocab_size)
-        if sizes:
-            return sizes
-    return tokenizer_difference(_load_tokenizer(target), _load_tokenizer(draft))
-
-
-def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:
-    """The usable candidates that are smaller than `target` and whose tokenizer passes
-    `engine.core.compat.tokenizer_difference` against the target's, in the order given."""
-    found = []
-    for candidate in candidates:
-        if not candidate.usable or same_model(candidate, target) or not is_smaller(candidate, target):
-            continue
-        try:
-            if draft_difference(target, candidate) is None:
-                found.append(candidate)
-        except SpecScopeError:  # its tokenizer cannot be loaded: not a draft we can offer
-            continue
-    return found
-
-
-def entry_as_dict(entry: CatalogEntry, estimate: MemoryEstimate | None = None) -> dict:
-    """JSON-ready facts (for `specscope models list --json`)."""
+def entry_as_dict(entry: CatalogEntry) -> dict:
+    """JSON-ready facts (for `specscope models list --json`; its memory: MemoryEstimate.as_dict)."""
     out = {name: getattr(entry, name) for name in entry.__slots__}
     out["path"] = str(entry.path)
     out["usable"] = entry.usable
     own = own_drafter(entry)
     out["own_drafter"] = None if own is None else {"method": own[0], "words": own[1]}
-    if estimate is not None:
-        out["memory"] = {"device": estimate.device, "dtype": estimate.dtype,
-                         "context_tokens": estimate.context_tokens, "weights_bytes": estimate.weights_bytes,
-                         "kv_cache_bytes": estimate.kv_cache_bytes, "overhead_bytes": estimate.overhead_bytes,
-                         "total_bytes": estimate.total_bytes, "free_bytes": estimate.free_bytes,
-                         "fits": estimate.fits}
     return out

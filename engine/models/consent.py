@@ -75,8 +75,8 @@ def safety_check(name: str, answers: ConsentAnswers) -> None:
     """Before loading a folder or cached hub model: ask (ConsentNeeded) when it names its own Python code and
     the user was never asked about it, or when its weights are pickle checkpoints only; refuse pickle weights
     the user declined."""
+    from engine.backends.source import weight_files
     from engine.models.catalog import needs_remote_code
-    from engine.models.weights import weight_files
 
     found = _model_folder(name)
     if found is None:
@@ -114,8 +114,8 @@ def require(names, *, trust_remote_code: bool = False, allow_pickle: bool = Fals
 
 
 def is_pickle_only(name: str) -> bool:
-    """Whether `name` is a folder whose weights are pickle checkpoints only (engine.models.catalog.weight_files)."""
-    from engine.models.weights import weight_files
+    """Whether `name` is a folder whose weights are pickle checkpoints only (engine.backends.source.weight_files)."""
+    from engine.backends.source import weight_files
 
     found = _model_folder(name)
     if found is None:

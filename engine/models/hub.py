@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
-from engine.models.catalog import hub_cache_dir, needs_remote_code  # noqa: F401 (re-exported)
-from engine.models.weights import PICKLE_SUFFIXES
+from engine.backends.source import PICKLE_SUFFIXES
+from engine.models.catalog import needs_remote_code
+from engine.models.sources import hub_cache_dir
 from engine.core.errors import DownloadCancelledError, DownloadError, UnsafeCheckpointError
 
 OTHER_FRAMEWORK_SUFFIXES = (".h5", ".msgpack", ".onnx", ".onnx_data", ".tflite", ".ot", ".mlmodel", ".nemo",

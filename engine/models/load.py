@@ -1,9 +1,11 @@
-"""Loading a target or a draft, whatever the backend: name → source (engine.models.sources), device and dtype, the
-memory check first, then the backend's `load` (engine/backends/, imported lazily so the engine works where
-a backend's library is missing). The result is a backend-agnostic `LoadedModel` that hands out runners.
+"""Loading a target or a draft, whatever the backend: name → source (engine.models.sources), the backend
+(engine.backends.resolve_backend, by the model and the method), device and dtype, the memory check first
+where the backend does not check for itself, then the backend's `load` through the registry (its module
+imported only then, so the engine works where a backend's library is missing). The result is a
+backend-agnostic `LoadedModel` that hands out runners.
 
-Touches the file system through engine.models.sources and engine.models.catalog (metadata for the memory estimate); the
-weights only through a backend.
+Touches the file system through engine.models.sources and engine.models.catalog (metadata for the memory
+estimate); the weights only through a backend.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from engine.backends import LoadedModel
+from engine.backends import LoadedModel, backend_named, resolve_backend
+from engine.backends.device import resolve_device, resolve_dtype
+from engine.backends.source import ModelSource, converted_folder
 from engine.models.consent import PICKLE, ConsentNeeded, is_pickle_only
-from engine.models.sources import DEFAULT_PACKAGE  # noqa: F401 (tests/gui/test_gui_scripted.py reads it here)
-from engine.models.sources import (DEFAULT_MODEL, ModelSource, backend_for, converted_folder, resolve_device,
-                            resolve_dtype, resolve_source)
+from engine.models.sources import DEFAULT_MODEL, resolve_source
 
-__all__ = ["LoadedModel", "ModelSource", "load_model", "load_tokenizer_only", "check_memory", "resolve_source"]
+__all__ = ["LoadedModel", "load_model", "load_tokenizer_only", "check_memory"]
 
 Progress = Callable[[str], None]
 
@@ -28,7 +30,7 @@ def check_memory(source: ModelSource, device, dtype) -> None:
     SPECSCOPE_SKIP_MEMORY_CHECK=1 turns the check off."""
     if os.environ.get("SPECSCOPE_SKIP_MEMORY_CHECK", "") not in ("", "0"):
         return
-    from engine.models import catalog
+    from engine.models import catalog, memory
     try:
         target = source.file
         if source.gguf_file and (converted_folder(target) / "config.json").is_file():
@@ -38,30 +40,32 @@ def check_memory(source: ModelSource, device, dtype) -> None:
         return
     if entry.n_parameters is None:
         return
-    catalog.memory_check(entry, str(device), dtype)
+    memory.memory_check(entry, str(device), dtype)
 
 
 def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=None, progress: Progress | None = None,
-               trust_remote_code: bool = False, *, allow_pickle: bool = False, backend: str = "auto") -> LoadedModel:
+               trust_remote_code: bool = False, *, allow_pickle: bool = False, backend: str = "auto",
+               method: str | None = None) -> LoadedModel:
     """Load a model and its tokenizer, ready for inference. Raises ModelLoadError and friends.
     `trust_remote_code` runs the model's own Python code and `allow_pickle` loads pickle-only weights: each only
     ever True after the user agreed, for this model (a pickle-only folder without it: ConsentNeeded).
-    `backend`: "auto" (engine.models.sources.backend_for) or one of engine.core.config.BACKENDS."""
+    `backend`: "auto" or one of engine.backends.BACKENDS; "auto" is decided by the model and `method` (the
+    method it will run, None: the model alone), and a note on that choice goes to `progress`."""
     progress = progress or (lambda message: None)
     source = resolve_source(name)
     if not allow_pickle and is_pickle_only(name):
         raise ConsentNeeded(PICKLE, name, f"{source.label} has its weights only as pickle checkpoints (.bin/.pt), "
                                           "which can run code when loaded, and loading them was not allowed")
-    chosen = backend_for(source, backend)
+    choice = resolve_backend(source, method, backend)
+    if choice.note:
+        progress(choice.note)
+    chosen = backend_named(choice.name)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    if chosen == "transformers":
-        check_memory(source, torch_device, torch_dtype)  # the llama.cpp backend checks its file and KV cache
-        from engine.backends import transformers as implementation
-    else:
-        from engine.backends import llama_cpp as implementation
-    return implementation.load(name, source, device=torch_device, dtype=torch_dtype, progress=progress,
-                               trust_remote_code=trust_remote_code)
+    if not chosen.checks_memory:
+        check_memory(source, torch_device, torch_dtype)
+    return chosen.load(name, source, device=torch_device, dtype=torch_dtype, progress=progress,
+                       trust_remote_code=trust_remote_code)
 
 
 def load_tokenizer_only(name: str, trust_remote_code: bool = False):

@@ -85,4 +85,5 @@ def known_pairs_table() -> list[dict]:
             for p in KNOWN_PAIRS]
 
 
-__all__ = ["DRAFT_IS_TARGET", "KnownPair", "KNOWN_PAIRS", "pairs_for", "pairs_drafted_by", "suggestion", "known_pairs_table"]
+__all__ = ["DRAFT_IS_TARGET", "KnownPair", "KNOWN_PAIRS", "pairs_for", "pairs_drafted_by", "suggestion",
+           "known_pairs_table"]

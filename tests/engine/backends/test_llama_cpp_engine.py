@@ -16,7 +16,7 @@ from engine.core.config import SamplingConfig, SpecConfig  # noqa: E402
 from engine.core.errors import ConfigError, TokenizerMismatchError  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
 from engine.core.sampling import probabilities  # noqa: E402
-from engine.core.engine import Engine  # noqa: E402
+from engine.runtime import local_engine  # noqa: E402
 from engine_testkit import PROMPTS, check_round_invariants, run, save_tiny_model  # noqa: E402
 from gguf_testkit import quantize, write_tiny_gguf  # noqa: E402
 
@@ -47,7 +47,7 @@ def assert_same_as_plain(finished, baseline, label: str) -> None:
 def builtin_engine():
     from engine.core.errors import DefaultModelMissingError
     try:
-        return Engine(load_model("default", device="cpu", backend="llama.cpp"))
+        return local_engine(load_model("default", device="cpu", backend="llama.cpp"))
     except DefaultModelMissingError as exc:
         pytest.skip(str(exc))
 
@@ -131,7 +131,7 @@ def tiny_target(tiny_ggufs):
 @pytest.mark.parametrize("draft", [None, "noisy", "target"])
 @pytest.mark.parametrize("k", [1, 4])
 def test_tiny_speculative_greedy_equals_plain(tiny_target, tiny_ggufs, draft, k):
-    engine = Engine(tiny_target)
+    engine = local_engine(tiny_target)
     spec = SpecConfig("prompt-lookup", k=k) if draft is None else \
         SpecConfig("draft-model", k=k, draft=str(tiny_ggufs[draft]))
     drafted = accepted = 0
@@ -147,7 +147,7 @@ def test_tiny_speculative_greedy_equals_plain(tiny_target, tiny_ggufs, draft, k)
 
 
 def test_tiny_noisy_draft_mixes_rejection_partial_and_full(tiny_target, tiny_ggufs):
-    engine = Engine(tiny_target)
+    engine = local_engine(tiny_target)
     spec = SpecConfig("draft-model", k=4, draft=str(tiny_ggufs["noisy"]))
     n_accepted = set()
     for prompt in TINY_PROMPTS.values():
@@ -199,7 +199,7 @@ def test_sampling_through_the_llama_cpp_runner_is_lossless(tiny_target, tiny_ggu
     """Draft-model sampling with an unrelated draft (many rejections, so the residual distribution does the
     work): the first two emitted tokens follow the target's joint distribution. The same statistic against
     the draft's own joint is far off, so the test has power at this many draws."""
-    engine = Engine(tiny_target)
+    engine = local_engine(tiny_target)
     spec = SpecConfig("draft-model", k=3, draft=str(tiny_ggufs["other"]))
     prompt_ids = engine.prompt_ids(TINY_PROMPTS["chat"])
     counts: dict[tuple[int, int], int] = {}
@@ -229,7 +229,7 @@ def test_a_gguf_draft_with_another_vocabulary_is_refused(tiny_target):
         builtin = str(default_model_gguf())
     except DefaultModelMissingError as exc:
         pytest.skip(str(exc))
-    engine = Engine(tiny_target)
+    engine = local_engine(tiny_target)
     with pytest.raises(TokenizerMismatchError, match="tokenizers differ") as info:
         engine.generate("hello", spec=SpecConfig("draft-model", k=3, draft=builtin))
     assert "\n" not in str(info.value)
@@ -239,17 +239,17 @@ def test_a_gguf_draft_with_another_vocabulary_is_refused(tiny_target):
 def test_a_draft_runs_on_its_targets_backend(tiny_target, tiny_ggufs, tiny_dir, tiny_model):
     """A GGUF draft of a GGUF target loads on llama.cpp too; a Hugging Face draft for a llama.cpp target, or a
     GGUF draft for a Hugging Face target, is refused before anything loads, with the way out."""
-    engine = Engine(tiny_target)
-    assert engine.draft_model(str(tiny_ggufs["noisy"])).backend == "llama.cpp"
+    engine = local_engine(tiny_target)
+    assert engine.drafts.draft_model(str(tiny_ggufs["noisy"])).backend == "llama.cpp"
     with pytest.raises(ConfigError, match="is a Hugging Face model, but target runs on llama.cpp") as info:
         engine.generate("hello", spec=SpecConfig("draft-model", k=3, draft=str(tiny_dir)))
     assert "--backend transformers" in str(info.value)
     with pytest.raises(ConfigError, match="is a GGUF file, but .* is a Hugging Face model"):
-        Engine(tiny_model).generate("hello", spec=SpecConfig("draft-model", k=3, draft=str(tiny_ggufs["noisy"])))
+        local_engine(tiny_model).generate("hello", spec=SpecConfig("draft-model", k=3, draft=str(tiny_ggufs["noisy"])))
 
 
 def test_the_started_event_names_the_backend_and_device(tiny_target):
-    started, _, finished = run(Engine(tiny_target), "hello", max_new_tokens=4)
+    started, _, finished = run(local_engine(tiny_target), "hello", max_new_tokens=4)
     assert started.device == "llama.cpp · CPU" and started.dtype == "Q8_0"
     assert len(finished.output_ids) == 4
 
@@ -258,11 +258,11 @@ def test_a_recurrent_model_runs_plain_decoding_only(tmp_path, tiny_tokenizer):
     from gguf_testkit import write_tiny_mamba_gguf
     mamba = load_model(str(write_tiny_mamba_gguf(tmp_path / "mamba.gguf", tiny_tokenizer)), device="cpu")
     assert mamba.backend == "llama.cpp" and not mamba.supports_rollback
-    engine = Engine(mamba)
+    engine = local_engine(mamba)
     _, _, first = run(engine, "hello world", max_new_tokens=12)
     _, _, again = run(engine, "hello world", max_new_tokens=12)  # synced by emptying and refeeding
     assert len(first.output_ids) == 12 and again.output_ids == first.output_ids
-    with pytest.raises(ConfigError, match="cannot be rolled back past a rejected draft; only method none"):
+    with pytest.raises(ConfigError, match="cannot be rolled back past a rejected draft"):
         engine.generate("hello", spec=SpecConfig("prompt-lookup", k=3))
 
 
@@ -283,7 +283,7 @@ def test_a_spec_names_its_backend():
 def test_the_engine_refuses_a_spec_for_another_backend(tiny_target):
     spec = SpecConfig("prompt-lookup", k=3, backend="transformers")
     with pytest.raises(ConfigError, match="asks for the transformers backend, but target runs on llama.cpp"):
-        Engine(tiny_target).generate("hello", spec=spec)
-    _, _, finished = run(Engine(tiny_target), "hello", spec=SpecConfig("prompt-lookup", k=3, backend="llama.cpp"),
+        local_engine(tiny_target).generate("hello", spec=spec)
+    _, _, finished = run(local_engine(tiny_target), "hello", spec=SpecConfig("prompt-lookup", k=3, backend="llama.cpp"),
                          max_new_tokens=4)
     assert len(finished.output_ids) == 4

@@ -1,6 +1,6 @@
 """The model catalog: a fake Hugging Face cache listed through scan_cache_dir, facts from metadata alone,
-memory estimates and the check in load_model, draft compatibility on real tokenizers in plain words, and
-`specscope models list/check`."""
+memory estimates and the check in load_model (engine.models.memory), draft compatibility on real tokenizers
+in plain words (engine.models.pairing), and `specscope models list/check`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from engine.models import catalog
+from engine.host import free_memory
+from engine.models import catalog, memory, pairing, sources
 from engine.cli.main import main
 from engine.core.errors import OutOfMemoryError
-from engine.core.compat import TokenizerDifference, tokenizer_difference
+from engine.core.compat import TokenizerDifference, explain_mismatch, tokenizer_difference
 from engine.models.load import load_model, load_tokenizer_only
 from engine_testkit import build_tiny_tokenizer, save_tiny_model
 
@@ -136,7 +137,7 @@ def test_lists_the_fake_hf_cache_and_added_paths(hf_cache, folders, tmp_path):
 def test_hf_home_is_honoured(hf_cache, monkeypatch):
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(hf_cache.parent))
-    assert catalog.hub_cache_dir() == hf_cache
+    assert sources.hub_cache_dir() == hf_cache
     assert "acme/tiny-chat" in {e.repo_id for e in catalog.list_hub_cache()}
     monkeypatch.setenv("HF_HOME", str(hf_cache.parent / "elsewhere"))
     assert catalog.list_hub_cache() == []  # no cache there: nothing, no error
@@ -144,30 +145,30 @@ def test_hf_home_is_honoured(hf_cache, monkeypatch):
 
 def test_memory_estimate_counts_weights_and_kv_cache(folders):
     entry = catalog.describe_path(folders["target"])
-    fp32 = catalog.estimate_memory(entry, "cpu", "float32", context_tokens=100)
+    fp32 = memory.estimate_memory(entry, "cpu", "float32", context_tokens=100)
     assert fp32.weights_bytes == entry.n_parameters * 4
     assert fp32.kv_cache_bytes == 2 * 4 * 2 * 16 * 4 * 100  # 2 × layers × kv heads × head dim × bytes × tokens
     assert fp32.total_bytes > fp32.weights_bytes + fp32.kv_cache_bytes
-    bf16 = catalog.estimate_memory(entry, "cpu", "bf16", context_tokens=100)
+    bf16 = memory.estimate_memory(entry, "cpu", "bf16", context_tokens=100)
     assert (bf16.dtype, bf16.weights_bytes, bf16.kv_cache_bytes) == ("bfloat16", fp32.weights_bytes // 2,
                                                                      fp32.kv_cache_bytes // 2)
-    assert catalog.estimate_memory(entry, "cpu", "float32").context_tokens == 256  # the model's context
-    free = catalog.free_memory("cpu")
+    assert memory.estimate_memory(entry, "cpu", "float32").context_tokens == 256  # the model's context
+    free = free_memory("cpu")
     assert isinstance(free, int) and free > 0 and fp32.free_bytes is not None and fp32.fits
 
 
 def test_memory_check_refuses_before_loading(folders, monkeypatch):
     entry = catalog.describe_path(folders["target"], label="Tiny target")
-    monkeypatch.setattr(catalog, "free_memory", lambda device: 1000)
+    monkeypatch.setattr(memory, "free_memory", lambda device: 1000)
     with pytest.raises(OutOfMemoryError, match=r"Tiny target needs about .* of RAM .* only 1.0 KB is free"):
-        catalog.memory_check(entry, "cpu", "float32")
+        memory.memory_check(entry, "cpu", "float32")
     with pytest.raises(OutOfMemoryError, match="pick a smaller model"):
         load_model(str(folders["target"]), device="cpu", dtype="float32")
     monkeypatch.setenv("SPECSCOPE_SKIP_MEMORY_CHECK", "1")
     assert load_model(str(folders["target"]), device="cpu", dtype="float32").n_layers == 4
-    monkeypatch.setattr(catalog, "free_memory", lambda device: None)  # unknown: never a reason to refuse
+    monkeypatch.setattr(memory, "free_memory", lambda device: None)  # unknown: never a reason to refuse
     monkeypatch.delenv("SPECSCOPE_SKIP_MEMORY_CHECK")
-    assert catalog.memory_check(entry, "cpu", "float32").fits is None
+    assert memory.memory_check(entry, "cpu", "float32").fits is None
 
 
 def test_the_builtin_model_is_described_and_not_refused():
@@ -176,7 +177,7 @@ def test_the_builtin_model_is_described_and_not_refused():
         pytest.skip(entry.problem)
     assert entry.usable and entry.name == "default" and entry.kind == "built-in"
     assert 130e6 < entry.n_parameters < 140e6 and entry.vocab_size == 49152 and entry.n_layers == 30
-    estimate = catalog.memory_check(entry, "cpu", "float32")
+    estimate = memory.memory_check(entry, "cpu", "float32")
     assert estimate.weights_bytes == entry.n_parameters * 4 and estimate.fits
 
 
@@ -185,12 +186,12 @@ def test_real_tokenizers_mismatch_in_plain_words(folders):
     tiny_tok = build_tiny_tokenizer()
     difference = tokenizer_difference(default_tok, tiny_tok)
     assert difference and difference.kind == "vocab-size" and "vocabulary sizes differ" in str(difference)
-    words = catalog.explain_mismatch(difference)
+    words = explain_mismatch(difference)
     assert words.startswith("These two models split text into different pieces: the target knows 49,152 pieces "
                             "and the draft 400")
     assert "same family" in words
     other = tokenizer_difference(tiny_tok, build_other_tokenizer())
-    assert "the target uses a BPE vocabulary and the draft a WordLevel one" in catalog.explain_mismatch(other)
+    assert "the target uses a BPE vocabulary and the draft a WordLevel one" in explain_mismatch(other)
 
 
 @pytest.mark.parametrize("difference, message, fragment", [
@@ -209,7 +210,7 @@ def test_real_tokenizers_mismatch_in_plain_words(folders):
 ])
 def test_explain_mismatch_shapes(difference, message, fragment):
     assert str(difference) == message
-    words = catalog.explain_mismatch(difference)
+    words = explain_mismatch(difference)
     assert words.startswith("These two models split text into different pieces: ") and fragment in words
     assert words.endswith("Llama-3.2-1B for Llama-3.1-8B).")
 
@@ -217,9 +218,9 @@ def test_explain_mismatch_shapes(difference, message, fragment):
 def test_compatible_drafts_share_the_tokenizer_and_are_smaller(folders):
     target, draft, stranger = (catalog.describe_path(folders[k]) for k in ("target", "draft", "stranger"))
     broken = catalog.describe_path(folders["draft"].parent / "nope")
-    assert catalog.compatible_drafts(target, [target, stranger, draft, broken]) == [draft]
-    assert catalog.compatible_drafts(draft, [target]) == []  # same tokenizer, but bigger: no speed-up
-    assert catalog.draft_difference(target, stranger)
+    assert pairing.compatible_drafts(target, [target, stranger, draft, broken]) == [draft]
+    assert pairing.compatible_drafts(draft, [target]) == []  # same tokenizer, but bigger: no speed-up
+    assert pairing.draft_difference(target, stranger)
 
 
 def test_cli_models_list_and_check(hf_cache, folders, capsys):

@@ -16,7 +16,7 @@ from engine.core.config import SamplingConfig, SpecConfig
 from engine.models.consent import PICKLE, REMOTE_CODE, ConsentAnswers, ConsentNeeded, require
 from engine.core.errors import ConfigError, ModelLoadError
 from engine.models.load import load_model, load_tokenizer_only
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine.core.validation import (MAX_SEED, check_output_path, check_seed, check_temperature, decode_argument,
                                parse_float, parse_int, write_text_atomic)
 
@@ -78,13 +78,14 @@ def test_pickle_weights_load_only_when_allowed(pickle_dir):
 
 
 def test_a_draft_gets_the_targets_two_questions(tiny_model, planted, pickle_dir):
-    engine = Engine(tiny_model)
+    answers = [ConsentAnswers()]
+    engine = local_engine(tiny_model, consent=lambda: answers[-1])  # the answers as they stand when asked
     with pytest.raises(ConsentNeeded) as asked:
         engine.validate(SpecConfig("draft-model", draft=str(pickle_dir)))
     assert asked.value.kind == PICKLE and asked.value.model == str(pickle_dir)
     with pytest.raises(ConsentNeeded, match="own Python code"):
         engine.validate(SpecConfig("draft-model", draft=str(planted[0])))
-    engine.consent = ConsentAnswers(pickle_allowed=frozenset({str(pickle_dir)}))
+    answers.append(ConsentAnswers(pickle_allowed=frozenset({str(pickle_dir)})))
     engine.validate(SpecConfig("draft-model", draft=str(pickle_dir)))
     assert not planted[1].exists()
 

@@ -13,7 +13,7 @@ from safetensors.numpy import save
 
 from engine.models import catalog, hub
 from engine.core.errors import DownloadCancelledError, DownloadError, UnsafeCheckpointError
-from engine.models.load import resolve_source
+from engine.models.sources import resolve_source
 from hubserver import FakeHub, FakeRepo
 
 TOKEN = "hf_SECRETtoken0123456789abcdefXYZ"
@@ -181,8 +181,8 @@ def test_needs_remote_code(tmp_path):
     custom = tmp_path / "custom"
     custom.mkdir()
     (custom / "config.json").write_bytes(_config(auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"}))
-    assert not hub.needs_remote_code(plain)
-    assert hub.needs_remote_code(custom)
+    assert not catalog.needs_remote_code(plain)
+    assert catalog.needs_remote_code(custom)
     assert catalog.describe_path(custom).needs_remote_code
 
 

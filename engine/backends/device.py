@@ -1,0 +1,71 @@
+"""The one device and dtype resolver: what "auto", "cuda:1" or "bf16" mean on this machine, for the loaders,
+the memory estimates and the model manager alike.
+
+Reads what engine.host says about this machine (GPUs, CPU flags); imports torch lazily (resolving needs it,
+importing this module does not). Touches nothing.
+"""
+
+from __future__ import annotations
+
+from engine.core.errors import DeviceError, ModelLoadError
+from engine import host
+
+# dtype names the user may type → torch attribute names
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16",
+               "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16"}
+
+
+def resolve_device(device: str | None):
+    """"auto" → cuda, else mps, else cpu; a named device must exist here (DeviceError otherwise)."""
+    import torch
+    device = (device or "auto").lower()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps") if host.mps_available() else torch.device("cpu")
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("CUDA was asked for, but this machine has no usable CUDA device (torch "
+                          f"{torch.__version__}); use --device cpu")
+    if kind == "mps" and not host.mps_available():
+        raise DeviceError("MPS was asked for, but it is not available here; use --device cpu")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu, cuda or mps")
+    return torch.device(device)
+
+
+def default_dtype(device_type: str):
+    """The dtype a model loads in on a device of this type when none is asked for: bf16 on a CUDA device
+    that supports it (fp16 on one that doesn't, and for a CUDA device this machine lacks), fp16 on MPS; on
+    the CPU bf16 where it computes bf16 natively (AVX512-BF16 or AMX: engine.host reads the flags), float32
+    elsewhere. Outputs that differ from plain decoding by bf16 rounding are told apart from errors by
+    engine.measure.divergence; exact equality is checked in float32 (`--dtype float32`, --strict)."""
+    import torch
+    if device_type == "cuda":
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float16
+    if device_type == "mps":
+        return torch.float16
+    return torch.bfloat16 if host.native_bf16() else torch.float32
+
+
+def resolve_dtype(dtype, device):
+    """A dtype name ("bf16", "float32", "auto"/None) or torch.dtype → torch.dtype for `device` (a torch
+    device or a device string, which need not exist here: estimates ask about other devices too)."""
+    import torch
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        return default_dtype(str(device).split(":")[0])
+    name = DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
+    if name is None:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
+    return getattr(torch, name)
+
+
+def dtype_label(dtype) -> str:
+    """"float32", "bfloat16", … for a torch dtype; a string (a GGUF quantisation such as Q4_1) as is."""
+    return str(dtype).removeprefix("torch.")
+
+
+__all__ = ["DTYPE_NAMES", "resolve_device", "default_dtype", "resolve_dtype", "dtype_label"]

@@ -1,0 +1,53 @@
+"""Where a target's measured verify-cost curve (engine.core.stats.VerifyCost) is kept: one small JSON file per
+model file, backend, device, dtype and thread count, under the app's cache folder (…/verify-cost). Reading
+never measures (engine.measure.verify_cost measures and stores). Touches that folder only; no Qt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.backends.source import file_stamp
+from engine.core.stats import VerifyCost
+from engine.host import cache_root
+
+CACHE_VERSION = 1
+
+
+def cache_file(model, threads: int) -> Path:
+    """Where the curve of `model` (a LoadedModel) on this backend, device, dtype and thread count is kept."""
+    stamp = file_stamp(model.source.file)
+    name = (f"{model.source.file.stem}-{stamp}-{model.backend}-{model.device.type}-{model.dtype_label}-"
+            f"{threads}t.json")
+    return cache_root() / "verify-cost" / name
+
+
+def read_curve(path: Path, n_max: int) -> VerifyCost | None:
+    """The curve kept at `path` when it covers n_max tokens; None for no file or an unreadable one."""
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") == CACHE_VERSION and len(data["seconds"]) >= n_max:
+            return VerifyCost(tuple(float(s) for s in data["seconds"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no cache yet, or an unreadable one
+    return None
+
+
+def cached_verify_cost(model, n_max: int, *, threads: int) -> VerifyCost | None:
+    """The curve of `model` from the cache only (one small file read, never a measurement): None where it
+    has not been measured up to n_max tokens (`specscope bench` measures and caches it), or where the model
+    has no file of its own to key the cache on."""
+    try:
+        path = cache_file(model, threads)
+    except (AttributeError, OSError, TypeError, ValueError):
+        return None
+    return read_curve(path, n_max)
+
+
+def store_curve(path: Path, model, threads: int, cost: VerifyCost) -> None:
+    """Keep a measured curve at `path` (written aside, then moved into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps({"version": CACHE_VERSION, "model": model.label, "threads": threads,
+                                   "seconds": list(cost.seconds)}))
+    staging.replace(path)

@@ -1,0 +1,73 @@
+"""Which installed drafts fit a target: smaller, not the same files, and with a tokenizer that passes
+engine.core.compat's check against the target's. The known-good pairs worth downloading are engine.models.pairs'.
+
+Loads tokenizers (never weights), cached per model file; touches nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from engine.backends.source import file_stamp
+from engine.core.compat import TokenizerDifference, size_difference, tokenizer_difference
+from engine.core.errors import SpecScopeError
+from engine.models.catalog import CatalogEntry
+from engine.models.sources import resolve_source
+
+__all__ = ["is_smaller", "same_model", "draft_difference", "compatible_drafts"]
+
+_tokenizers: dict[tuple, object] = {}
+
+
+def _load_tokenizer(entry: CatalogEntry):
+    from engine.backends.transformers import load_tokenizer
+    try:
+        stamp = file_stamp(entry.path)
+    except OSError:
+        stamp = None
+    key = (entry.name, str(entry.path), stamp)
+    if key not in _tokenizers:
+        _tokenizers[key] = load_tokenizer(resolve_source(entry.name), entry.name)
+    return _tokenizers[key]
+
+
+def is_smaller(draft: CatalogEntry, target: CatalogEntry) -> bool:
+    """The draft has fewer parameters than the target (or, where a count is unknown, fewer bytes)."""
+    if draft.n_parameters is not None and target.n_parameters is not None:
+        return draft.n_parameters < target.n_parameters
+    return draft.size_bytes < target.size_bytes
+
+
+def same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
+    """Two entries name the same files."""
+    try:
+        return a.path.resolve() == b.path.resolve()
+    except OSError:
+        return a.path == b.path
+
+
+def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDifference | None:
+    """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
+    tokenizers (never the weights); a cheap vocabulary-size check runs first."""
+    if target.vocab_size is not None and draft.vocab_size is not None:
+        sizes = size_difference(target.vocab_size, draft.vocab_size)
+        if sizes:
+            return sizes
+    return tokenizer_difference(_load_tokenizer(target), _load_tokenizer(draft))
+
+
+def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:
+    """The usable candidates that are smaller than `target` and whose tokenizer passes
+    `engine.core.compat.tokenizer_difference` against the target's, in the order given."""
+    found = []
+    for candidate in candidates:
+        if not candidate.usable or same_model(candidate, target) or not is_smaller(candidate, target):
+            continue
+        try:
+            if draft_difference(target, candidate) is None:
+                found.append(candidate)
+        except SpecScopeError:  # its tokenizer cannot be loaded: not a draft we can offer
+            continue
+    return found
+
+
