@@ -32,7 +32,9 @@ import os
 import sys
 
 from engine.cli.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
-                              add_spec_args, check_generation_args, sampling_from_args, spec_from_args)
+                              add_spec_args, check_generation_args, given_params, sampling_from_args,
+                              spec_from_args)
+from engine.core.methods import all_params, method_spec
 from engine.core.config import SpecConfig, parse_spec
 from engine.models.consent import PICKLE, REMOTE_CODE, ConsentNeeded, require
 from engine.core.errors import ConfigError
@@ -76,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def dtype_name(text: str) -> str:
-    """--dtype: one of engine.models.sources' names, as the Models window's dtype picker names it (argparse's type)."""
-    from engine.models.sources import DTYPE_NAMES
+    """--dtype: one of engine.backends.device's names, as the Models window's dtype picker names it (argparse's type)."""
+    from engine.backends.device import DTYPE_NAMES
     name = DTYPE_NAMES.get(text.strip().lower())
     if name is None:
         raise argparse.ArgumentTypeError(f"expected float32, bfloat16 or float16, got {text!r}")
@@ -110,16 +112,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.quit_when_done and not args.prompt:
         build_parser().error("--quit-when-done needs --prompt")
-    if args.method == "draft-model" and args.draft is None:
+    if args.method and method_spec(args.method).implied_by_draft and args.draft is None:
         args.draft = "default"
     return args
 
 
 def check_settings(args: argparse.Namespace) -> None:
     """Refuse a bad combination before any window opens (raises ConfigError)."""
-    for option, name in (("--ngram-max", "ngram_max"), ("--ngram-min", "ngram_min"), ("--adaptive", "adaptive")):
-        if getattr(args, name) is not None:
-            raise ConfigError(f"{option} is not a setting of the window; use it with specscope generate or bench")
     spec_from_args(args)
     sampling_from_args(args)
     check_generation_args(args)
@@ -172,7 +171,8 @@ def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
 
 def apply_args(window, args: argparse.Namespace) -> None:
     """Put the command line's settings into the window's settings panel."""
-    window.controls.apply(model=args.model, method=args.method, draft=args.draft, k=args.k, layers=args.layers,
+    window.controls.apply(model=args.model, method=args.method, draft=args.draft, k=args.k, adaptive=args.adaptive,
+                          **given_params(args),
                           temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                           max_new_tokens=args.max_new_tokens, system_prompt=args.system)
     if args.backend is not None:  # --backend: the panel's choice, so the first load runs on it
@@ -185,7 +185,8 @@ def held_problem(window, args: argparse.Namespace) -> str | None:
     """The first number given on the command line that the settings panel did not keep exactly (a widget
     that rounds or clamps), as a refusal; None when every one was kept. Refuse, never change it silently."""
     held = window.controls.values()
-    for name in ("k", "layers", "temperature", "top_p", "top_k", "seed", "max_new_tokens"):
+    numbers = [p.name for p in all_params() if p.type in (int, float)]
+    for name in ("k", *numbers, "temperature", "top_p", "top_k", "seed", "max_new_tokens"):
         asked = getattr(args, name)
         if asked is not None and abs(held[name] - asked) > 1e-9:
             option = "--" + name.replace("_", "-")
@@ -294,7 +295,7 @@ class ScriptedCompare(ScriptedRun):
         pass
 
     def _compared(self, session) -> None:
-        compare = self.window.compare_window
+        compare = self.window.tools.compare_window
         self._save_screenshot(compare)
         if not self.args.quit_when_done:
             return
@@ -305,9 +306,9 @@ class ScriptedCompare(ScriptedRun):
         self._quit(EXIT_OK)
 
     def _failed(self, message: str) -> None:
-        if self.args.quit_when_done and self.window.compare_window is not None:
+        if self.args.quit_when_done and self.window.tools.compare_window is not None:
             print(f"specscope gui: error: {message}", file=sys.stderr, flush=True)
-            self._save_screenshot(self.window.compare_window)
+            self._save_screenshot(self.window.tools.compare_window)
             self._quit(EXIT_FAILED)
             return
         super()._failed(message)

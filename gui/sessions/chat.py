@@ -21,13 +21,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine.core.config import SamplingConfig, SpecConfig
+from engine.core.config import SamplingConfig, SpecConfig, spec_to_record
 from engine.models.consent import PICKLE, REMOTE_CODE, ConsentAnswers
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.methods import plain_method
 from engine.core.stats import efficiency, speedup
+from engine.core.tokens import DisplayToken
 from gui.persistence.recorder import HistoryRecorder
 from gui.persistence.fork import branch_recorder
-from gui.sessions.session_model import Figures, SessionModel, Token, Turn
+from gui.sessions.session_model import Figures, SessionModel, Turn
 
 MIN_BASELINE_TOKENS = 8  # a plain-decoding run shorter than this is no reference
 BASELINE_PROMPT = "Write a short paragraph about the sea."  # when the chat has no message to measure on
@@ -94,6 +96,8 @@ class ChatSession(SessionModel):
         self.saved_settings: dict | None = None  # what a reopened chat's last reply ran with (its settings record)
         self.consents: dict[tuple[str, str], bool] = {}  # (kind, model) -> the answer given this session
         self.device_override: tuple[str, str] | None = None  # (device, dtype) for this run only (--device)
+        self.editing: int | None = None  # the turn index of the message being edited (Edit), if any
+        self.pending_pair: tuple[str, str | None] | None = None  # the Models window's choice, until it loads
         self._request_record: dict = {}
         self._next_request_id = 1
 
@@ -149,6 +153,17 @@ class ChatSession(SessionModel):
         """The load failed, or it waits for the user's answer to a safety question."""
         self.loading = None
 
+    def expect_pair(self, target: str, draft: str | None) -> bool:
+        """The Models window chose a target and draft: they become the chat's settings once that target has
+        loaded (`take_pair`). Returns whether it is the loaded one already (nothing to wait for)."""
+        self.pending_pair = (target, draft)
+        return self.model_info is not None and self.model_info.requested == target
+
+    def take_pair(self, loaded: str) -> tuple[str, str | None] | None:
+        """The pair chosen for `loaded`, once (None: none chosen, or chosen for another model)."""
+        pending, self.pending_pair = self.pending_pair, None
+        return pending if pending is not None and pending[0] == loaded else None
+
     # ------------------------------------------------------------------ how models load
     def answer_consent(self, kind: str, model: str, answer: bool) -> None:
         """The user's answer to a safety question (kind: remote-code | pickle) about `model`."""
@@ -197,7 +212,7 @@ class ChatSession(SessionModel):
                        + [{"role": "user", "content": BASELINE_PROMPT}])
         last = next((t for t in reversed(self.turns) if t.role == "assistant" and t.stats), None)
         budget = max(32, last.stats.committed_tokens) if last is not None else 128
-        return self._begin(BASELINE, self.model_name(fallback_model), history, SpecConfig(method="none"),
+        return self._begin(BASELINE, self.model_name(fallback_model), history, SpecConfig(),
                            sampling, budget)
 
     def _begin(self, purpose, model, conversation, spec, sampling, max_new_tokens):
@@ -225,7 +240,7 @@ class ChatSession(SessionModel):
                                      "device": event.device, "dtype": event.dtype})
         return turn
 
-    def on_round(self, request_id: int, event: RoundVerified) -> list[Token] | None:
+    def on_round(self, request_id: int, event: RoundVerified) -> list[DisplayToken] | None:
         """The round's tokens in display order (None: not a chat reply's round)."""
         request = self._ours(request_id)
         if request is None or request.purpose != CHAT or self.current is None:
@@ -248,7 +263,7 @@ class ChatSession(SessionModel):
                            "every speed-up of this model from now on", baseline=stats.tok_per_s)
         turn = self.finish(event)
         self.recorder.reply_finished(event)
-        if self.live.method == "none" and stats.committed_tokens >= MIN_BASELINE_TOKENS and turn is not None:
+        if self.live.method == plain_method().name and stats.committed_tokens >= MIN_BASELINE_TOKENS and turn is not None:
             self.record_baseline(stats.tok_per_s, replace=False)  # the first plain reply, when none was measured
         if event.error:
             status = f"Reply ended: {event.error}"
@@ -286,6 +301,25 @@ class ChatSession(SessionModel):
         return True
 
     # ------------------------------------------------------------------ branches (Edit, Regenerate)
+    def edit(self, turn_index: int) -> str:
+        """The user message `turn_index` is being edited: sending forks the chat before it. Returns its text."""
+        self.editing = turn_index
+        return self.turns[turn_index].text
+
+    def cancel_edit(self) -> bool:
+        """No message is being edited any more; returns whether one was."""
+        editing, self.editing = self.editing, None
+        return editing is not None
+
+    def fork_edited(self) -> bool:
+        """Before a message goes out: a message being edited forks the chat before it (the history keeps both
+        branches). Returns whether it forked."""
+        if self.editing is None:
+            return False
+        index, self.editing = self.editing, None
+        self.fork_before(index)
+        return True
+
     def settings_of(self, turn_index: int) -> Settings | None:
         """The settings the user message `turn_index` (or the reply to it) was sent with, if sent this session."""
         turn = self.turns[turn_index]
@@ -311,12 +345,14 @@ class ChatSession(SessionModel):
     def new_chat(self) -> None:
         super().new_chat()
         self.saved_settings = None
+        self.editing = None  # a message being edited belonged to the chat shown before
         self.recorder.new_chat()
 
-    def open_saved(self, conversation_id: int, turns: list[Turn], tokens: list[Token], run=None) -> None:
+    def open_saved(self, conversation_id: int, turns: list[Turn], tokens: list[DisplayToken], run=None) -> None:
         """Show a saved conversation; the next message continues it. `run` (gui.persistence.replay.SavedRun): its last
         reply's rounds, folded again so its stats and graphs are as they were, and the settings it ran with."""
         self.restore(turns, tokens)
+        self.editing = None  # a message being edited belonged to the chat shown before
         self.recorder.open(conversation_id)
         self.saved_settings = run.settings if run is not None else None
         if run is not None:
@@ -375,18 +411,27 @@ class ChatSession(SessionModel):
         if stats is not None:
             record.update(stats.as_dict())
             baseline = self.baseline_tok_per_s()
-            measured = speedup(stats.tok_per_s, baseline) if baseline and turn.spec_label != "none" else None
+            measured = speedup(stats.tok_per_s, baseline) if baseline and turn.spec_label != SpecConfig().label() else None
             record["baseline_tok_per_s"] = baseline
             record["speedup"] = measured
             record["efficiency"] = efficiency(measured, stats.theoretical_speedup)
         return record
 
 
+def spec_words(spec: SpecConfig) -> str:
+    """A setting as the user reads it (the status line): the method's label, then k, the draft and the
+    parameters set."""
+    if not spec.speculative:
+        return spec.info.label
+    extra = [f"k={spec.k}"] + ([f"draft {spec.draft}"] if spec.draft else []) + [
+        f"{spec.info.param(name).title} {value}" for name, value in spec.params]
+    return f"{spec.info.label}, {', '.join(extra)}"
+
+
 def settings_record(settings: Settings, model: str) -> dict:
     """The settings a message ran with, as stored in the history (JSON-ready)."""
     spec, sampling = settings.spec, settings.sampling
-    return {"model": model, "method": spec.method, "k": spec.k, "draft": spec.draft,
-            "layers": spec.layers, "max_new_tokens": settings.max_new_tokens,
+    return {"model": model, **spec_to_record(spec), "max_new_tokens": settings.max_new_tokens,
             "system_prompt": settings.system_prompt or None,
             "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                          "seed": sampling.seed}}

@@ -102,7 +102,7 @@ def test_regenerate_forks_the_chat_with_the_same_settings(make_window, send_and_
     assert new.messages[2].content == "second question"
     # with the current settings (Ctrl+Shift+R)
     with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
-        assert window.regenerate(current=True)
+        assert window.replies.regenerate(current=True)
     assert (engine.calls[-1].spec.method, engine.calls[-1].spec.k) == ("prompt-lookup", 5)
     assert len(window.session.turns) == 4
     assert len({c.id for c in store.list_conversations()}) == 3
@@ -117,7 +117,7 @@ def test_edit_and_resend_forks_from_the_edited_message(make_window, send_and_wai
     old_id = window.session.conversation_id
     window.message_box.setFocus()
     qtbot.keyClick(window.message_box, Qt.Key.Key_Up)  # Up in an empty box: edit the last message
-    assert window.editing == 2 and window.message_box.toPlainText() == "second question"
+    assert window.session.editing == 2 and window.message_box.toPlainText() == "second question"
     window.message_box.setPlainText("second question, edited")
     with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
@@ -131,9 +131,9 @@ def test_edit_and_resend_forks_from_the_edited_message(make_window, send_and_wai
     # editing the first message from its link starts a branch with no earlier turn; Esc cancels an edit
     click_action(qtbot, window, "edit", 0)
     assert window.message_box.toPlainText() == "first question"
-    window._on_escape()
-    assert window.editing is None and not window.message_box.toPlainText()
-    window.edit_message(0)
+    window.replies.escape()
+    assert window.session.editing is None and not window.message_box.toPlainText()
+    window.replies.edit_message(0)
     with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
         assert window.send("a new first question")
     assert [t.role for t in window.session.turns] == ["user", "assistant"]
@@ -151,15 +151,15 @@ def test_the_actions_have_shortcuts_in_the_menu_and_say_them(make_window):
         assert keys in actions[text].toolTip()
     every = [a.shortcut().toString() for a in actions.values() if not a.shortcut().isEmpty()]
     assert len(every) == len(set(every)), "two actions share a shortcut"
-    assert not window.regenerate() and "No reply" in window.status_label.text()
+    assert not window.replies.regenerate() and "No reply" in window.status_label.text()
 
 
 def test_a_new_chat_forgets_the_message_being_edited(make_window, send_and_wait, qtbot):
     window = make_window()
     window.controls.apply(max_new_tokens=6)
     send_and_wait(window, "a question")
-    assert window.edit_message()
+    assert window.replies.edit_message()
     window.new_chat()
-    assert window.editing is None
+    assert window.session.editing is None
     turn = send_and_wait(window, "a fresh start")
     assert [t.text for t in window.session.turns if t.role == "user"] == ["a fresh start"] and turn.text

@@ -300,7 +300,7 @@ def test_sweep_marks_the_best_k_on_canned_figures_and_applies_it_to_the_chat(mak
     window, compare = make_compare()
     points = [SweepPoint(1, 1.20, 0.8, 0.05), SweepPoint(2, 1.55, 0.75, 0.05), SweepPoint(3, 1.71, 0.7, 0.05),
               SweepPoint(4, 1.64, 0.7, 0.05), SweepPoint(5, 1.71, 0.66, 0.05), SweepPoint(6, 1.40, 0.6, 0.05)]
-    compare.sweep_setting.set_spec(SpecConfig(method="early-exit", k=4, layers=6))
+    compare.sweep_setting.set_spec(SpecConfig(method="early-exit", k=4, params={"layers": 6}))
     compare.show_sweep_summary(sweep_summary("early-exit", points))
     assert best_k(points).k == 3  # a tie (k=3, k=5) goes to the smaller k
     assert compare.sweep_plot.marked_k() == 3
@@ -428,7 +428,7 @@ def start(info):
     compare.run_comparison()
 window.model_ready.connect(start)
 def close_mid_comparison():
-    compare = window.compare_window
+    compare = window.tools.compare_window
     if compare is not None and compare.session.runs[0].session.live.accumulator.rounds >= 5:
         poll.stop()
         window.close()  # the worker is inside the comparison's first run

@@ -55,8 +55,8 @@ def test_out_of_range_values_are_refused_with_the_range(make_window):
     window = make_window()  # the fake model has 12 layers
     controls = window.controls
     controls.apply(method="early-exit")
-    controls.layers.setValue(40)
-    assert controls.layers.value() == 40  # not silently 4
+    controls.param_controls["layers"].setValue(40)
+    assert controls.param_controls["layers"].value() == 40  # not silently 4
     assert "from 1 to 11 for this model (12 layers), got 40" in controls.problem.text()
     assert not window.send_button.isEnabled()
     controls.apply(method="prompt-lookup", layers=0)
@@ -83,7 +83,7 @@ def test_a_failed_load_never_changes_the_chats_settings(qtbot, tmp_path):
         window.controls.apply(method="prompt-lookup", k=3)
         before = window.controls.values()
         with qtbot.waitSignal(window.request_failed, timeout=WAIT_MS):
-            window._load_from_manager(folder, folder, "auto", "auto")  # the Models window's Load
+            window.tools.load_from_manager(folder, folder, "auto", "auto")  # the Models window's Load
         assert window.controls.values() == before  # still prompt lookup, no draft, the loaded target
         assert window.controls.method_name() == "prompt-lookup" and window.controls.model_name() == "default"
     finally:

@@ -29,7 +29,7 @@ def test_reopened_chat_restores_its_stats_graphs_and_settings(make_window, send_
     window.new_chat()
     assert stat(window, "acceptance") != shown["acceptance"]
     window.controls.apply(method="none", k=6, temperature=0.0, seed=-1)
-    assert window.open_conversation(cid)
+    assert window.conversations.open(cid)
     live = window.session.live
     assert live.snapshot() == turn.stats  # the final stats, as saved
     assert live.acceptance_cumulative.data() == series[0]  # the same fold again (times stored to the µs)

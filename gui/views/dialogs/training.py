@@ -27,8 +27,9 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QApplication, QCheckBox, QDialog, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
                                QMessageBox, QProgressBar, QPushButton, QVBoxLayout)
 
-from engine.core.config import BACKENDS
+from engine.backends import is_local_backend
 from engine.core.errors import ConfigError
+from engine.core.methods import head_method
 from engine.core.validation import MAX_TRAIN_MINUTES, MIN_TRAIN_MINUTES
 from gui import theme
 from gui.jobs import BackgroundJobs
@@ -421,7 +422,7 @@ class TrainingFront:
     def method_picked(self, method: str) -> None:
         """The user picked a method in the settings panel: eagle for a loaded model with no head is offered."""
         info = self.window.session.model_info
-        if method != "eagle" or info is None or info.backend not in BACKENDS or head_for(info.name) is not None:
+        if method != head_method() or info is None or not is_local_backend(info.backend) or head_for(info.name) is not None:
             return
         self.offer(info.requested, info.name)
 
@@ -457,9 +458,9 @@ class TrainingFront:
         if controls.effective_backend() != "transformers":
             reload = True
             window.set_backend("transformers")
-            if window.model_manager is not None:
-                window.model_manager.set_backend("transformers")
-        controls.apply(model=model, method="eagle")
+            if window.tools.model_manager is not None:
+                window.tools.model_manager.set_backend("transformers")
+        controls.apply(model=model, method=head_method())
         if reload:
             window.load_model(model, force=True)
         window.status_label.setText(f"Method eagle selected for {model}: it applies from the next message.")

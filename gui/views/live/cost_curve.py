@@ -2,13 +2,18 @@
 measured it (engine.measure.verify_cost, brought by gui.worker.CostCurve), so a user sees why speculation pays or doesn't:
 "verifying 4 tokens costs 3.2× one on this machine". A headline and a small table (n, ms, × one).
 
-Renders a CostCurve it is given; computes no figure itself (VerifyCost.relative is the engine's).
+Renders a CostCurve it is given (`show_curve`, from the worker's measurement); computes no figure itself
+(VerifyCost.relative is the engine's). A live panel (gui.views.live.panel.LivePanel) whose figures belong to the
+loaded model, not to the chat: a snapshot or a new chat leaves them as they are.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
+
+from gui import theme
+from gui.views.live.panel import LiveSnapshot
 
 HEADLINE_N = 4  # the pass size the headline names (k = 3 drafted + the target's own)
 SHOWN_N = (1, 2, 3, 4, 5, 6, 8)
@@ -24,7 +29,9 @@ def headline(curve) -> str:
 class CostCurveView(QWidget):
     """Headline, then a row of n, the ms of a pass over n tokens and its cost against one."""
 
-    def __init__(self, parent=None) -> None:
+    stretch = 0
+
+    def __init__(self, palette: theme.Palette | None = None, parent=None) -> None:
         super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -71,3 +78,12 @@ class CostCurveView(QWidget):
         self.curve = None
         self.headline.setText(f"Verify cost: not measured ({message})")
         self.table.hide()
+
+    def update_from(self, snapshot: LiveSnapshot) -> bool:
+        return False  # the loaded model's curve: the chat's stats do not move it
+
+    def set_palette(self, palette: theme.Palette) -> None:
+        pass  # its labels take the application's palette and style sheet
+
+    def clear(self) -> None:
+        pass  # the curve stays until another model's is measured

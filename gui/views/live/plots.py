@@ -1,9 +1,11 @@
 """Live graphs (pyqtgraph): acceptance rate, tokens/s, per-position acceptance, accept-length histogram.
 
-They never redraw per token: the window calls `update_from()` from a timer (≤ 20 Hz) and every item is
-updated in place with `setData` / `setOpts`.
+They never redraw per token: the live dock calls `update_from()` from a timer (≤ 20 Hz) and every item is
+updated in place with `setData` / `setOpts`. On a tick one graph is redrawn (round robin), so no tick holds the
+event loop for long; `LivePlots` is a live panel (gui.views.live.panel.LivePanel).
 
-May touch: pyqtgraph, gui.theme, and reads gui.sessions.session_model.LiveStats; no state of its own beyond its items.
+May touch: pyqtgraph, gui.theme, and reads gui.sessions.session_model.LiveStats; no state of its own beyond its
+items and which graph drew which version.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QWidget
 
+from engine.core.methods import plain_method
 from gui import theme
 from gui.sessions.session_model import LiveStats
+from gui.views.live.panel import LiveSnapshot
 
 
 PANELS = ("acceptance", "speed", "positions", "histogram")
@@ -28,8 +32,12 @@ def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
 
 
 class LivePlots(QWidget):
+    stretch = 1
+
     def __init__(self, palette: theme.Palette, parent=None) -> None:
         super().__init__(parent)
+        self._drawn = dict.fromkeys(PANELS, -1)  # graph -> the live stats version it shows
+        self._next_panel = 0  # where the round robin of the ticks goes on
         self._ticks_for: int | None = None  # the k the bar graphs' ticks were laid out for
         self._titles: dict[int, str] = {}  # id(plot) -> its title (set again with each palette)
         pg.setConfigOptions(antialias=True)
@@ -72,7 +80,7 @@ class LivePlots(QWidget):
         layout.addWidget(self.histogram, 3, 0)
         self.set_palette(palette)
         self.clear()
-        self.redraws = 0  # how many times update_from() ran (the tests check it is per frame, not per token)
+        self.redraws = 0  # how many times draw() ran (the tests check it is per frame, not per token)
 
     def _plot(self, title: str, left: str, bottom: str) -> pg.PlotWidget:
         plot = pg.PlotWidget()
@@ -134,7 +142,10 @@ class LivePlots(QWidget):
             item.legend.setLabelTextColor(QColor(self._palette.text_dim))
             item.legend.setBrush(pg.mkBrush(QColor(self._palette.surface)))
 
-    def clear(self, k: int = 0) -> None:
+    def clear(self) -> None:
+        """Empty graphs; the next snapshot draws every one of them."""
+        self._drawn = dict.fromkeys(PANELS, -1)
+        k = 0
         for curve in (self.acceptance_rolling_curve, self.acceptance_cumulative_curve,
                       self.speed_rolling_curve, self.speed_cumulative_curve):
             curve.setData([], [])
@@ -145,8 +156,25 @@ class LivePlots(QWidget):
         self._set_range(self.histogram, y=(0, 5))
         self._set_bar_ranges(k)
 
-    def update_from(self, live: LiveStats, baseline_tok_per_s: float | None, panels=PANELS) -> None:
-        """Redraw the given panels from the live stats (from the window's timer, never per round).
+    def update_from(self, snapshot: LiveSnapshot) -> bool:
+        """Every graph not drawn at this version; on a tick, the next of them only (returns whether more are
+        left)."""
+        version = snapshot.version
+        stale = [p for p in (PANELS[(self._next_panel + i) % len(PANELS)] for i in range(len(PANELS)))
+                 if self._drawn[p] != version]
+        if snapshot.tick and stale:
+            self._next_panel = (PANELS.index(stale[0]) + 1) % len(PANELS)
+            stale = stale[:1]
+        elif not snapshot.tick:
+            stale = list(PANELS)
+        for panel in stale:
+            self._drawn[panel] = version
+        if stale:
+            self.draw(snapshot.live, snapshot.baseline_tok_per_s, panels=tuple(stale))
+        return any(drawn != version for drawn in self._drawn.values())
+
+    def draw(self, live: LiveStats, baseline_tok_per_s: float | None, panels=PANELS) -> None:
+        """Redraw the given panels from the live stats (from the dock's timer, never per round).
 
         Axis ranges move in 1-2-5 steps rather than with every point, so the axes (the costly part to paint)
         are only redrawn when a range steps up."""
@@ -166,7 +194,7 @@ class LivePlots(QWidget):
             self._set_range(self.speed, x=(0, _nice_ceiling(x_max)), y=(0, _nice_ceiling(top * 1.1)))
         if "positions" in panels or "histogram" in panels:
             stats = live.snapshot()
-            n_positions = max(live.k if live.method != "none" else 0, len(stats.per_position_acceptance))
+            n_positions = max(live.k if live.method != plain_method().name else 0, len(stats.per_position_acceptance))
             if "positions" in panels:
                 per_position = list(stats.per_position_acceptance)
                 per_position += [0.0] * (n_positions - len(per_position))

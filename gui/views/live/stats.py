@@ -2,7 +2,8 @@
 and draft vs verify time, and the time-split bar the compare panes use too.
 
 It renders `gui.sessions.session_model.Figures` (from `ChatSession.figures()`, which reads `engine.core.stats`) and asks for
-a baseline measurement (`baseline_requested`); it computes no figure itself.
+a baseline measurement (`baseline_requested`); it computes no figure itself. `StatsStrip` is a live panel
+(gui.views.live.panel.LivePanel).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QSizePol
 
 from gui import theme
 from gui.sessions.session_model import Figures
+from gui.views.live.panel import LiveSnapshot
 
 DASH = "—"
 
@@ -107,9 +109,11 @@ class StatsStrip(QWidget):
     """The figures as tiles that reflow: three columns when the dock is wide, two when it is narrow."""
 
     baseline_requested = Signal()
+    stretch = 0
 
     def __init__(self, palette: theme.Palette, parent=None) -> None:
         super().__init__(parent)
+        self._shown_version = -1
         self.grid = grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setSpacing(6)
@@ -165,6 +169,27 @@ class StatsStrip(QWidget):
 
     def set_measure_enabled(self, enabled: bool) -> None:
         self.measure.setEnabled(enabled)
+
+    def show_baseline(self, described: str | None) -> None:
+        """The plain speed every speed-up uses (`Baseline.describe()`), or None: not measured yet."""
+        self.speedup.setToolTip(
+            "tok/s of this reply / tok/s of plain decoding of this model on this device, in this dtype: "
+            + (described if described is not None else "not measured yet")
+            + " (a plain reply is the reference itself: no figure)")
+        self.measure.setText("Measure plain speed again" if described is not None else "Measure plain speed")
+        self.measure.setToolTip((f"Plain speed of this model: {described}; every speed-up uses it. "
+                                 if described is not None else "")
+                                + "Run the last message again with plain decoding (hidden) to measure it.")
+
+    def update_from(self, snapshot: LiveSnapshot) -> bool:
+        """The snapshot's figures (on a tick, only when they moved)."""
+        if not snapshot.tick or snapshot.version != self._shown_version:
+            self._shown_version = snapshot.version
+            self.show_figures(snapshot.figures)
+        return False
+
+    def clear(self) -> None:
+        self._shown_version = -1
 
     def show_figures(self, figures: Figures) -> None:
         self.tok_per_s.set(f"{figures.tok_per_s:.1f}" if figures.committed_tokens > 1 else DASH,

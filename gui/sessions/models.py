@@ -1,0 +1,189 @@
+"""The model manager's logic, in plain Python (no Qt): what it lists, checks and says.
+
+The catalog look-ups it runs on background threads (listing with memory estimates, the pair check, the draft
+list the settings panel offers), their answers (`PairVerdict`, `DraftChoices`), and the words of each table row,
+the free-memory line, a download's progress and the token note. The window (gui.views.dialogs.models) asks and
+renders; all the work is `engine.models` (catalog, pairing, memory, hub).
+
+May touch: engine.models (public functions only), engine.backends.device (which devices exist), engine.models.secrets
+(whether a token is set, never the token's text). Never Qt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.core.compat import explain_mismatch
+from engine.core.errors import SpecScopeError
+from engine.models import catalog, pairing, pairs, secrets
+from engine.models.memory import DEFAULT_CONTEXT_TOKENS, estimate_memory_on
+from engine.models.pairs import DRAFT_IS_TARGET
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+KIND_LABELS = {"built-in": "built in", "hub-cache": "HF cache", "folder": "folder", "gguf": "GGUF file"}
+
+
+def plural(n: int, word: str) -> str:
+    """'1 model', '3 models'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass(frozen=True, slots=True)
+class PairVerdict:
+    target: str
+    draft: str | None
+    compatible: bool | None  # None: no draft chosen
+    explanation: str
+    drafts: tuple  # compatible CatalogEntry candidates for the target
+
+
+def device_availability() -> dict[str, bool]:
+    """Which devices this machine has: what engine.backends.device.resolve_device (the one resolver) accepts."""
+    from engine.core.errors import DeviceError
+    from engine.backends.device import resolve_device
+
+    available = {}
+    for name in DEVICES:
+        try:
+            resolve_device(name)
+            available[name] = True
+        except DeviceError:
+            available[name] = False
+    return available
+
+
+def list_job(extra: list[str], device: str, dtype: str, backend: str = "auto"):
+    entries = catalog.list_models(extra)
+    return entries, estimates_job(entries, device, dtype, backend)(), device_availability()
+
+
+def estimates_job(entries, device: str, dtype: str, backend: str = "auto") -> Callable[[], dict]:
+    """Each entry's memory estimate on the chosen backend (a GGUF on llama.cpp stays quantized)."""
+    def run() -> dict:
+        out = {}
+        for entry in entries:
+            try:
+                out[entry.name] = estimate_memory_on(entry, backend, device,
+                                                     None if dtype == "auto" else dtype)
+            except (SpecScopeError, RuntimeError, ValueError):
+                out[entry.name] = None
+        return out
+    return run
+
+
+def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
+    def run() -> PairVerdict:
+        drafts = tuple(pairing.compatible_drafts(target, candidates))
+        if draft is None:
+            return PairVerdict(target.name, None, None, "", drafts)
+        if pairing.same_model(target, draft):
+            return PairVerdict(target.name, draft.name, False, DRAFT_IS_TARGET, drafts)
+        try:
+            difference = pairing.draft_difference(target, draft)
+        except SpecScopeError as exc:
+            return PairVerdict(target.name, draft.name, False, f"The pair cannot be checked: {exc}", drafts)
+        if difference is not None:
+            return PairVerdict(target.name, draft.name, False, explain_mismatch(difference), drafts)
+        note = ""
+        if not pairing.is_smaller(draft, target):
+            note = " It is not smaller than the target, though, so it will not make replies faster."
+        return PairVerdict(target.name, draft.name, True,
+                           f"These two share one tokenizer: {draft.label} can draft for {target.label}.{note}",
+                           drafts)
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class DraftChoices:
+    """What the settings panel's draft list offers for a target (gui.views.chat.controls.set_draft_choices)."""
+
+    target: str
+    names: tuple[str, ...]  # compatible, smaller, installed
+    target_aliases: frozenset[str]  # the target's own names: a draft that is one of them is the target itself
+    note: str  # when none is installed: why, and the known-good draft
+    download: str | None  # the known-good draft's hub id, to download
+
+
+def draft_choices(target_name: str, added: list[str]) -> DraftChoices:
+    """The compatible, smaller drafts installed for `target_name` (loads tokenizers, never weights); when
+    there is none, engine.models.pairs' known-good draft for its family."""
+    target = catalog.describe_name(target_name)
+    entries = catalog.list_models(added)
+    drafts = pairing.compatible_drafts(target, entries)
+    aliases = {target_name, target.name, str(target.path)} | {e.name for e in entries if pairing.same_model(e, target)}
+    if drafts:
+        return DraftChoices(target_name, tuple(e.name for e in drafts), frozenset(aliases), "", None)
+    names = (target_name, target.name, target.label, target.repo_id)
+    known, bigger = pairs.pairs_for(*names), pairs.pairs_drafted_by(*names)
+    download = known[0].draft if known else bigger[0].targets[0] if bigger else None  # the draft, or its target
+    advice = pairs.suggestion(*names) or "Prompt lookup and early exit need no draft model."
+    return DraftChoices(target_name, (), frozenset(aliases),
+                        f"No compatible, smaller draft is installed for {target.label}. {advice}", download)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    """One model's row in the table, in words."""
+
+    values: tuple[str, ...]  # one per column: model, source, architecture, parameters, size, stored as,
+    #                          tokenizer, memory needed, status
+    tooltip: str  # the model's cell: its label and path, and its own drafter
+    memory_tip: str  # the estimate's parts
+    too_big: bool  # the estimate says it does not fit
+    status: str
+
+
+def model_row(entry, estimate) -> ModelRow:
+    """The table row of a catalog entry with its memory estimate (None: not estimated)."""
+    tokenizer = " · ".join(x for x in (entry.tokenizer_family,
+                                       f"{entry.vocab_size:,} tokens" if entry.vocab_size else None) if x)
+    memory, memory_tip, too_big = "?", "", False
+    if estimate is not None:
+        memory = catalog.format_bytes(estimate.total_bytes)
+        memory_tip = (f"on {estimate.device} in {estimate.dtype}: weights "
+                      f"{catalog.format_bytes(estimate.weights_bytes)}, KV cache for "
+                      f"{estimate.context_tokens:,} tokens {catalog.format_bytes(estimate.kv_cache_bytes)}, "
+                      f"runtime {catalog.format_bytes(estimate.overhead_bytes)}; free "
+                      f"{catalog.format_bytes(estimate.free_bytes)}")
+        if estimate.fits is False:
+            too_big = True
+            memory += " — too big"
+    status = "ready" if entry.usable else (entry.problem or "incomplete")
+    if entry.usable and entry.needs_remote_code:
+        status = "ready · runs its own code (asks first)"
+    elif entry.usable and entry.weights_format == "pickle":
+        status = "ready · pickle weights (asks first)"
+    own = catalog.own_drafter(entry)
+    if own is not None:
+        status += f" · this model {own[1]}"
+    values = (entry.label, KIND_LABELS.get(entry.kind, entry.kind), entry.architecture or "?",
+              catalog.format_parameters(entry.n_parameters), catalog.format_bytes(entry.size_bytes),
+              entry.dtype or "?", tokenizer or "?", memory, status)
+    tooltip = f"{entry.label}\n{entry.path}" + (f"\nThis model {own[1]}." if own else "")
+    return ModelRow(values, tooltip, memory_tip, too_big, status)
+
+
+def free_memory_words(free, backend: str) -> str:
+    """The line above the table: the free memory an estimate saw, and on which backend the estimates are."""
+    where = "RAM" if free.device == "cpu" else free.device
+    on = {"auto": "each on its backend", "llama.cpp": "on llama.cpp (GGUF quantized)"}.get(
+        backend, f"on transformers in {free.dtype}")
+    return (f"Free {where}: {catalog.format_bytes(free.free_bytes)} · estimates {on}, with a KV cache for up to "
+            f"{DEFAULT_CONTEXT_TOKENS:,} tokens")
+
+
+def progress_words(progress) -> str:
+    """A download's progress (engine.models.hub.DownloadProgress) in one line."""
+    current = f" · {progress.current_file}" if progress.current_file else ""
+    return (f"{catalog.format_bytes(progress.bytes_done)} of {catalog.format_bytes(progress.bytes_total)} · file "
+            f"{progress.files_done}/{progress.files_total}{current}")
+
+
+def token_note() -> str:
+    """Whether a Hugging Face token is set and where it is kept (never the token)."""
+    store = secrets.default_store()
+    where = "the system keyring" if store.storage is secrets.TokenStorage.KEYRING else "this session only"
+    return (f"Uses your Hugging Face token ({where}) for gated and private models." if store.has_token() else
+            "No Hugging Face token set: public models only (add one in Settings).")
