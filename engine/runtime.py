@@ -1,6 +1,7 @@
-"""Getting an engine running: load_engine, the torch thread limit and quiet libraries. One copy, used by
-`specscope generate`/`bench` (engine.cli.main, engine.measure.bench) and the GUI's worker thread (gui.worker). The
-thread count itself lives in engine.host (a leaf the backends can import too).
+"""The one assembly point: a loaded target plus what its methods need (draft models, drafters from the method
+registry, the measured verify-cost curve) → an Engine; a server's address → a RemoteEngine; one model on
+several backends → a BackendRouter. Used by `specscope generate`/`bench` (engine.cli, engine.measure) and the
+GUI's worker thread (gui.worker) alike, so both get the same engine.
 
 Touches torch's thread settings, transformers' logging and os.environ (TOKENIZERS_PARALLELISM), and loads
 models through engine.models.load; no Qt. Nothing happens at import time: torch and transformers are imported
@@ -13,9 +14,121 @@ import os
 import sys
 from typing import Callable
 
+from engine.backends import backend_named
+from engine.core.compat import check_tokenizers
+from engine.core.config import SpecConfig, check_backend
+from engine.core.drafting import Drafter
+from engine.core.engine import Engine
+from engine.core.errors import ConfigError
+from engine.core.stats import VerifyCost
+from engine.drafters import check_drafter, drafter_cache_key, make_drafter
 from engine.host import engine_threads, limit_torch_threads
+from engine.models.consent import ConsentAnswers, safety_check
+from engine.models.cost_cache import cached_verify_cost
+from engine.models.load import LoadedModel, load_model
+from engine.models.sources import resolve_source
 
 Progress = Callable[[str], None]
+Consent = Callable[[], ConsentAnswers]
+
+
+def check_draft_backend(target: LoadedModel, draft_source, draft_name: str) -> None:
+    """A draft runs on its target's backend: a GGUF target on llama.cpp needs a GGUF draft, and a GGUF draft
+    does not draft for a Hugging Face target. ConfigError with the way out otherwise."""
+    if not backend_named(target.backend).serves(draft_source):
+        raise ConfigError(f"{draft_name} is a Hugging Face model, but {target.label} runs on {target.backend}, "
+                          "where a draft must be a .gguf file too (or run both with --backend transformers)")
+    if draft_source.gguf_file and target.source.kind in ("folder", "hub"):
+        raise ConfigError(f"{draft_name} is a GGUF file, but {target.label} is a Hugging Face model: pick a "
+                          "Hugging Face draft (a GGUF draft drafts for a GGUF target)")
+
+
+class DraftProvider:
+    """What a target's methods need, for one Engine (engine.core.engine.DraftSource): the draft model (loaded
+    once, after the user's safety answers, on the target's backend and device, its tokenizer checked), the
+    drafter of a setting (built from the method registry, rebuilt when a key of it changes) and the target's
+    verify-cost curve from its cache. `consent` gives the user's answers as they stand when a draft loads;
+    `draft_loader` and `drafter_factory` are the real ones unless a test scripts them."""
+
+    def __init__(self, target: LoadedModel, *, consent: Consent | None = None, on_status: Progress | None = None,
+                 draft_loader=load_model, drafter_factory=make_drafter) -> None:
+        self.target = target
+        self.consent = consent or ConsentAnswers
+        self.on_status = on_status
+        self._draft_loader, self._drafter_factory = draft_loader, drafter_factory
+        self._draft: LoadedModel | None = None
+        self._drafter: Drafter | None = None
+        self._drafter_key: tuple | None = None
+        self._curves: dict[int, VerifyCost] = {}
+
+    def _status(self, message: str) -> None:
+        if self.on_status is not None:
+            self.on_status(message)
+
+    def validate(self, spec: SpecConfig) -> None:
+        check_backend(spec.method, self.target.backend)
+        if spec.backend is not None and spec.backend != self.target.backend:
+            raise ConfigError(f"{spec.label()} asks for the {spec.backend} backend, but {self.target.label} runs on "
+                              f"{self.target.backend} (load it with --backend {spec.backend})")
+        draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
+        check_drafter(spec, self.target, draft)  # what only the method knows (layers, MTP layers, an assistant)
+
+    def draft_model(self, name: str) -> LoadedModel:
+        """Load (once) and check a draft model. The target itself is reused when named again."""
+        if self._draft is not None and self._draft.name == name:
+            return self._draft
+        target = self.target
+        if name == target.name or resolve_source(name) == resolve_source(target.name):
+            draft = target  # same weights: share them, the drafter still keeps its own cache
+        else:
+            check_draft_backend(target, resolve_source(name), name)
+            answers = self.consent()
+            safety_check(name, answers)  # a draft gets the target's two questions (ConsentNeeded)
+            self._status(f"Loading draft model {name}…")
+            draft = self._draft_loader(name, device=str(target.device), dtype=target.dtype, progress=self._status,
+                                       backend=target.backend, trust_remote_code=name in answers.remote_code_allowed,
+                                       allow_pickle=name in answers.pickle_allowed)
+        check_tokenizers(target.tokenizer, draft.tokenizer, target.label, draft.label)
+        self._forget_drafter()
+        self._draft = draft
+        return draft
+
+    def _forget_drafter(self) -> None:
+        if self._drafter is not None:
+            self._drafter.release()
+        self._drafter, self._drafter_key = None, None
+
+    def drafter(self, spec: SpecConfig, target_runner) -> Drafter:
+        key = drafter_cache_key(spec)
+        if key != self._drafter_key:
+            draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
+            self._forget_drafter()
+            self._drafter = self._drafter_factory(spec, self.target, draft, target_runner=target_runner)
+            self._drafter_key = key
+        return self._drafter
+
+    def verify_curve(self, k: int) -> VerifyCost | None:
+        """The target's measured cost of verifying 1…k+1 tokens, read from its cache (kept once found); None
+        where it has not been measured (`specscope bench` measures and caches it): the theory then assumes
+        verification free. Never measures: a generation's start stays as fast."""
+        if k not in self._curves:
+            curve = cached_verify_cost(self.target, k + 1, threads=engine_threads())
+            if curve is None:
+                return None
+            self._curves[k] = curve
+        return self._curves[k]
+
+    def release(self) -> None:
+        if self._drafter is not None:
+            self._drafter.release()
+
+
+def local_engine(target: LoadedModel, *, consent: Consent | None = None, on_status: Progress | None = None,
+                 draft_loader=load_model, drafter_factory=make_drafter) -> Engine:
+    """An Engine on a loaded target, its drafts provided as above."""
+    drafts = DraftProvider(target, consent=consent, on_status=on_status, draft_loader=draft_loader,
+                           drafter_factory=drafter_factory)
+    return Engine(target, drafts, on_status=on_status)
 
 
 def quiet_libraries() -> None:
@@ -36,24 +149,68 @@ def terminal_progress() -> Progress:
 
 
 def load_engine(name: str, progress: Progress | None = None, *, device: str = "auto", dtype: str | None = None,
-                trust_remote_code: bool = False, allow_pickle: bool = False, backend: str | None = "auto"):
+                trust_remote_code: bool = False, allow_pickle: bool = False, backend: str | None = "auto",
+                method: str | None = None, consent: Consent | None = None, on_status: Progress | None = None):
     """Load the target `name` (engine.models.load.load_model) on `backend` ("auto", "transformers", "llama.cpp";
-    None is "auto") and wrap it in the speculative Engine, with the thread limit set and the libraries
-    quiet. `progress` hears the loader's lines (the engine's own slow steps later on go to
-    `engine.on_status`). `trust_remote_code` and `allow_pickle` only ever after the user agreed."""
+    None is "auto", decided by the model and the `method` it will run first, if known) and wrap it in the Engine, with the thread limit set and the libraries
+    quiet; a server's address gives a RemoteEngine instead. `progress` hears the loader's lines, `on_status`
+    the engine's own slow steps later on (loading a draft), `consent` the user's answers for drafts.
+    `trust_remote_code` and `allow_pickle` only ever after the user agreed."""
     from engine.models.sources import is_server_url
     if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote.engine)
         from engine.remote.engine import load_remote
-        return load_remote(name, progress)
+        return load_remote(name, progress, on_status=on_status)
     limit_torch_threads()
     quiet_libraries()
-    from engine.models.load import load_model
-    from engine.core.engine import Engine
-
-    return Engine(load_model(name, device=device, dtype=dtype, progress=progress,
-                             trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
-                             backend=backend or "auto"))
+    target = load_model(name, device=device, dtype=dtype, progress=progress, trust_remote_code=trust_remote_code,
+                        allow_pickle=allow_pickle, backend=backend or "auto", method=method)
+    return local_engine(target, consent=consent, on_status=on_status)
 
 
-__all__ = ["load_engine", "limit_torch_threads", "engine_threads", "quiet_libraries", "terminal_progress",
-           "Progress"]
+class BackendRouter:
+    """One model on several backends at once, behind the Engine's interface, so a comparison can put the same
+    method on both backends side by side. Each spec runs on the engine of its `backend=` (None: the primary's),
+    loaded on first use by `load(backend)`; a spec on `backend=remote:url=…` runs on that server (a
+    RemoteEngine, connected on first use). Runs never overlap (engine.measure.compare drives them)."""
+
+    def __init__(self, primary, load: Callable[[str], object]) -> None:
+        self.primary = primary
+        self._load = load
+        self.engines: dict[str, object] = {primary.target.backend: primary}
+
+    @property
+    def target(self):  # what engine.measure.compare's diagnosis reads: the primary's model
+        return self.primary.target
+
+    @property
+    def on_status(self):
+        return self.primary.on_status
+
+    def engine_for(self, spec: SpecConfig):
+        backend = spec.backend or self.primary.target.backend
+        if backend not in self.engines:
+            if spec.remote_url is not None:
+                from engine.remote.engine import load_remote
+                self.engines[backend] = load_remote(spec.remote_url, self.primary.on_status,
+                                                    on_status=self.primary.on_status)
+            else:
+                self.engines[backend] = self._load(backend)
+        return self.engines[backend]
+
+    def validate(self, spec: SpecConfig) -> None:
+        self.engine_for(spec).validate(spec)
+
+    def release(self) -> None:
+        for engine in self.engines.values():
+            engine.release()
+
+    def prompt_ids(self, conversation, system: str | None = None) -> list[int]:
+        return self.primary.prompt_ids(conversation, system)
+
+    def generate(self, conversation, *, spec: SpecConfig | None = None, **options):
+        spec = SpecConfig() if spec is None else spec
+        return self.engine_for(spec).generate(conversation, spec=spec, **options)
+
+
+__all__ = ["load_engine", "local_engine", "DraftProvider", "BackendRouter", "check_draft_backend",
+           "limit_torch_threads", "engine_threads", "quiet_libraries", "terminal_progress", "Progress"]

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default")
     parser.add_argument("--backend", default="auto", choices=("auto", "transformers", "llama.cpp"),
                         help="where the model runs (auto: the built-in model and GGUF files on llama.cpp)")
-    parser.add_argument("--method", default="prompt-lookup")
+    parser.add_argument("--method", default=None,
+                        help="a method (default: the first one the fastest-setting sweep tries)")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--draft", default=None)
     parser.add_argument("--layers", type=int, default=None)
@@ -122,7 +123,7 @@ def measure_responsiveness(args, window) -> dict:
     from gui.app import apply_args
 
     gui_args = argparse.Namespace(model=None, backend=args.backend, method=args.method, draft=args.draft, k=args.k, layers=args.layers,
-                                  temperature=None, top_p=None, top_k=None, seed=None,
+                                  adaptive=None, temperature=None, top_p=None, top_k=None, seed=None,
                                   max_new_tokens=args.max_new_tokens, system=None, hide_rejected=False)
     apply_args(window, gui_args)
     ticks: list[float] = []
@@ -146,7 +147,7 @@ def measure_responsiveness(args, window) -> dict:
             if turn.stats and turn.stats.decode_seconds > 0 else 0.0}
 
 
-FAST_ROUNDS_PER_S = 175.0  # llama.cpp speed on the built-in model (169-197 tok/s plain on 1-2 threads)
+FAST_ROUNDS_PER_S = 175.0  # the scripted engine's pace: about llama.cpp's plain speed on the built-in model
 
 
 def bare_replay_seconds(engine, spec, max_new_tokens: int) -> float:
@@ -181,7 +182,7 @@ def measure_fast_rounds(replies: int = 6) -> dict:
     try:
         window.start()
         _wait(window.model_ready, 60)
-        window.controls.apply(method="none", max_new_tokens=256)
+        window.controls.apply(method=spec.method, max_new_tokens=256)
         ticks: list[float] = []
         timer = QTimer()
         timer.setInterval(10)
@@ -260,6 +261,9 @@ def _without_newlines(event):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.method is None:
+        from engine.measure.fastest import sweep_methods
+        args.method = sweep_methods()[0].name
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     figures: dict = {"cores": os.cpu_count(), "torch_threads": max(1, (os.cpu_count() or 2) - 1)}
     print(f"SpecScope GUI benchmark · {os.cpu_count()} cores · engine on {figures['torch_threads']} torch "

@@ -21,7 +21,8 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.core.config import BACKENDS, SamplingConfig, SpecConfig
+from engine.backends import is_local_backend
+from engine.core.config import SamplingConfig, SpecConfig
 from engine.models.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
 from engine.models.consent import ConsentAnswers, ConsentNeeded, safety_check
 from engine.core.errors import SpecScopeError
@@ -39,7 +40,7 @@ class ModelInfo:
     dtype: str
     n_layers: int | None
     context_length: int | None
-    backend: str = "transformers"  # transformers | llama.cpp | remote (engine.core.config.BACKENDS, or a server)
+    backend: str = "transformers"  # transformers | llama.cpp | remote (engine.backends.BACKENDS, or a server)
 
     def describe(self) -> str:
         parts = [self.name, self.backend, self.device, self.dtype]
@@ -55,7 +56,7 @@ class CostCurve:
     model: str
     backend: str
     device: str
-    cost: object  # engine.measure.verify_cost.VerifyCost: seconds[n − 1] for one pass over n tokens, relative(n)
+    cost: object  # engine.core.stats.VerifyCost: seconds[n − 1] for one pass over n tokens, relative(n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,7 @@ class EngineWorker(QObject):
         self._loader = loader or load_real_engine
         self._engine = None
         self._loaded_key: tuple | None = None
-        self._router = None  # engine.remote.router.BackendRouter: the loaded model on other backends too
+        self._router = None  # engine.runtime.BackendRouter: the loaded model on other backends too
         # set from the GUI thread (one reference assignment of a frozen value), read here before each load
         self.load_options = LoadOptions()
         self.cancel = threading.Event()
@@ -182,7 +183,6 @@ class EngineWorker(QObject):
         rid = request.request_id
         try:
             limit_torch_threads(import_torch=False)
-            self._engine.consent = self.load_options.consent()  # a draft gets the target's two questions
             events = self._engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
                                            max_new_tokens=request.max_new_tokens, cancel=self.cancel)
             for event in events:
@@ -215,7 +215,6 @@ class EngineWorker(QObject):
 
         try:
             limit_torch_threads(import_torch=False)
-            self._engine.consent = self.load_options.consent()
             engine = self._comparison_engine(request)
             refused = self._refused(request.specs, engine)
             if refused:
@@ -244,7 +243,7 @@ class EngineWorker(QObject):
         if self.closing.is_set() or self._engine is None:
             return
         target = self._engine.target
-        if target.backend not in BACKENDS:
+        if not is_local_backend(target.backend):
             self.cost_failed.emit(f"no verify-cost curve for a model on {target.backend}: its passes are not ours")
             return
         from engine.host import engine_threads
@@ -266,14 +265,19 @@ class EngineWorker(QObject):
         if all(spec.backend in (None, own) for spec in request.specs):
             return self._engine
         if self._router is None:
-            from engine.remote.router import BackendRouter
+            from engine.runtime import BackendRouter
 
             def load_on(backend: str):
                 self.status_reported.emit(f"Loading {request.model} on {backend}…")
                 kwargs = {**self.load_options.loader_kwargs(request.model), "backend": backend}
-                return self._loader(request.model, self.model_load_progressed.emit, **kwargs)
+                return self._loader(request.model, self.model_load_progressed.emit, **kwargs, **self._callbacks())
             self._router = BackendRouter(self._engine, load_on)
         return self._router
+
+    def _callbacks(self) -> dict:
+        """What an engine is built with: where its slow steps are reported (loading a draft model) and the
+        user's safety answers as they stand when a draft loads (a draft gets the target's two questions)."""
+        return {"on_status": self.status_reported.emit, "consent": lambda: self.load_options.consent()}
 
     def _refused(self, specs, engine=None) -> str | None:
         """The first spec the engine can't run, as "label: reason"; None when all can run."""
@@ -295,7 +299,8 @@ class EngineWorker(QObject):
         self.status_reported.emit(f"Loading {name}…")
         try:
             safety_check(name, options.consent())
-            engine = self._loader(name, self.model_load_progressed.emit, **options.loader_kwargs(name))
+            engine = self._loader(name, self.model_load_progressed.emit, **options.loader_kwargs(name),
+                                  **self._callbacks())
             limit_torch_threads(import_torch=False)
         except ConsentNeeded as exc:
             self.consent_needed.emit(name, exc.kind, str(exc))
@@ -305,7 +310,6 @@ class EngineWorker(QObject):
                 traceback.print_exc()
             self.load_failed.emit(name, error_message(exc))
             return False
-        engine.on_status = self.status_reported.emit  # slow steps later on: loading a draft model
         self._engine = engine
         self._router = None  # a comparison on another backend loads the new model there
         self._loaded_key = options.key(name)

@@ -40,7 +40,7 @@ if [ "${SPECSCOPE_PREPARE_TRANSFORMERS:-0}" = 1 ]; then
   $PYTHON -m engine.cli models prepare
 fi
 
-# ---------------------------------------------------------------- llama-server (issue 16, engine.remote.engine)
+# ---------------------------------------------------------------- llama-server (the remote-server tests, engine.remote)
 # The remote-server tests (tests/e2e/test_remote_server.py) talk to a real llama-server: llama.cpp's server
 # target from the tree llama-cpp-python 0.3.36's source distribution carries, CPU only, no curl, built once
 # into SPECSCOPE_TOOLS_DIR (default ~/.cache/specscope-tools) and skipped when it is already there.

@@ -5,7 +5,7 @@
 - tok/s = committed tokens after the first / time after the first token; time to first token apart
 - theoretical speed-up, in ONE place (`speedup_on_curve`): E[tokens per pass] × cost(1) /
   (cost(k+1) + k · draft cost per token), with cost(n) the measured cost of one target pass over n tokens
-  (engine.measure.verify_cost: verifying 4 tokens can cost 3× one on a CPU). E[tokens per pass] = (1 − α^(k+1)) /
+  (engine.measure.verify_cost measures it; on a CPU it can be several times one). E[tokens per pass] = (1 − α^(k+1)) /
   (1 − α) (Leviathan et al., arXiv 2211.17192, eq. 1). Rounds where the drafter had nothing to offer (a
   prompt-lookup miss) are plain steps: with f the share of rounds that drafted, the tokens are
   f·E + (1 − f) at a cost of f·(cost(k+1) + k·d) + (1 − f)·cost(1). k is the mean draft length of the
@@ -75,7 +75,7 @@ FLAT = FlatCost()
 def speedup_on_curve(tokens_per_pass: float, k: float, curve, draft_cost_per_token: float,
                      drafting_share: float = 1.0) -> float:
     """The one formula: tokens_per_pass × cost(1) / (f·(cost(k+1) + k·d) + (1 − f)·cost(1)), where
-    tokens_per_pass already counts the plain rounds. `curve` has cost(n) (engine.measure.verify_cost.VerifyCost, or
+    tokens_per_pass already counts the plain rounds. `curve` has cost(n) (engine.core.stats.VerifyCost, or
     FLAT); d is in the curve's units (seconds for a measured one, target passes for FLAT)."""
     if k <= 0 or drafting_share <= 0:
         return tokens_per_pass
@@ -84,10 +84,10 @@ def speedup_on_curve(tokens_per_pass: float, k: float, curve, draft_cost_per_tok
     return tokens_per_pass * base / pass_cost
 
 
-def theoretical_speedup(alpha: float, k: float, cost_ratio: float, drafting_share: float = 1.0,
+def speedup_from_acceptance(alpha: float, k: float, cost_ratio: float, drafting_share: float = 1.0,
                         curve=None, draft_seconds_per_token: float | None = None) -> float:
     """Expected speed-up over plain decoding for per-token acceptance α and draft length k. With a
-    measured `curve` (engine.measure.verify_cost.VerifyCost) the draft cost is `draft_seconds_per_token` (seconds;
+    measured `curve` (engine.core.stats.VerifyCost) the draft cost is `draft_seconds_per_token` (seconds;
     when None, cost_ratio × cost(1)). Without one (fallback), verification is assumed free and the draft
     costs cost_ratio target passes per token."""
     if k <= 0 or drafting_share <= 0:
@@ -152,10 +152,10 @@ class _Rates:
         the free-verification fallback."""
         seconds = getattr(self, "verify_cost_seconds", ())
         if not seconds:
-            return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
+            return speedup_from_acceptance(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                        self.drafting_share)
         draft = self.draft_seconds / self.drafted_tokens if self.drafted_tokens else 0.0
-        return theoretical_speedup(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
+        return speedup_from_acceptance(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                    self.drafting_share, VerifyCost(tuple(seconds)), draft)
 
 

@@ -18,10 +18,11 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+import engine.drafters  # noqa: F401  (registers the methods; PLAIN below is one)
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.measure.divergence import Divergence, diagnose, first_difference
 from engine.core.events import Event, GenerationFinished, RoundVerified
-from engine.core.stats import GenerationStats, efficiency, speedup, theoretical_speedup
+from engine.core.stats import GenerationStats, efficiency, speedup, speedup_from_acceptance
 
 PLAIN = SpecConfig()
 
@@ -48,13 +49,13 @@ def strict_engine(engine, progress=None):
     if is_strict(engine.target):
         return engine
     from engine.models.load import load_model
-    from engine.core.engine import Engine
+    from engine.runtime import local_engine
 
     def strict_loader(name, progress=None, **_ignored):
         return load_model(name, progress=progress, **STRICT)
 
     target = strict_loader(engine.target.name, progress)
-    return Engine(target, draft_loader=strict_loader, on_status=progress)
+    return local_engine(target, draft_loader=strict_loader, on_status=progress)
 
 
 def diagnose_run(engine, prompt, system: str | None, plain: GenerationFinished | None,
@@ -192,10 +193,10 @@ class SweepPoint:
 
 def theoretical_curve(alpha: float, cost_ratio: float, ks: list[int], curve=None,
                       draft_seconds_per_token: float | None = None) -> list[float]:
-    """Speed-up predicted for each k from one α and the draft cost (engine.core.stats.theoretical_speedup): on the
-    target's measured verify-cost curve where one is given (engine.measure.verify_cost.VerifyCost; the draft cost
+    """Speed-up predicted for each k from one α and the draft cost (engine.core.stats.speedup_from_acceptance): on the
+    target's measured verify-cost curve where one is given (engine.core.stats.VerifyCost; the draft cost
     then in seconds per drafted token), else on the free-verification fallback with one cost ratio c."""
-    return [theoretical_speedup(alpha, k, cost_ratio, curve=curve, draft_seconds_per_token=draft_seconds_per_token)
+    return [speedup_from_acceptance(alpha, k, cost_ratio, curve=curve, draft_seconds_per_token=draft_seconds_per_token)
             for k in ks]
 
 

@@ -26,6 +26,7 @@ from engine.core.chat import Conversation, normalize_conversation
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError, ServerError
 from engine.core.events import Event, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.methods import plain_method
 from engine.remote.client import (ServerAddress, ServerClient, ServerInfo, StreamCut, detect_server, metrics,
                                   parse_server_url)
 from engine.remote.metrics import (PREFIXES, SpecCounters, counters_from_metrics, counters_from_timings,
@@ -69,7 +70,7 @@ def api_key_for(address: ServerAddress) -> str | None:
 
 
 def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api_key: str | None = None,
-                read_timeout: float | None = None) -> "RemoteEngine":
+                read_timeout: float | None = None, on_status: Callable[[str], None] | None = None) -> "RemoteEngine":
     """Connect to the server at `name` and pick its first model (a `#model-id` can't be given: a server
     serves what it was started with). ServerError with one sentence when it can't be used."""
     address = parse_server_url(name)
@@ -84,7 +85,7 @@ def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api
                           server=info, address=address, context_length=info.context_length or 0)
     if progress:
         progress(f"{info.kind} at {address.url} serves {', '.join(info.models)}")
-    return RemoteEngine(client, target)
+    return RemoteEngine(client, target, on_status=on_status)
 
 
 def exposure_note(info: ServerInfo, counters_seen: bool) -> str:
@@ -102,12 +103,14 @@ def exposure_note(info: ServerInfo, counters_seen: bool) -> str:
 
 
 class RemoteEngine:
-    """The local Engine's interface over a server: validate, generate, release, on_status, target."""
+    """The local Engine's interface over a server (engine.core.engine.EngineLike): validate, generate,
+    release, on_status, target."""
 
-    def __init__(self, client: ServerClient, target: RemoteTarget) -> None:
+    def __init__(self, client: ServerClient, target: RemoteTarget,
+                 on_status: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.target = target
-        self.on_status: Callable[[str], None] | None = None
+        self.on_status = on_status
 
     @property
     def server(self) -> ServerInfo:
@@ -130,11 +133,12 @@ class RemoteEngine:
     def prompt_ids(self, conversation: Conversation, system: str | None = None) -> list[int]:
         raise ConfigError("a server's prompt is tokenized on the server; SpecScope never sees its ids")
 
-    def generate(self, conversation: Conversation, *, spec: SpecConfig = SpecConfig(),
+    def generate(self, conversation: Conversation, *, spec: SpecConfig | None = None,
                  sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
                  stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None,
                  system: str | None = None) -> Iterator[Event]:
         """Chat on the server; yields events (see the module docstring). Errors before the request come early."""
+        spec = SpecConfig() if spec is None else spec
         if max_new_tokens < 1:
             raise ConfigError(f"max new tokens must be ≥ 1, got {max_new_tokens}")
         messages = normalize_conversation(conversation, system)
@@ -174,7 +178,7 @@ class RemoteEngine:
         before = self._counters()
         note = exposure_note(self.server, True)
         yield GenerationStarted(
-            spec_label=f"server ({self.server.kind})", method="none", k=0, model=self.target.label, draft=None,
+            spec_label=f"server ({self.server.kind})", method=plain_method().name, k=0, model=self.target.label, draft=None,
             device=self.target.device, dtype=self.target.dtype_label, greedy=sampling.greedy, prompt_tokens=0,
             reused_prefix_tokens=0, max_new_tokens=max_new_tokens, warnings=warnings + (note,))
         reply = _Reply(started=time.perf_counter())

@@ -4,8 +4,8 @@ Prompts: the presets, the Spec-Bench questions minus every tenth (held out, neve
 and, with --from-history, the user's own chat messages (read-only, straight from the history database).
 Replies: greedy and sampled (temperature 0.8), then more sampled rounds with new seeds while the time budget
 lasts. They are written by the target itself on transformers, many prompts per batch (left-padded, grouped by
-length): on this project's 2-core CPU a batch of 16 in bf16 writes ≈ 300 tok/s against ≈ 110–170 for one
-sequence on llama.cpp, and on a GPU batching is what makes it fast at all. Every reply is appended to
+length), which writes several times more tokens a second than one sequence at a time (README has the figures
+measured on our CPU; on a GPU batching is what makes it fast at all). Every reply is appended to
 OUT/replies.jsonl as its batch ends, so a cancelled or crashed run resumes where it stopped.
 Touches the out folder and the history database (read-only). No Qt.
 """
@@ -189,9 +189,9 @@ def write_replies(target, jobs: list[Job], out: Path, *, max_new_tokens: int, ba
                   until: float, say: Callable[[float, str], None], cancel: threading.Event) -> list[dict]:
     """Append the target's replies to OUT/replies.jsonl until `until` (monotonic time), cancel, or every job is
     written; resumable (what is in the file is not written again). `say(fraction, message)` hears progress."""
-    from engine.core.engine import Engine
+    from engine.runtime import local_engine
     records = read_replies(out)
-    engine, started, before = Engine(target), time.monotonic(), len(records)
+    engine, started, before = local_engine(target), time.monotonic(), len(records)
     limit = min(target.context_length, 1024)
     todo = pending_jobs(engine, jobs, {(r["prompt"], r["mode"]) for r in records}, max_new_tokens, limit)
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import engine.drafters  # noqa: F401  (registers the methods the tests name)
 from engine.core.errors import DefaultModelMissingError
 from engine.models.load import load_model
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import build_tiny_tokenizer, save_tiny_model
 
 
@@ -55,7 +56,7 @@ def tiny_model(tiny_dir):
 @pytest.fixture
 def tiny_engine(tiny_model):
     """A fresh engine (empty KV caches) on the shared tiny model."""
-    return Engine(tiny_model)
+    return local_engine(tiny_model)
 
 
 @pytest.fixture(scope="session")
@@ -71,5 +72,5 @@ def default_model(specscope_cache_dir):
 @pytest.fixture(scope="session")
 def default_engine(default_model):
     """One engine shared by the default-model tests: its caches carry over, as in the app."""
-    return Engine(default_model)
+    return local_engine(default_model)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from engine.drafters import Proposal
+from engine.core.drafting import Proposal
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 
 CHAT_TEMPLATE = (

@@ -6,6 +6,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
+import engine.drafters  # noqa: E402,F401  (registers the methods the tests name)
 from gui import theme  # noqa: E402
 from fakes import FakeEngine  # noqa: E402
 from gui.views.main.window import MainWindow  # noqa: E402
@@ -41,7 +42,11 @@ def make_window(qtbot):
 
     def make(engine: FakeEngine | None = None, palette=theme.LIGHT, persist: bool = True) -> MainWindow:
         engine = engine if engine is not None else FakeEngine()
-        window = MainWindow(loader=lambda name, progress=None, **options: engine, palette=palette, persist=persist)
+        def loader(name, progress=None, on_status=None, **options):
+            engine.on_status = on_status  # what the worker builds a real engine with
+            return engine
+
+        window = MainWindow(loader=loader, palette=palette, persist=persist)
         window.engine = engine  # for the test's convenience
         qtbot.addWidget(window)
         windows.append(window)

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from engine.core.config import SamplingConfig, SpecConfig, check_layers
+from engine.core.config import SamplingConfig, SpecConfig
+from engine.drafters.early_exit import check_layers
 from engine.core.errors import ConfigError
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, target_status
 from engine.core.stats import StatsAccumulator
@@ -74,11 +75,11 @@ class FakeEngine:
     fail_with: BaseException | None = None
     calls: list[FakeCall] = field(default_factory=list)
     releases: int = 0
-    on_status: object = None  # the worker sets it, as on the real engine; the fake has no slow step
+    on_status: object = None  # given by the loader, as a real engine is built with it; the fake has no slow step
 
     def validate(self, spec: SpecConfig) -> None:
         if spec.method == "early-exit":
-            check_layers(spec.layers, self.target.n_layers)  # the engine's own check
+            check_layers(spec.param("layers"), self.target.n_layers)  # the engine's own check
         if spec.method == "draft-model" and spec.draft == "mismatch":
             raise ConfigError("the draft model's tokenizer differs from the target's (vocabulary size 49152 vs 32000)")
 

@@ -245,9 +245,9 @@ def test_system_prompt_and_new_chat(make_window, send_and_wait):
 def test_invalid_combination_is_refused_in_place(make_window):
     window = make_window()  # the fake model has 12 layers
     controls = window.controls
-    assert controls.draft.isEnabled() is False and controls.layers.isEnabled() is False
+    assert controls.draft.isEnabled() is False and controls.param_controls["layers"].isEnabled() is False
     controls.apply(method="early-exit", layers=12)
-    assert controls.layers.isEnabled()
+    assert controls.param_controls["layers"].isEnabled()
     assert "from 1 to 11 for this model (12 layers)" in controls.problem.text() and controls.problem.isVisible()
     assert not window.send_button.isEnabled()
     assert window.send("hello") is False and window.session.turns == [] and window.engine.calls == []
@@ -356,7 +356,7 @@ def test_changing_the_model_loads_it_and_a_failed_load_keeps_the_old_one(qtbot):
         assert blocker.args[0].requested == "small" and "model small" in window.controls.model_status.text()
         # early-exit layers follow the loaded model: out of its range, refused with the range (never clamped)
         window.controls.apply(method="early-exit", layers=40)
-        assert window.controls.layers.value() == 40
+        assert window.controls.param_controls["layers"].value() == 40
         assert "from 1 to 7 for this model (8 layers), got 40" in window.controls.problem.text()
         window.controls.apply(method="none", layers=0)
         with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
@@ -374,7 +374,7 @@ def test_changing_the_model_loads_it_and_a_failed_load_keeps_the_old_one(qtbot):
 
 
 class DraftLoadingEngine(FakeEngine):
-    """Reports loading its draft model the way the real engine does (Engine.on_status, set by the worker)."""
+    """Reports loading its draft model the way the real engine does (Engine.on_status, given when the worker loads it)."""
 
     def validate(self, spec):
         if spec.method == "draft-model" and self.on_status is not None:

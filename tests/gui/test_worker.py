@@ -42,9 +42,9 @@ class Window(QObject):
 def worker_thread():
     loads = []
 
-    def loader(name, progress=None, **options):
-        loads.append((name, options))
-        return load_engine(name, progress, **options)
+    def loader(name, progress=None, *, on_status=None, consent=None, **options):
+        loads.append((name, options))  # what the model is loaded with; the callbacks are the worker's own
+        return load_engine(name, progress, on_status=on_status, consent=consent, **options)
 
     thread = WorkerThread(loader)
     thread.loads = loads
@@ -86,7 +86,7 @@ def test_a_refused_setting_fails_the_comparison_before_any_run(qtbot, worker_thr
     worker.comparison_advanced.connect(lambda *args: advanced.append(args))
     request = ComparisonRequest(request_id=7, model=target, prompt="hi",
                                 specs=(SpecConfig(method="prompt-lookup", k=2),
-                                       SpecConfig(method="early-exit", k=2, layers=9)))
+                                       SpecConfig(method="early-exit", k=2, params={"layers": 9})))
     with qtbot.waitSignal(worker.comparison_failed, timeout=WAIT_MS) as failed:
         worker_thread.window.comparison_requested.emit(request)
     assert failed.args[0] == 7 and failed.args[1].startswith("early-exit:k=2,layers=9: ")

@@ -64,7 +64,7 @@ def train_acceptance(policy, rounds=200):
 
 
 def test_a_measured_curve_that_grows_steeply_drafts_fewer_tokens():
-    from engine.measure.verify_cost import VerifyCost
+    from engine.core.stats import VerifyCost
     flat = DraftLengthPolicy(k=4, curve=VerifyCost((0.005,) * 5))
     steep = DraftLengthPolicy(k=4, curve=VerifyCost((0.005, 0.0055, 0.006, 0.012, 0.020)))
     train_acceptance(flat)
@@ -76,7 +76,7 @@ def test_a_measured_curve_that_grows_steeply_drafts_fewer_tokens():
 
 
 def test_with_a_curve_no_plain_step_is_needed_first():
-    from engine.measure.verify_cost import VerifyCost
+    from engine.core.stats import VerifyCost
     assert DraftLengthPolicy(k=3, curve=VerifyCost((0.005,) * 4)).best_length() == 3
     # a second token costing 3× the first never pays at the prior's acceptance (0.5): 1.5 / 0.015 < 1 / 0.005
     assert DraftLengthPolicy(k=3, curve=VerifyCost((0.005, 0.015, 0.025, 0.035))).best_length() == 0
@@ -84,7 +84,7 @@ def test_with_a_curve_no_plain_step_is_needed_first():
 
 def test_the_curve_is_scaled_to_this_runs_own_passes():
     """A run twice as slow as the measurement: drafting (measured in this run's seconds) weighs half as much."""
-    from engine.measure.verify_cost import VerifyCost
+    from engine.core.stats import VerifyCost
     curve = VerifyCost((0.005, 0.006, 0.007))
     policy = DraftLengthPolicy(k=2, curve=curve)
     policy.record(0, 0, 0, 0.0, 0.010)  # a plain step: 10 ms here against 5 ms measured

@@ -9,7 +9,7 @@ import torch
 from engine.backends import common_prefix_length
 from engine.backends.transformers import TransformersRunner, cache_length, crop_cache
 from engine.core.config import SpecConfig
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import run
 
 ATOL = 1e-4
@@ -98,7 +98,7 @@ def test_common_prefix_length(a, b, n):
 def test_engine_caches_hold_exactly_their_ids_after_generation(tiny_model, tiny_draft_dir, spec):
     if spec.draft == "__noisy__":
         spec = SpecConfig("draft-model", k=4, draft=str(tiny_draft_dir))
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     _, rounds, finished = run(engine, "hello world", spec=spec, max_new_tokens=24)
     assert any(r.n_accepted < len(r.draft_ids) for r in rounds)  # something was rolled back
     prompt = engine.prompt_ids("hello world")

@@ -14,8 +14,9 @@ from engine.core.errors import (ConfigError, DeviceError, ModelLoadError, Prompt
                            TokenizerMismatchError)
 from engine.core.compat import check_tokenizers, tokenizer_difference
 from engine.models.load import load_model
-from engine.models.sources import default_model_gguf, resolve_device
-from engine.core.engine import Engine
+from engine.backends.device import resolve_device
+from engine.models.sources import default_model_gguf
+from engine.runtime import local_engine
 from engine_testkit import save_tiny_model
 
 
@@ -164,18 +165,18 @@ def test_draft_model_needs_a_draft():
 @pytest.mark.parametrize("layers", [0, -3])
 def test_early_exit_layers_below_one(layers):
     with pytest.raises(ConfigError, match="layers must be ≥ 1"):
-        SpecConfig("early-exit", layers=layers)
+        SpecConfig("early-exit", params={"layers": layers})
 
 
 @pytest.mark.parametrize("layers", [4, 5, 100])
 def test_early_exit_layers_beyond_the_model(tiny_engine, layers):
     with pytest.raises(ConfigError, match=r"from 1 to 3 for this model \(4 layers\)"):
-        tiny_engine.generate("hello", spec=SpecConfig("early-exit", layers=layers))
+        tiny_engine.generate("hello", spec=SpecConfig("early-exit", params={"layers": layers}))
 
 
 def test_early_exit_layers_at_the_bounds_run(tiny_engine):
     for layers in (1, 3):
-        events = list(tiny_engine.generate("hello", spec=SpecConfig("early-exit", k=2, layers=layers),
+        events = list(tiny_engine.generate("hello", spec=SpecConfig("early-exit", k=2, params={"layers": layers}),
                                            max_new_tokens=3))
         assert events[-1].stop_reason in ("max-new-tokens", "eos")
 
@@ -205,8 +206,8 @@ def test_draft_given_with_a_method_that_takes_none(method):
 
 
 def test_layers_given_with_a_method_that_takes_none():
-    spec = SpecConfig("prompt-lookup", layers=3)
-    assert spec.layers is None and spec.warnings == ("--layers is ignored by method prompt-lookup",)
+    spec = SpecConfig("prompt-lookup", params={"layers": 3})
+    assert spec.param("layers") is None and spec.warnings == ("--layers is ignored by method prompt-lookup",)
 
 
 def test_warnings_reach_the_start_event(tiny_engine):
@@ -324,7 +325,7 @@ def test_builtin_vs_a_swapped_token_names_the_first_difference(default_tokenizer
 
 @pytest.mark.model
 def test_builtin_engine_refuses_a_draft_with_another_tokenizer(default_model, tiny_dir):
-    engine = Engine(default_model)
+    engine = local_engine(default_model)
     with pytest.raises(TokenizerMismatchError, match="vocabulary sizes differ"):
         engine.generate("hello", spec=SpecConfig("draft-model", draft=str(tiny_dir)))
 

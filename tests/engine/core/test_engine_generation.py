@@ -9,7 +9,7 @@ import pytest
 
 from engine.core.config import SpecConfig
 from engine.core.events import GenerationFinished, RoundVerified
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import check_round_invariants, run
 
 PROMPT = "Tell me about speculative decoding."
@@ -23,7 +23,7 @@ def resolve(spec, tiny_dir):
 
 @pytest.fixture(scope="module")
 def baseline(tiny_model):
-    _, _, finished = run(Engine(tiny_model), PROMPT, max_new_tokens=40)
+    _, _, finished = run(local_engine(tiny_model), PROMPT, max_new_tokens=40)
     assert finished.stop_reason == "max-new-tokens"
     return finished
 
@@ -31,7 +31,7 @@ def baseline(tiny_model):
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_cancel_between_rounds_keeps_what_was_committed(tiny_model, tiny_dir, baseline, spec):
     spec = resolve(spec, tiny_dir)
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     cancel = threading.Event()
     rounds, finished = [], None
     for event in engine.generate(PROMPT, spec=spec, max_new_tokens=40, cancel=cancel):
@@ -66,7 +66,7 @@ def test_stops_at_eos(tiny_model, tiny_dir, baseline, spec):
     spec = resolve(spec, tiny_dir)
     out = list(baseline.output_ids)
     position = next(i for i in range(6, len(out)) if out[i] not in out[:i])
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     engine.eos_ids = frozenset({out[position]})
     _, rounds, finished = run(engine, PROMPT, spec=spec, max_new_tokens=40)
     assert finished.stop_reason == "eos"
@@ -75,7 +75,7 @@ def test_stops_at_eos(tiny_model, tiny_dir, baseline, spec):
 
 
 def test_eos_of_the_tokenizer_is_used(tiny_model, tiny_tokenizer):
-    assert tiny_tokenizer.eos_token_id in Engine(tiny_model).eos_ids
+    assert tiny_tokenizer.eos_token_id in local_engine(tiny_model).eos_ids
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
@@ -86,7 +86,7 @@ def test_stops_at_a_stop_string(tiny_model, tiny_dir, baseline, spec):
     start = next(i for i in range(len(text) // 3, len(text) - 3) if text.find(text[i:i + 3]) == i
                  and text[i:i + 3].strip())
     stop = text[start:start + 3]
-    _, rounds, finished = run(Engine(tiny_model), PROMPT, spec=spec, max_new_tokens=40, stop_strings=(stop,))
+    _, rounds, finished = run(local_engine(tiny_model), PROMPT, spec=spec, max_new_tokens=40, stop_strings=(stop,))
     assert finished.stop_reason == "stop-string"
     assert stop not in finished.text
     assert text.startswith(finished.text)
@@ -101,7 +101,7 @@ def test_stops_at_a_stop_string(tiny_model, tiny_dir, baseline, spec):
 @pytest.mark.parametrize("budget", [1, 2, 7])
 def test_max_new_tokens(tiny_model, tiny_dir, baseline, spec, budget):
     spec = resolve(spec, tiny_dir)
-    _, rounds, finished = run(Engine(tiny_model), PROMPT, spec=spec, max_new_tokens=budget)
+    _, rounds, finished = run(local_engine(tiny_model), PROMPT, spec=spec, max_new_tokens=budget)
     assert finished.stop_reason == "max-new-tokens"
     assert finished.output_ids == baseline.output_ids[:budget]
     check_round_invariants(rounds, finished)
@@ -110,7 +110,7 @@ def test_max_new_tokens(tiny_model, tiny_dir, baseline, spec, budget):
 def test_context_full(tiny_model, tiny_tokenizer):
     context = tiny_model.context_length
     prompt = (tiny_tokenizer.encode("the lazy dog " * 200, add_special_tokens=False))[:context - 5]
-    _, rounds, finished = run(Engine(tiny_model), prompt, spec=SpecConfig("prompt-lookup", k=4),
+    _, rounds, finished = run(local_engine(tiny_model), prompt, spec=SpecConfig("prompt-lookup", k=4),
                               max_new_tokens=50)
     assert finished.stop_reason == "context-full"
     assert len(finished.output_ids) == 5
@@ -118,7 +118,7 @@ def test_context_full(tiny_model, tiny_tokenizer):
 
 
 def test_multi_turn_reuses_the_kv_prefix(tiny_model):
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     first = [{"role": "user", "content": "hello world, how are you?"}]
     started1, _, reply1 = run(engine, first, max_new_tokens=12)
     assert started1.reused_prefix_tokens == 0
@@ -129,12 +129,12 @@ def test_multi_turn_reuses_the_kv_prefix(tiny_model):
     assert started2.reused_prefix_tokens >= len(first_prompt)
     assert started2.prompt_tokens == len(engine.prompt_ids(second))
     # reusing the cache changes nothing: a fresh engine gives the same second reply
-    _, _, fresh = run(Engine(tiny_model), second, max_new_tokens=12)
+    _, _, fresh = run(local_engine(tiny_model), second, max_new_tokens=12)
     assert reply2.output_ids == fresh.output_ids
 
 
 def test_system_prompt_goes_through_the_template(tiny_model):
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     with_system = engine.prompt_ids("hello", system="Be brief.")
     assert len(with_system) > len(engine.prompt_ids("hello"))
     assert "Be brief." in tiny_model.tokenizer.decode(with_system)
@@ -142,7 +142,7 @@ def test_system_prompt_goes_through_the_template(tiny_model):
 
 def test_stats_of_a_real_generation(tiny_model, tiny_draft_dir):
     spec = SpecConfig("draft-model", k=4, draft=str(tiny_draft_dir))
-    _, rounds, finished = run(Engine(tiny_model), PROMPT, spec=spec, max_new_tokens=30)
+    _, rounds, finished = run(local_engine(tiny_model), PROMPT, spec=spec, max_new_tokens=30)
     stats = finished.stats
     drafting = [r for r in rounds if r.draft_ids]
     assert stats.drafting_rounds == len(drafting)
@@ -156,7 +156,7 @@ def test_stats_of_a_real_generation(tiny_model, tiny_draft_dir):
 
 @pytest.mark.model
 def test_default_model_multi_turn_and_eos(default_model):
-    engine = Engine(default_model)
+    engine = local_engine(default_model)
     first = [{"role": "user", "content": "Reply with one word: what colour is the sky on a clear day?"}]
     started1, _, reply1 = run(engine, first, max_new_tokens=24)
     assert reply1.stop_reason == "eos"
@@ -173,7 +173,7 @@ def test_default_model_multi_turn_and_eos(default_model):
 def test_draft_loading_reports_its_status(tiny_model, tiny_draft_dir):
     """A draft model is loaded on first use; the line that says so reaches the caller's on_status."""
     lines: list[str] = []
-    engine = Engine(tiny_model, on_status=lines.append)
+    engine = local_engine(tiny_model, on_status=lines.append)
     run(engine, "hello", spec=SpecConfig("draft-model", k=2, draft=str(tiny_draft_dir)), max_new_tokens=3)
     assert lines and lines[0] == f"Loading draft model {tiny_draft_dir}…"
     assert any(line.startswith("Loading tiny-draft") for line in lines[1:])  # the loader's own progress
@@ -188,4 +188,4 @@ def test_a_method_the_backend_cannot_serve_is_refused_before_the_first_round(tin
     from engine.core.errors import ConfigError
     on_llama = dataclasses.replace(tiny_model, backend="llama.cpp")
     with pytest.raises(ConfigError, match="method early-exit needs the transformers backend"):
-        Engine(on_llama).generate("hello", spec=SpecConfig("early-exit", k=2))
+        local_engine(on_llama).generate("hello", spec=SpecConfig("early-exit", k=2))

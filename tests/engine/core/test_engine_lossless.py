@@ -8,7 +8,7 @@ import torch
 
 from engine.core.config import SpecConfig
 from engine.core.events import TokenStatus
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import PROMPTS, check_round_invariants, run
 
 N_NEW = 48
@@ -25,10 +25,10 @@ TINY_SPECS = [
     ("draft-model-noisy-k4", lambda target, draft: SpecConfig("draft-model", k=4, draft=str(draft))),
     ("draft-model-same-k3", lambda target, draft: SpecConfig("draft-model", k=3, draft=str(target))),
     ("prompt-lookup-k4", lambda target, draft: SpecConfig("prompt-lookup", k=4)),
-    ("prompt-lookup-k1-ngram2", lambda target, draft: SpecConfig("prompt-lookup", k=1, ngram_max=2)),
+    ("prompt-lookup-k1-ngram2", lambda target, draft: SpecConfig("prompt-lookup", k=1, params={"ngram_max": 2})),
     ("early-exit-default-layers", lambda target, draft: SpecConfig("early-exit", k=3)),
-    ("early-exit-layers1-k5", lambda target, draft: SpecConfig("early-exit", k=5, layers=1)),
-    ("early-exit-layers3-k2", lambda target, draft: SpecConfig("early-exit", k=2, layers=3)),
+    ("early-exit-layers1-k5", lambda target, draft: SpecConfig("early-exit", k=5, params={"layers": 1})),
+    ("early-exit-layers3-k2", lambda target, draft: SpecConfig("early-exit", k=2, params={"layers": 3})),
 ]
 
 
@@ -45,7 +45,7 @@ def hf_greedy(loaded, prompt_ids: list[int], n_new: int) -> list[int]:
 @pytest.fixture(scope="module")
 def tiny_baselines(tiny_model):
     """Plain greedy output (method none) per prompt, computed once for the module."""
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     out = {}
     for name, prompt in TINY_PROMPTS.items():
         started, rounds, finished = run(engine, prompt, max_new_tokens=N_NEW)
@@ -65,7 +65,7 @@ def test_tiny_plain_decoding_matches_transformers_generate(tiny_model, tiny_base
 def test_tiny_speculative_greedy_equals_plain(tiny_model, tiny_dir, tiny_draft_dir, tiny_baselines,
                                               spec_id, make_spec):
     spec = make_spec(tiny_dir, tiny_draft_dir)
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     drafted = accepted = 0
     for name, prompt in TINY_PROMPTS.items():
         _, baseline = tiny_baselines[name]
@@ -91,7 +91,7 @@ def test_tiny_speculative_greedy_equals_plain(tiny_model, tiny_dir, tiny_draft_d
 
 def test_tiny_draft_model_rounds_mix_rejection_partial_and_full(tiny_model, tiny_draft_dir):
     """The noisy draft really exercises every branch of verification on the tiny model."""
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     spec = SpecConfig("draft-model", k=4, draft=str(tiny_draft_dir))
     n_accepted = set()
     for prompt in TINY_PROMPTS.values():
@@ -103,10 +103,10 @@ def test_tiny_draft_model_rounds_mix_rejection_partial_and_full(tiny_model, tiny
 def test_tiny_greedy_equal_on_raw_ids_with_repetition(tiny_model, tiny_tokenizer):
     """generate_ids (no chat template) on a repetitive prompt: prompt-lookup drafts long runs here."""
     prompt = tiny_tokenizer.encode("the lazy dog. the lazy dog. the lazy dog. the lazy", add_special_tokens=False)
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     _, _, plain = run(engine, prompt, max_new_tokens=N_NEW)
     assert list(plain.output_ids) == hf_greedy(tiny_model, prompt, N_NEW)[:len(plain.output_ids)]
-    for spec in (SpecConfig("prompt-lookup", k=8), SpecConfig("early-exit", k=4, layers=2)):
+    for spec in (SpecConfig("prompt-lookup", k=8), SpecConfig("early-exit", k=4, params={"layers": 2})):
         _, rounds, finished = run(engine, prompt, spec=spec, max_new_tokens=N_NEW)
         assert finished.output_ids == plain.output_ids, spec.label()
         check_round_invariants(rounds, finished)
@@ -152,8 +152,8 @@ def test_default_speculative_greedy_equals_plain(default_engine, default_baselin
 @pytest.mark.slow
 @pytest.mark.parametrize("name, spec", [
     ("qa", SpecConfig("early-exit", k=2)),  # default layers: half of the 30
-    ("code", SpecConfig("early-exit", k=3, layers=24)),
-    ("chat", SpecConfig("early-exit", k=3, layers=24)),
+    ("code", SpecConfig("early-exit", k=3, params={"layers": 24})),
+    ("chat", SpecConfig("early-exit", k=3, params={"layers": 24})),
 ], ids=["qa-default-layers", "code-layers24", "chat-layers24"])
 def test_default_early_exit_greedy_equals_plain(default_engine, default_baselines, name, spec):
     _, baseline = default_baselines[name]

@@ -12,7 +12,8 @@ import torch
 
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.sampling import make_generator, probabilities, sample
-from engine.core.engine import Engine, rejection_sample, verify_greedy
+from engine.runtime import local_engine
+from engine.core.verify import rejection_sample, verify_greedy
 from engine_testkit import check_round_invariants, run
 
 N_DRAWS = 12000
@@ -197,7 +198,7 @@ def test_seeded_generator_is_reproducible():
 def test_engine_sampling_with_the_target_as_its_own_draft_accepts_almost_everything(tiny_model, tiny_dir):
     """p_draft == p_target makes min(1, p_target/p_draft) = 1: a misaligned p_draft (wrong row, wrong
     settings) would show up as rejections."""
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     sampling = SamplingConfig(temperature=1.0, top_p=0.95, seed=5)
     spec = SpecConfig("draft-model", k=4, draft=str(tiny_dir))
     _, rounds, finished = run(engine, "hello world", spec=spec, sampling=sampling, max_new_tokens=32)
@@ -214,7 +215,7 @@ def test_engine_sampling_is_reproducible_with_a_seed(tiny_model, spec):
     sampling = SamplingConfig(temperature=0.9, top_k=40, seed=11)
     outputs = []
     for _ in range(2):
-        _, rounds, finished = run(Engine(tiny_model), "Café crème", spec=spec, sampling=sampling,
+        _, rounds, finished = run(local_engine(tiny_model), "Café crème", spec=spec, sampling=sampling,
                                   max_new_tokens=20)
         check_round_invariants(rounds, finished)
         assert all(0 < r.p_target_of_target_id <= 1 for r in rounds)

@@ -8,9 +8,9 @@ import torch
 
 from engine.core.chat import IncrementalDetokenizer
 from engine.core.config import SamplingConfig, SpecConfig
-from engine.drafters import Proposal
+from engine.core.drafting import Proposal
 from engine.core.events import TokenStatus
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import ScriptedDrafter, check_round_invariants, factory_for, run
 
 SPEC = SpecConfig("prompt-lookup", k=4)  # any method that drafts; the scripted drafter replaces it
@@ -23,7 +23,7 @@ def prompt(tiny_tokenizer) -> list[int]:
 
 @pytest.fixture(scope="module")
 def baseline(tiny_model, prompt) -> list[int]:
-    _, _, finished = run(Engine(tiny_model), prompt, max_new_tokens=16)
+    _, _, finished = run(local_engine(tiny_model), prompt, max_new_tokens=16)
     assert finished.stop_reason == "max-new-tokens"
     return list(finished.output_ids)
 
@@ -69,7 +69,7 @@ def test_rejection_at_zero_partial_and_full_acceptance(tiny_model, tiny_tokenize
         [],  # position 10: nothing drafted, a plain step
     ]
     drafter = ScriptedDrafter(script)
-    engine = Engine(tiny_model, drafter_factory=factory_for(drafter))
+    engine = local_engine(tiny_model, drafter_factory=factory_for(drafter))
     started, rounds, finished = run(engine, prompt, spec=SPEC, max_new_tokens=12)
 
     # The output is still exactly the target's greedy output.
@@ -145,7 +145,7 @@ def test_rejection_at_zero_partial_and_full_acceptance(tiny_model, tiny_tokenize
 
 def test_budget_caps_k_so_that_the_bonus_token_still_fits(tiny_model, prompt, baseline):
     drafter = ScriptedDrafter([baseline[1:9]])  # 8 ids offered; the drafter keeps to the k it is given
-    engine = Engine(tiny_model, drafter_factory=factory_for(drafter))
+    engine = local_engine(tiny_model, drafter_factory=factory_for(drafter))
     _, rounds, finished = run(engine, prompt, spec=SPEC, max_new_tokens=4)
     assert drafter.ks == [2]  # after the prefill 3 tokens are left: k = min(4, 3 − 1)
     assert rounds[1].draft_ids == tuple(baseline[1:3])
@@ -162,7 +162,7 @@ def test_draft_probabilities_are_reported_for_a_drafter_with_a_distribution(tiny
     p_draft[0, ids[0]] = 0.5
     p_draft[1, ids[1]] = 0.5
     drafter = ScriptedDrafter([Proposal(ids, p_draft)])
-    engine = Engine(tiny_model, drafter_factory=factory_for(drafter))
+    engine = local_engine(tiny_model, drafter_factory=factory_for(drafter))
     _, rounds, finished = run(engine, prompt, spec=SPEC, max_new_tokens=6)
     assert rounds[1].p_draft == pytest.approx((0.5, 0.5))
     assert rounds[1].n_accepted == 2
@@ -188,7 +188,7 @@ def test_rejected_pieces_are_decoded_after_the_accepted_tokens(tiny_model, tiny_
         pytest.fail("the tiny model's output has no token that ends inside a character; change the prompt")
     j, completion = candidates[0]
     drafter = ScriptedDrafter([[]] * (j - 1) + [[baseline[j], completion]])
-    engine = Engine(tiny_model, drafter_factory=factory_for(drafter))
+    engine = local_engine(tiny_model, drafter_factory=factory_for(drafter))
     _, rounds, finished = run(engine, prompt, spec=SPEC, max_new_tokens=j + 3)  # room for k = 2
     event = rounds[j]
     assert event.draft_ids == (baseline[j], completion) and event.n_accepted == 1
@@ -205,7 +205,7 @@ def test_sampling_round_events_with_a_scripted_drafter(tiny_model, prompt, basel
     outs = []
     for _ in range(2):
         drafter = ScriptedDrafter(list(script))
-        engine = Engine(tiny_model, drafter_factory=factory_for(drafter))
+        engine = local_engine(tiny_model, drafter_factory=factory_for(drafter))
         _, rounds, finished = run(engine, prompt, spec=SPEC, sampling=sampling, max_new_tokens=24)
         check_round_invariants(rounds, finished)
         assert not rounds[0].draft_ids

@@ -116,7 +116,7 @@ class CannedCurve:
     seconds = (0.005, 0.010, 0.013, 0.016, 0.020)
 
     def cost(self, n):
-        from engine.measure.verify_cost import VerifyCost
+        from engine.core.stats import VerifyCost
         return VerifyCost(self.seconds).cost(n)
 
 

@@ -10,7 +10,7 @@ import torch
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import check_round_invariants, run
 from selfdraft_testkit import save_gemma4_pair
 
@@ -34,7 +34,7 @@ def prompt_ids(model):
 
 
 def test_greedy_assistant_equals_plain_decoding_for_k_1_to_4(gemma_target, gemma_pair):
-    engine = Engine(gemma_target)
+    engine = local_engine(gemma_target)
     prompt = prompt_ids(gemma_target)
     _, _, plain = run(engine, prompt, max_new_tokens=N_NEW)
     for k in range(1, 5):
@@ -50,7 +50,7 @@ def test_greedy_assistant_equals_transformers_assisted_generation(gemma_target, 
     from transformers import AutoModelForCausalLM
     prompt = prompt_ids(gemma_target)
     spec = SpecConfig(method="assistant", k=4, draft=str(gemma_pair[1]))
-    _, _, ours = run(Engine(gemma_target), prompt, spec=spec, max_new_tokens=N_NEW)
+    _, _, ours = run(local_engine(gemma_target), prompt, spec=spec, max_new_tokens=N_NEW)
     assistant = AutoModelForCausalLM.from_pretrained(str(gemma_pair[1])).eval()
     assistant.generation_config.num_assistant_tokens = 4
     with torch.no_grad():
@@ -65,7 +65,7 @@ def test_assistant_sampling_follows_the_target(gemma_target, gemma_pair):
     prompt = prompt_ids(gemma_target)
     outputs = {}
     for spec in (SpecConfig(), SpecConfig(method="assistant", k=2, draft=str(gemma_pair[1]))):
-        engine = Engine(gemma_target)
+        engine = local_engine(gemma_target)
         runs = [run(engine, prompt, spec=spec, sampling=SamplingConfig(temperature=1.0, seed=s),
                     max_new_tokens=2)[2].output_ids for s in range(120)]
         outputs[spec.method] = [ids[1] if len(ids) > 1 else None for ids in runs]  # None: EOS came first
@@ -80,10 +80,10 @@ def test_assistant_sampling_follows_the_target(gemma_target, gemma_pair):
 def test_a_draft_that_is_no_assistant_is_refused(gemma_target, tiny_dir):
     spec = SpecConfig(method="assistant", k=2, draft=str(tiny_dir))
     with pytest.raises(ConfigError, match="needs a Gemma 4 assistant"):
-        Engine(gemma_target).generate_ids(prompt_ids(gemma_target), spec=spec)
+        local_engine(gemma_target).generate_ids(prompt_ids(gemma_target), spec=spec)
 
 
 def test_an_assistant_for_another_family_is_refused(tiny_model, gemma_pair):
     spec = SpecConfig(method="assistant", k=2, draft=str(gemma_pair[1]))
     with pytest.raises(ConfigError, match="drafts only for a Gemma 4 target"):
-        Engine(tiny_model).generate_ids([1, 2, 3], spec=spec)
+        local_engine(tiny_model).generate_ids([1, 2, 3], spec=spec)

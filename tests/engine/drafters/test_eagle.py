@@ -17,7 +17,8 @@ from engine.training.step import loss_and_hits
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
 from engine.core.sampling import probabilities
-from engine.core.engine import Engine, rejection_sample
+from engine.runtime import local_engine
+from engine.core.verify import rejection_sample
 from engine.training.train import (TrainOptions, _stream, choose_draft_vocab, extract_features, random_batch)
 from engine_testkit import check_round_invariants, run, save_tiny_model
 
@@ -27,7 +28,7 @@ OPTIONS = TrainOptions(window=32, batch=4, steps_unrolled=2)
 
 def tiny_records(model, n: int = 8, new_tokens: int = 40) -> list[dict]:
     """The tiny target's own greedy replies to random prompts (two held out)."""
-    engine, rng, records = Engine(model), random.Random(0), []
+    engine, rng, records = local_engine(model), random.Random(0), []
     for number in range(n):
         prompt = [rng.randrange(3, model.vocab_size) for _ in range(6)]
         _, _, finished = run(engine, prompt, max_new_tokens=new_tokens)
@@ -95,7 +96,7 @@ def test_a_saved_head_reloads_bit_identically(trained, tiny_model):
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_greedy_eagle_equals_plain_decoding(trained, tiny_model, k):
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     spec = SpecConfig(method="eagle", k=k, draft=str(trained[0]))
     for prompt in ([5, 9, 20, 31], [100, 7, 42]):
         _, _, plain = run(engine, prompt, max_new_tokens=48)
@@ -109,7 +110,7 @@ def test_greedy_eagle_equals_plain_decoding(trained, tiny_model, k):
 def test_the_trained_head_is_partly_accepted(trained, tiny_model):
     """The head drafts from the runner's states correctly: a trained head is accepted, a partly accepted draft
     and a rejection both occur, and greedy output still equals plain (above)."""
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     records = tiny_records(tiny_model, n=2)
     accepted = drafted = 0
     rejected_somewhere = False
@@ -159,13 +160,13 @@ def test_a_head_for_another_target_is_refused(trained, tiny_tokenizer, tmp_path)
     with pytest.raises(ConfigError, match="was trained for"):
         load_head(trained[0], other.model, other.label)
     with pytest.raises(ConfigError, match="was trained for"):
-        run(Engine(other), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(trained[0])))
+        run(local_engine(other), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(trained[0])))
 
 
 def test_a_model_without_a_head_is_told_how_to_train_one(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="specscope drafter train --model .* minutes on this CPU"):
-        run(Engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle"))
+        run(local_engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle"))
 
 
 def test_eagle_is_refused_on_llama_cpp_with_the_reason():
@@ -175,7 +176,7 @@ def test_eagle_is_refused_on_llama_cpp_with_the_reason():
 
 def test_a_folder_that_is_no_head_is_refused(tiny_model, tmp_path):
     with pytest.raises(ConfigError, match="is not an eagle head folder"):
-        run(Engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(tmp_path)))
+        run(local_engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(tmp_path)))
 
 
 @pytest.mark.slow
@@ -187,7 +188,7 @@ def test_a_short_training_run_on_the_built_in_model_beats_early_exit(tmp_path):
     options = TrainOptions(model="default", out=tmp_path, minutes=2.5, max_new_tokens=96, held_out_prompts=3)
     _, card = train(options, lambda progress: None)
     target = load_model("default", backend="transformers")
-    engine, accepted, drafted = Engine(target), 0, 0
+    engine, accepted, drafted = local_engine(target), 0, 0
     for record in [r for r in read_replies(tmp_path) if r["held_out"]]:
         _, _, finished = run(engine, record["ids"][:record["prompt_length"]], max_new_tokens=48,
                              spec=SpecConfig(method="early-exit", k=1))

@@ -12,7 +12,7 @@ import torch
 from engine.core.config import SamplingConfig, SpecConfig, check_backend
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import check_round_invariants, run
 from selfdraft_testkit import MTP_LAYERS, mtp_weight_patterns, save_mtp_model
 
@@ -70,7 +70,7 @@ def prompt_ids(model):
 
 
 def test_greedy_mtp_equals_plain_decoding_for_k_1_to_4(mtp_model):
-    engine = Engine(mtp_model)
+    engine = local_engine(mtp_model)
     prompt = prompt_ids(mtp_model)
     _, _, plain = run(engine, prompt, max_new_tokens=N_NEW)
     for k in range(1, MTP_LAYERS + 1):
@@ -83,7 +83,7 @@ def test_greedy_mtp_equals_plain_decoding_for_k_1_to_4(mtp_model):
 
 def test_greedy_mtp_equals_transformers_use_mtp(mtp_model):
     prompt = prompt_ids(mtp_model)
-    _, _, ours = run(Engine(mtp_model), prompt, spec=SpecConfig(method="mtp", k=MTP_LAYERS), max_new_tokens=12)
+    _, _, ours = run(local_engine(mtp_model), prompt, spec=SpecConfig(method="mtp", k=MTP_LAYERS), max_new_tokens=12)
     with torch.no_grad():
         theirs = mtp_model.model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, use_mtp=True)
     assert list(ours.output_ids) == theirs[0, len(prompt):].tolist()
@@ -92,7 +92,7 @@ def test_greedy_mtp_equals_transformers_use_mtp(mtp_model):
 def test_rejection_at_position_0_and_full_acceptance_occur(agreeing_model, disagreeing_model):
     seen = {}
     for model in (agreeing_model, disagreeing_model):
-        engine = Engine(model)
+        engine = local_engine(model)
         prompt = prompt_ids(model)
         _, _, plain = run(engine, prompt, max_new_tokens=N_NEW)
         for k in (1, MTP_LAYERS):
@@ -112,7 +112,7 @@ def test_mtp_sampling_follows_the_target(agreeing_model):
     prompt = prompt_ids(agreeing_model)
     counts = {}
     for method in ("none", "mtp"):
-        engine = Engine(agreeing_model)
+        engine = local_engine(agreeing_model)
         tally = torch.zeros(2)
         for seed in range(150):
             _, _, finished = run(engine, prompt, spec=SpecConfig(method=method, k=2),
@@ -129,19 +129,19 @@ def test_mtp_sampling_follows_the_target(agreeing_model):
 
 def test_a_model_without_mtp_layers_is_refused(tiny_model):
     with pytest.raises(ConfigError, match="multi-token-prediction layers"):
-        Engine(tiny_model).generate_ids([1, 2, 3], spec=SpecConfig(method="mtp", k=1))
+        local_engine(tiny_model).generate_ids([1, 2, 3], spec=SpecConfig(method="mtp", k=1))
 
 
 def test_k_beyond_the_mtp_layers_is_refused_with_the_bound(mtp_model):
     with pytest.raises(ConfigError, match=f"at most {MTP_LAYERS} tokens a round"):
-        Engine(mtp_model).generate_ids(prompt_ids(mtp_model), spec=SpecConfig(method="mtp", k=MTP_LAYERS + 1))
+        local_engine(mtp_model).generate_ids(prompt_ids(mtp_model), spec=SpecConfig(method="mtp", k=MTP_LAYERS + 1))
 
 
 def test_a_checkpoint_without_mtp_weights_is_refused(tmp_path, tiny_tokenizer):
     folder = save_mtp_model(tmp_path / "no-mtp-weights", tiny_tokenizer, with_mtp_weights=False)
     model = load_model(str(folder), device="cpu", dtype="float32")
     with pytest.raises(ConfigError, match="no usable MTP weights"):
-        Engine(model).generate_ids(prompt_ids(model), spec=SpecConfig(method="mtp", k=1))
+        local_engine(model).generate_ids(prompt_ids(model), spec=SpecConfig(method="mtp", k=1))
 
 
 def test_mtp_on_llama_cpp_is_refused_with_the_reason():

@@ -20,7 +20,7 @@ from engine.drafters.eagle import EagleDrafter, make_eagle_drafter
 from engine.drafters.eagle_head import EagleHead, HeadCard, target_fingerprint
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine.drafters.eagle_formats import EAGLE3_MESSAGE, load_speculators, save_speculators
 from engine_testkit import check_round_invariants, run, save_tiny_model
 
@@ -159,7 +159,7 @@ def test_a_head_written_elsewhere_drafts_what_its_tensors_predict(layout, specul
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_output_with_a_speculators_head_equals_plain(speculators_dir, eagle1_dir, tiny_model, k):
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     for folder in (speculators_dir, eagle1_dir):
         spec = SpecConfig(method="eagle", k=k, draft=str(folder))
         for prompt in ([5, 9, 20, 31], [100, 7, 42]):
@@ -215,7 +215,7 @@ def test_our_speculators_folder_drafts_losslessly_and_is_refused_for_another_tar
                                                                                     tiny_tokenizer):
     head, card = our_head(tiny_model, vocab, restricted=True)
     save_speculators(tmp_path / "head", head, card, tiny_model.model)
-    engine, spec = Engine(tiny_model), SpecConfig(method="eagle", k=2, draft=str(tmp_path / "head"))
+    engine, spec = local_engine(tiny_model), SpecConfig(method="eagle", k=2, draft=str(tmp_path / "head"))
     _, _, plain = run(engine, [5, 9, 20, 31], max_new_tokens=32)
     _, _, eagle = run(engine, [5, 9, 20, 31], max_new_tokens=32, spec=spec)
     assert eagle.output_ids == plain.output_ids and eagle.stats.drafted_tokens > 0
@@ -257,7 +257,7 @@ def test_a_head_that_does_not_fit_is_refused_in_one_line(tiny_model, vocab, tmp_
         load_speculators(folder, tiny_model.model, tiny_model.label)
     assert "\n" not in str(refused.value)
     with pytest.raises(ConfigError, match=message):  # the engine refuses it before the first round
-        run(Engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(folder)))
+        run(local_engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(folder)))
 
 
 def test_eagle3_heads_are_refused_with_the_reason(tiny_model, vocab, tmp_path):
@@ -293,7 +293,7 @@ def test_a_corrupt_config_or_missing_weights_gets_one_line(tiny_model, vocab, tm
 
 def test_a_model_folder_given_as_a_head_is_refused(tiny_model, tiny_dir):
     with pytest.raises(ConfigError, match="is not an eagle head folder"):
-        run(Engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(tiny_dir)))
+        run(local_engine(tiny_model), [5, 9, 20], max_new_tokens=4, spec=SpecConfig(method="eagle", draft=str(tiny_dir)))
 
 
 def test_the_cli_refuses_a_bad_head_folder_with_exit_2_and_one_line(tiny_dir, vocab, tmp_path, capsys):

@@ -6,7 +6,7 @@ from engine.measure.compare import (SweepPoint, best_k, first_difference, pooled
                             sweep_points, sweep_specs, sweep_summary, theoretical_curve, with_plain_first)
 from engine.core.config import SpecConfig, parse_spec
 from engine.core.events import GenerationFinished
-from engine.core.stats import GenerationStats, theoretical_speedup
+from engine.core.stats import GenerationStats, speedup_from_acceptance
 
 
 def stats(committed, elapsed, drafted=0, accepted=0, passes=None):
@@ -68,7 +68,7 @@ def test_best_k_and_theoretical_curve():
     alpha, cost = pooled_alpha_and_cost(points)
     assert alpha == pytest.approx(0.6) and cost == pytest.approx(0.05)
     curve = theoretical_curve(alpha, cost, [1, 2, 3, 4])
-    assert curve == [pytest.approx(theoretical_speedup(0.6, k, 0.05)) for k in [1, 2, 3, 4]]
+    assert curve == [pytest.approx(speedup_from_acceptance(0.6, k, 0.05)) for k in [1, 2, 3, 4]]
     assert curve[0] == pytest.approx((1 + 0.6) / (1 + 0.05))
     assert best_k([]) is None
 

@@ -17,6 +17,7 @@ from engine.measure.divergence import MISMATCH, NEAR_TIE, SAMPLING_NOTE, Diverge
 from engine.core.events import GenerationFinished
 from engine.models.load import load_model
 from engine.core.engine import Engine
+from engine.runtime import DraftProvider, local_engine
 from engine_testkit import PROMPTS, ScriptedDrafter, factory_for, run
 
 PL = SpecConfig("prompt-lookup", k=5)
@@ -66,7 +67,7 @@ def test_a_missing_token_or_no_difference_is_a_mismatch():
 # ------------------------------------------------------------------ locating the round
 
 def test_locate_rebuilds_each_rounds_verification_batch(tiny_model):
-    engine = Engine(tiny_model, drafter_factory=factory_for(ScriptedDrafter([[5, 6, 7], [], [8, 9]])))
+    engine = local_engine(tiny_model, drafter_factory=factory_for(ScriptedDrafter([[5, 6, 7], [], [8, 9]])))
     prompt = tiny_model.tokenizer.encode("def add(a, b):", add_special_tokens=False)
     _, rounds, finished = run(engine, prompt, spec=SpecConfig("prompt-lookup", k=3), max_new_tokens=8)
     output = list(finished.output_ids)
@@ -88,11 +89,11 @@ def bf16_prompts(target) -> list[list[int]]:
                                        "Explain recursion to a child.", "What is 17 times 23?",
                                        "Repeat: the cat sat on the mat. The cat sat on the mat.",
                                        "Café crème, naïve façade.", "日本語のテキスト"]
-    engine = Engine(target)
+    engine = local_engine(target)
     return [engine.prompt_ids(text[:cut]) for text, cut in itertools.product(texts[:12], (150, 60))]
 
 
-def divergences_of(engine: Engine, prompt_ids: list[int], spec: SpecConfig = PL) -> Divergence | None:
+def divergences_of(engine, prompt_ids: list[int], spec: SpecConfig = PL) -> Divergence | None:
     _, _, plain = run(engine, prompt_ids, max_new_tokens=N_NEW)
     engine.release()
     _, rounds, other = run(engine, prompt_ids, spec=spec, max_new_tokens=N_NEW)
@@ -108,7 +109,7 @@ def tiny_bf16(tiny_dir):
 @pytest.fixture(scope="module")
 def bf16_survey(tiny_bf16) -> list[tuple[list[int], Divergence | None]]:
     """Every bf16 prompt with its diagnosis (None: identical to plain decoding), computed once."""
-    engine = Engine(tiny_bf16)
+    engine = local_engine(tiny_bf16)
     return [(ids, divergences_of(engine, ids)) for ids in bf16_prompts(tiny_bf16)]
 
 
@@ -134,12 +135,12 @@ class WrongAfterVerification(Engine):
     """Verifies as the engine does, then commits the token the target ranks last in place of its own, at
     round `at` (a real error, far from any tie)."""
 
-    def __init__(self, target, at: int = 3, **kwargs):
-        super().__init__(target, **kwargs)
+    def __init__(self, target, at: int = 3):
+        super().__init__(target, DraftProvider(target))
         self.at, self.rounds_seen = at, 0
 
     def _verify(self, feed, proposal, sampling, generator):
-        from engine.core.engine import verify_greedy
+        from engine.core.verify import verify_greedy
         draft_ids = list(proposal.ids)
         m = len(draft_ids)
         logits = self.runner.forward(feed + draft_ids, m + 1)
@@ -154,8 +155,11 @@ class WrongAfterVerification(Engine):
 class ShiftedVerification(Engine):
     """Reads verification one row off: the draft token at i is checked against the logits of i + 1."""
 
+    def __init__(self, target):
+        super().__init__(target, DraftProvider(target))
+
     def _verify(self, feed, proposal, sampling, generator):
-        from engine.core.engine import verify_greedy
+        from engine.core.verify import verify_greedy
         draft_ids = list(proposal.ids)
         m = len(draft_ids)
         logits = self.runner.forward(feed + draft_ids, m + 1)
@@ -169,7 +173,7 @@ class ShiftedVerification(Engine):
 def test_a_wrong_token_committed_after_verification_is_a_mismatch(tiny_dir, tiny_bf16, dtype):
     target = tiny_bf16 if dtype == "bf16" else load_model(str(tiny_dir), device="cpu", dtype="float32")
     prompt = bf16_prompts(target)[1]
-    _, _, plain = run(Engine(target), prompt, max_new_tokens=16)
+    _, _, plain = run(local_engine(target), prompt, max_new_tokens=16)
     broken = WrongAfterVerification(target, at=3)
     _, rounds, other = run(broken, prompt, spec=PL, max_new_tokens=16)
     d = diagnose(target, prompt, plain.output_ids, other.output_ids, rounds)
@@ -184,7 +188,7 @@ def test_a_wrong_token_committed_after_verification_is_a_mismatch(tiny_dir, tiny
 def test_verification_shifted_by_one_is_a_mismatch(tiny_model):
     prompt = tiny_model.tokenizer.encode("The quick brown fox jumps over the lazy dog. The quick brown",
                                          add_special_tokens=False)
-    _, _, plain = run(Engine(tiny_model), prompt, max_new_tokens=24)
+    _, _, plain = run(local_engine(tiny_model), prompt, max_new_tokens=24)
     _, rounds, other = run(ShiftedVerification(tiny_model), prompt, spec=PL, max_new_tokens=24)
     assert any(r.draft_ids for r in rounds)
     d = diagnose(tiny_model, prompt, plain.output_ids, other.output_ids, rounds)

@@ -15,7 +15,7 @@ from engine.cli.main import main
 from engine.host import cpu_flags, native_bf16
 from engine.models.load import load_model
 from engine.measure.prompts import Prompt
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import PROMPTS
 
 PL = SpecConfig("prompt-lookup", k=5)
@@ -37,7 +37,7 @@ def test_float32_bench_counts_every_output_identical(tiny_engine):
 
 
 def test_bf16_bench_counts_add_up_and_every_divergence_is_listed(tiny_dir):
-    engine = Engine(load_model(str(tiny_dir), device="cpu", dtype="bf16"))
+    engine = local_engine(load_model(str(tiny_dir), device="cpu", dtype="bf16"))
     prompts = PROMPT_SET * 2
     prompts = [Prompt(f"{p.id}-{i}", p.category, p.text[: 60 + 30 * (i // len(PROMPT_SET))])
                for i, p in enumerate(prompts)]
@@ -103,5 +103,5 @@ def test_dtype_auto_on_the_cpu_follows_the_flags(tiny_dir, monkeypatch):
 
 @pytest.mark.skipif(not native_bf16(), reason="this CPU does not compute bf16 natively")
 def test_this_cpu_computes_bf16_natively_so_auto_is_bf16():
-    from engine.models.sources import resolve_dtype
+    from engine.backends.device import resolve_dtype
     assert resolve_dtype("auto", "cpu") is torch.bfloat16

@@ -11,7 +11,7 @@ pytest.importorskip("llama_cpp")
 from engine.core.config import SpecConfig  # noqa: E402
 from engine.measure.divergence import MISMATCH, NEAR_TIE, diagnose  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
-from engine.core.engine import Engine  # noqa: E402
+from engine.runtime import local_engine  # noqa: E402
 from engine_testkit import PROMPTS, run, save_tiny_model  # noqa: E402
 from gguf_testkit import quantize, write_tiny_gguf  # noqa: E402
 from test_divergence import WrongAfterVerification  # noqa: E402
@@ -49,7 +49,7 @@ def test_batched_and_one_token_logits_of_a_k_quant_differ(q4_k_m):
 
 
 def test_every_divergence_on_a_k_quant_is_a_near_tie(q4_k_m):
-    engine = Engine(q4_k_m)
+    engine = local_engine(q4_k_m)
     texts = [text[:cut] for text in PROMPTS.values() for cut in (150, 60)]
     found = []
     for text in texts:
@@ -68,8 +68,8 @@ def test_every_divergence_on_a_k_quant_is_a_near_tie(q4_k_m):
 
 
 def test_a_planted_error_on_llama_cpp_is_a_mismatch(q4_k_m):
-    prompt = Engine(q4_k_m).prompt_ids(PROMPTS["translate"][:120])
-    _, _, plain = run(Engine(q4_k_m), prompt, max_new_tokens=16)
+    prompt = local_engine(q4_k_m).prompt_ids(PROMPTS["translate"][:120])
+    _, _, plain = run(local_engine(q4_k_m), prompt, max_new_tokens=16)
     _, rounds, other = run(WrongAfterVerification(q4_k_m, at=2), prompt, spec=PL, max_new_tokens=16)
     d = diagnose(q4_k_m, prompt, plain.output_ids, other.output_ids, rounds)
     assert d is not None and d.kind == MISMATCH and d.backend == "llama.cpp"

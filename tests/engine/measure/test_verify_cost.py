@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.measure import verify_cost
-from engine.measure.verify_cost import VerifyCost, expected_tokens_per_pass, theoretical_speedup
+from engine.models import cost_cache
+from engine.core.stats import VerifyCost, expected_tokens_per_pass, speedup_on_curve
 
 
 def test_expected_tokens_per_pass():
@@ -17,12 +18,12 @@ def test_expected_tokens_per_pass():
 
 def test_theoretical_speedup_uses_the_measured_curve():
     free = VerifyCost((0.010,) * 8)  # a GPU: verifying 8 costs what 1 does
-    assert theoretical_speedup(3.0, 4, free, 0.0) == pytest.approx(3.0)
+    assert speedup_on_curve(3.0, 4, free, 0.0) == pytest.approx(3.0)
     cpu = VerifyCost((0.005, 0.010, 0.013, 0.016, 0.019))  # the CPU: 4 tokens cost 3.2× one
     assert cpu.relative(4) == pytest.approx(3.2)
-    assert theoretical_speedup(2.0, 3, cpu, 0.0) == pytest.approx(2.0 * 0.005 / 0.016)
-    assert theoretical_speedup(2.0, 3, cpu, 0.001) == pytest.approx(2.0 * 0.005 / (0.016 + 0.003))
-    assert theoretical_speedup(1.0, 0, cpu, 0.0) == 1.0  # plain decoding
+    assert speedup_on_curve(2.0, 3, cpu, 0.0) == pytest.approx(2.0 * 0.005 / 0.016)
+    assert speedup_on_curve(2.0, 3, cpu, 0.001) == pytest.approx(2.0 * 0.005 / (0.016 + 0.003))
+    assert speedup_on_curve(1.0, 0, cpu, 0.0) == 1.0  # plain decoding
     assert cpu.cost(7) == pytest.approx(0.019 + 2 * 0.003)  # past the measured range: its last step
     with pytest.raises(ValueError):
         cpu.cost(0)
@@ -46,7 +47,7 @@ def test_the_curve_is_measured_once_and_cached(which, request, tmp_path, monkeyp
     model = request.getfixturevalue("tiny_gguf_model" if which == "llama.cpp" else "tiny_model")
     cost = verify_cost.verify_cost(model, 5, threads=1)
     assert cost.n_max == 5 and all(s > 0 for s in cost.seconds) and cost.relative(1) == 1.0
-    path = verify_cost.cache_file(model, 1)
+    path = cost_cache.cache_file(model, 1)
     assert path.is_file() and which in path.name and "-1t" in path.name
     measured = []
     monkeypatch.setattr(verify_cost, "measure", lambda *a, **k: measured.append(a) or cost)
@@ -98,21 +99,21 @@ def test_the_sweep_curve_follows_the_measured_cost():
 def test_the_cache_alone_is_read_without_measuring(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(verify_cost, "measure", lambda *a, **k: pytest.fail("cached_verify_cost measured"))
-    assert verify_cost.cached_verify_cost(tiny_model, 5, threads=1) is None
-    path = verify_cost.cache_file(tiny_model, 1)
+    assert cost_cache.cached_verify_cost(tiny_model, 5, threads=1) is None
+    path = cost_cache.cache_file(tiny_model, 1)
     path.parent.mkdir(parents=True)
-    path.write_text('{"version": %d, "seconds": [0.005, 0.01, 0.013, 0.016, 0.02]}' % verify_cost.CACHE_VERSION)
-    assert verify_cost.cached_verify_cost(tiny_model, 5, threads=1).seconds == (0.005, 0.01, 0.013, 0.016, 0.02)
-    assert verify_cost.cached_verify_cost(tiny_model, 6, threads=1) is None  # too short for k = 5
+    path.write_text('{"version": %d, "seconds": [0.005, 0.01, 0.013, 0.016, 0.02]}' % cost_cache.CACHE_VERSION)
+    assert cost_cache.cached_verify_cost(tiny_model, 5, threads=1).seconds == (0.005, 0.01, 0.013, 0.016, 0.02)
+    assert cost_cache.cached_verify_cost(tiny_model, 6, threads=1) is None  # too short for k = 5
     path.write_text("not json")
-    assert verify_cost.cached_verify_cost(tiny_model, 5, threads=1) is None
+    assert cost_cache.cached_verify_cost(tiny_model, 5, threads=1) is None
 
 
 def test_the_engine_reports_the_theory_on_the_cached_curve(tiny_model, tmp_path, monkeypatch):
     from engine.core.config import SpecConfig
     from engine.core.events import GenerationFinished
-    from engine.core.engine import Engine
-    from engine.core.stats import theoretical_speedup as on_curve
+    from engine.runtime import local_engine
+    from engine.core.stats import speedup_from_acceptance as on_curve
     from engine.host import engine_threads
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     spec = SpecConfig(method="prompt-lookup", k=3)
@@ -122,10 +123,10 @@ def test_the_engine_reports_the_theory_on_the_cached_curve(tiny_model, tmp_path,
         return [e for e in engine.generate_ids(prompt, spec=spec, max_new_tokens=24)
                 if isinstance(e, GenerationFinished)][0].stats
 
-    before = finished(Engine(tiny_model))
+    before = finished(local_engine(tiny_model))
     assert before.verify_cost_seconds == ()  # nothing measured yet: the free-verification fallback
     cost = verify_cost.verify_cost(tiny_model, 4, threads=engine_threads())  # what `specscope bench` does
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     stats = finished(engine)
     assert stats.verify_cost_seconds == cost.seconds and engine.verify_curve(3) == cost
     assert stats.drafted_tokens > 0
@@ -133,7 +134,7 @@ def test_the_engine_reports_the_theory_on_the_cached_curve(tiny_model, tmp_path,
     assert stats.theoretical_speedup == pytest.approx(on_curve(
         stats.acceptance_rate, stats.mean_draft_length, stats.cost_ratio, stats.drafting_share, cost, draft))
     assert finished(engine).verify_cost_seconds == cost.seconds  # kept: read once per engine
-    assert Engine(tiny_model).verify_curve(0) is None
+    assert local_engine(tiny_model).verify_curve(0) is None
 
 
 def test_the_bench_sweep_uses_the_measured_curve():
@@ -153,5 +154,5 @@ def test_another_dtype_is_another_curve(tiny_model, tmp_path, monkeypatch):
     import dataclasses
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     as_bf16 = dataclasses.replace(tiny_model, dtype_label="bfloat16")
-    assert verify_cost.cache_file(tiny_model, 1) != verify_cost.cache_file(as_bf16, 1)
-    assert tiny_model.dtype_label in verify_cost.cache_file(tiny_model, 1).name
+    assert cost_cache.cache_file(tiny_model, 1) != cost_cache.cache_file(as_bf16, 1)
+    assert tiny_model.dtype_label in cost_cache.cache_file(tiny_model, 1).name

@@ -11,7 +11,7 @@ import time
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.training.data import Job, generate_batch, read_replies, reply_jobs, write_replies, _batches
 from engine.measure.prompts import Prompt
-from engine.core.engine import Engine
+from engine.runtime import local_engine
 from engine_testkit import run
 
 
@@ -20,7 +20,7 @@ def prompts(n: int, start: int = 0) -> list[Prompt]:
 
 
 def test_batched_greedy_replies_equal_the_engines_one_by_one(tiny_model):
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     prompt_ids = [engine.prompt_ids([{"role": "user", "content": p.text}]) for p in prompts(5)]
     assert len({len(p) for p in prompt_ids}) > 1  # left padding is exercised
     batched = generate_batch(tiny_model.model, prompt_ids, "greedy", max_new_tokens=12, eos_ids=tiny_model.eos_ids,
@@ -31,7 +31,7 @@ def test_batched_greedy_replies_equal_the_engines_one_by_one(tiny_model):
 
 
 def test_sampled_replies_follow_the_seed(tiny_model):
-    engine = Engine(tiny_model)
+    engine = local_engine(tiny_model)
     prompt_ids = [engine.prompt_ids([{"role": "user", "content": p.text}]) for p in prompts(3)]
     once = generate_batch(tiny_model.model, prompt_ids, "sampled", max_new_tokens=10, eos_ids=tiny_model.eos_ids,
                           seed=7, stop=lambda: False)

@@ -1,14 +1,15 @@
-"""The Drafter contract: propose up to k tokens after a context; hear back how many were kept.
-A drafter that owns a model owns its runner (engine.backends.Runner); this module holds only the types."""
+"""What the loop sees of a drafter: the Proposal it returns and the Drafter protocol. The drafters themselves
+(engine.drafters) build on these; the loop never imports them. Types only, no Qt."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from engine.core.config import SamplingConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)

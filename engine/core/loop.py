@@ -1,0 +1,147 @@
+"""One round of speculative decoding, step by step: how much room is left, the target's verifying pass over a
+draft (engine.core.verify decides), and what the round commits (cut at EOS, the room, a stop string), told as
+a RoundVerified event. The Engine (engine.core.engine) strings rounds together.
+
+Touches a Runner (forward, rollback) and torch tensors; nothing else.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.core.chat import IncrementalDetokenizer, find_stop
+from engine.core.config import SamplingConfig
+from engine.core.drafting import Proposal
+from engine.core.events import RoundVerified, target_status
+from engine.core.sampling import probabilities
+from engine.core.stats import StatsAccumulator
+from engine.core.verify import align_vocab, rejection_sample, verify_greedy
+
+
+@dataclass(slots=True)
+class Generation:
+    """What one generation has produced so far (the loop's mutable state, passed from step to step)."""
+
+    ids: list[int]  # prompt + everything committed
+    feed: list[int]  # what the first (prefill) round feeds the target: the prompt after the cached prefix
+    detok: IncrementalDetokenizer
+    stats: StatsAccumulator
+    generator: torch.Generator
+    started: float
+    output: list[int] = field(default_factory=list)
+    text: str = ""
+    index: int = 0  # of the next round; 0 is the prefill
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One round's draft and what the target made of it, with the times of both steps."""
+
+    proposal: Proposal
+    n_accepted: int
+    target_id: int
+    p_target: list[float]
+    p_draft: list[float | None]
+    p_own: float
+    draft_seconds: float
+    verify_seconds: float
+
+
+def room_left(state: Generation, cancel: threading.Event, max_new_tokens: int, context_length: int) -> int:
+    """How many tokens this round may still commit; ≤ 0 with the stop reason set when none."""
+    if cancel.is_set():
+        state.stop_reason = "cancelled"
+        return 0
+    room = min(max_new_tokens - len(state.output), context_length - len(state.ids))
+    if room <= 0:
+        state.stop_reason = "max-new-tokens" if len(state.output) >= max_new_tokens else "context-full"
+    return room
+
+
+@torch.inference_mode()
+def verify_pass(runner, feed: list[int], proposal: Proposal, sampling: SamplingConfig,
+                generator: torch.Generator) -> tuple[int, int, list[float], list[float | None], float]:
+    """One target forward pass over the pending token(s) plus the draft; then accept and roll back.
+    Returns n_accepted, the target's own token, p_target and p_draft of each drafted token, p of its own."""
+    draft_ids = proposal.ids
+    m = len(draft_ids)
+    logits = runner.forward(feed + draft_ids, m + 1)
+    if sampling.greedy:
+        n_accepted, target_id, p_target, p_own = verify_greedy(logits, draft_ids)
+        p_draft = drafted_probabilities(proposal)
+    else:
+        p_target_rows = probabilities(logits, sampling)
+        p_draft_rows = None if proposal.p_draft is None else \
+            align_vocab(proposal.p_draft.to(p_target_rows.device), p_target_rows.shape[-1])
+        n_accepted, target_id, p_target, p_draft, p_own = rejection_sample(
+            p_target_rows, p_draft_rows, draft_ids, generator)
+        if proposal.p_draft is None:
+            p_draft = [None] * m
+    # The cache holds everything fed; keep it up to the last accepted draft token. The target's own
+    # token is not in it yet: it is fed at the start of the next round.
+    runner.rollback(len(runner.ids) - (m - n_accepted))
+    return n_accepted, target_id, p_target, p_draft, p_own
+
+
+def drafted_probabilities(proposal: Proposal) -> list[float | None]:
+    """The drafter's probability of each token it drafted (None where it has no distribution)."""
+    if proposal.p_draft is None:
+        return [None] * len(proposal.ids)
+    rows = torch.arange(len(proposal.ids), device=proposal.p_draft.device)
+    drafted = torch.tensor(proposal.ids, dtype=torch.long, device=proposal.p_draft.device)
+    return proposal.p_draft[rows, drafted].tolist()
+
+
+def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: int, max_new_tokens: int,
+                 stop_strings: tuple[str, ...], eos_ids) -> RoundVerified:
+    """Append what the round keeps (cut at EOS, the room, a stop string) and describe it as an event."""
+    draft_ids, n_accepted = verdict.proposal.ids, verdict.n_accepted
+    committed = draft_ids[:n_accepted] + [verdict.target_id]
+    cut = next((i + 1 for i, t in enumerate(committed) if t in eos_ids), None)
+    if cut is not None:
+        committed, state.stop_reason = committed[:cut], "eos"
+    if len(committed) >= room:
+        committed = committed[:room]
+        state.stop_reason = state.stop_reason or (
+            "max-new-tokens" if len(state.output) + len(committed) >= max_new_tokens else "context-full")
+    # Rejected tokens are decoded after the accepted ones (their text may finish a character)
+    rejected_pieces = state.detok.peek(draft_ids)[n_accepted:] if n_accepted < len(draft_ids) else []
+    pieces = state.detok.add(committed)
+    state.ids.extend(committed)
+    state.output.extend(committed)
+    if stop_strings:
+        pieces, state.stop_reason, state.text = apply_stop(state.text, pieces, stop_strings, state.stop_reason)
+    else:
+        state.text += "".join(pieces)
+    draft_pieces = tuple(pieces[:n_accepted] + [""] * max(0, n_accepted - len(pieces)) + rejected_pieces)
+    return RoundVerified(
+        index=state.index, drafter=drafter_name if draft_ids else "target", draft_ids=tuple(draft_ids),
+        draft_pieces=draft_pieces, n_accepted=n_accepted, target_id=verdict.target_id,
+        target_status=target_status(len(draft_ids), n_accepted),
+        target_piece=pieces[n_accepted] if len(pieces) > n_accepted else "",
+        p_target=tuple(verdict.p_target), p_draft=tuple(verdict.p_draft),
+        p_target_of_target_id=verdict.p_own, committed_ids=tuple(committed), committed_pieces=tuple(pieces),
+        draft_seconds=verdict.draft_seconds, verify_seconds=verdict.verify_seconds,
+        elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output))
+
+
+def apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):
+    """Cut this round's pieces where a stop string begins. Text streamed in an earlier round stays, so that
+    the final text is always what was shown (a stop string spanning rounds leaves its first part).
+    Returns pieces, stop reason, text so far."""
+    joined = text + "".join(pieces)
+    at = find_stop(joined, stop_strings, len(text))
+    if at is None:
+        return pieces, stop_reason, joined
+    kept, length = [], len(text)
+    for piece in pieces:
+        take = max(0, min(len(piece), at - length))
+        kept.append(piece[:take])
+        length += len(piece)
+    return kept, "stop-string", text + "".join(kept)

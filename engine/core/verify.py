@@ -1,0 +1,85 @@
+"""Verification of a draft against the target's logits: pure functions, one device → host transfer a round.
+
+The acceptance rule is the one of Leviathan et al. (arXiv 2211.17192) and Chen et al. (arXiv 2302.01318):
+keep drafted token x with probability min(1, p_target(x) / p_draft(x)); at the first rejection draw the
+correction from norm(max(0, p_target − p_draft)); when all k are kept, draw a bonus token from the target.
+A drafter with no distribution counts as a one-hot p_draft. Greedy decoding is the temperature → 0 limit:
+keep x while it is the target's argmax. Either way the output is distributed exactly as the target's own.
+Touches torch tensors only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.core.sampling import sample
+
+
+def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
+    """Greedy verification of a draft against target logits for positions 0…m.
+
+    Returns n_accepted, the target's own token (argmax at the first disagreement, or the bonus), the
+    target's probability of each drafted token, and its probability of its own token.
+    """
+    m = len(draft_ids)
+    probs = torch.softmax(target_logits, dim=-1)
+    top_p, top_id = probs.max(dim=-1)
+    p_drafted = _gather_drafted(probs, draft_ids)
+    # one device → host transfer per round: ids are exact in float32 (< 2**24)
+    values = torch.cat([top_id.float(), top_p, p_drafted]).tolist()
+    argmax = [int(v) for v in values[: m + 1]]
+    n_accepted = 0
+    while n_accepted < m and draft_ids[n_accepted] == argmax[n_accepted]:
+        n_accepted += 1
+    return n_accepted, argmax[n_accepted], values[2 * m + 2:], values[m + 1 + n_accepted]
+
+
+def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_ids: list[int],
+                     generator: torch.Generator) -> tuple[int, int, list[float], list[float], float]:
+    """Speculative sampling (arXiv 2211.17192 Alg. 1; 2302.01318 Alg. 2).
+
+    p_target: (m+1, V) target probabilities; p_draft: (m, V) the draft's, or None for a one-hot draft.
+    Returns n_accepted, the target's token (correction or bonus), p_target and p_draft of each drafted
+    token, and the target's probability of its own token.
+    """
+    m = len(draft_ids)
+    device = p_target.device
+    if p_draft is None:
+        p_draft = torch.zeros((m, p_target.shape[-1]), device=device)
+        in_vocab = [(i, x) for i, x in enumerate(draft_ids) if x < p_target.shape[-1]]
+        if in_vocab:
+            p_draft[[i for i, _ in in_vocab], [x for _, x in in_vocab]] = 1.0
+    pt_x = _gather_drafted(p_target[:m], draft_ids)
+    pd_x = _gather_drafted(p_draft, draft_ids, outside=1.0)
+    accept = torch.rand(m, generator=generator, device=device) * pd_x < pt_x  # u < p_target/p_draft
+    # Residual distributions for every position, plus the bonus row: draw all m+1 at once and keep the
+    # one at the first rejection, so the whole round needs a single device → host transfer.
+    residual = torch.clamp(p_target[:m] - p_draft, min=0.0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_target[:m])
+    candidates = sample(torch.cat([residual, p_target[m:m + 1]]), generator)
+    p_candidates = p_target[torch.arange(m + 1, device=device), candidates]
+    values = torch.cat([accept.float(), candidates.float(), p_candidates, pt_x, pd_x]).tolist()
+    n_accepted = 0
+    while n_accepted < m and values[n_accepted] > 0.5:
+        n_accepted += 1
+    target_id = int(values[m + n_accepted])
+    p_own = values[2 * m + 1 + n_accepted]
+    return n_accepted, target_id, values[3 * m + 2: 4 * m + 2], values[4 * m + 2:], p_own
+
+
+def _gather_drafted(rows: torch.Tensor, draft_ids: list[int], outside: float = 0.0) -> torch.Tensor:
+    """rows[i, draft_ids[i]]; a draft id beyond the target's vocabulary (vocabularies may differ by up to
+    128 padding ids) has target probability 0, so it is always rejected."""
+    vocab = rows.shape[-1]
+    drafted = torch.tensor(draft_ids, dtype=torch.long, device=rows.device)
+    picked = rows[torch.arange(len(draft_ids), device=rows.device), drafted.clamp(max=vocab - 1)]
+    return torch.where(drafted < vocab, picked, torch.full_like(picked, outside))
+
+
+def align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Draft and target vocabularies may differ by a few padding ids (≤ 128): pad or cut the draft's."""
+    extra = vocab_size - p_draft.shape[-1]
+    if extra > 0:
+        return torch.nn.functional.pad(p_draft, (0, extra))
+    return p_draft[:, :vocab_size] if extra < 0 else p_draft
