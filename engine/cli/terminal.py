@@ -1,17 +1,32 @@
-"""Terminal rendering for `specscope generate`: tokens coloured by status (the fold of engine.core.tokens, the one
-the GUI and the history use), then one stats line. Writes to the console only (rich); text that isn't ours
-(notes, errors) is escaped before it goes through rich markup."""
+"""The terminal of the engine's commands: one-line errors (exit 2) and warnings on stderr, and for `specscope
+generate` tokens coloured by status (the fold of engine.core.tokens, the one the GUI and the history use),
+then one stats line. Writes to the console only (rich); text that isn't ours (notes, errors) is escaped before
+it goes through rich markup."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from engine.core.methods import plain_method
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
 from engine.core.tokens import fold_round
+
+EXIT_BAD_INPUT = 2
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one line, exit 2
+        self.exit(EXIT_BAD_INPUT, f"specscope: error: {message}\n")
+
+
+def warn(message: str) -> None:
+    print(f"specscope: warning: {message}", file=sys.stderr)
+
 
 STYLES = {
     TokenStatus.PLAIN: "",
@@ -45,7 +60,7 @@ class TerminalStream:
     def legend(self, started: GenerationStarted) -> None:
         for note in started.warnings:
             self.err.print(f"[yellow]warning:[/] {escape(note)}")
-        if started.method == "none":
+        if started.method == plain_method().name:
             return
         legend = Text("legend: ")
         for status in (TokenStatus.ACCEPTED, TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.REJECTED):
