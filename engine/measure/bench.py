@@ -6,7 +6,7 @@ the k sweep come from engine.measure.compare, the prompt files from engine.measu
 A greedy output that differs from plain decoding is diagnosed (engine.measure.divergence) and counted as a near-tie
 or a mismatch beside the identical ones; --strict reruns everything in float32 on the CPU with transformers.
 
-Touches the terminal (rich tables on stdout, progress on stderr) and the --json file; no Qt.
+Touches the terminal (the tables of engine.measure.report on stdout, progress on stderr) and the --json file; no Qt.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from engine.measure.compare import SweepPoint, SweepSummary, strict_engine, sweep_specs, sweep_summary, with_plain_first
+from engine.measure.compare import strict_engine, sweep_specs, with_plain_first
 from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
+from engine.backends import is_local_backend
 from engine.core.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
+from engine.measure.fastest import sweep_methods
 from engine.measure.divergence import Divergence, diagnose
 from engine.core.errors import ConfigError
 from engine.measure.prompts import Prompt, load_prompts
+from engine.measure.report import print_divergences, print_sources, print_sweep, print_table, table_console
 from engine.core.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
                                write_text_atomic)
 from engine.core.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
@@ -107,23 +110,9 @@ class ConfigResult:
 
 
 def _hf_kwargs(spec: SpecConfig, engine) -> dict:
-    if spec.method == "prompt-lookup":
-        return {"prompt_lookup_num_tokens": spec.k, "max_matching_ngram_size": spec.ngram_max}
-    if spec.method == "draft-model":
-        return {"assistant_model": engine.draft_model(spec.draft).model, "num_assistant_tokens": spec.k,
-                "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
-    if spec.method == "early-exit":
-        from engine.drafters import default_early_exit_layers
-        return {"assistant_early_exit": spec.layers or default_early_exit_layers(engine.target.n_layers),
-                "num_assistant_tokens": spec.k, "num_assistant_tokens_schedule": "constant",
-                "assistant_confidence_threshold": 0.0}
-    if spec.method == "mtp":  # transformers drafts one token per MTP layer (and loads them on every call)
-        return {"use_mtp": True}
-    if spec.method == "assistant":  # its candidate generator reads k from the assistant's own config
-        assistant = engine.draft_model(spec.draft).model
-        assistant.generation_config.num_assistant_tokens = spec.k
-        return {"assistant_model": assistant}
-    return {}
+    """transformers generate()'s kwargs for the same setting, as the method's MethodSpec gives them."""
+    make = spec.info.hf_generate_kwargs
+    return {} if make is None else make(spec, engine)
 
 
 def hf_generate(engine, prompt_ids: list[int], spec: SpecConfig, max_new_tokens: int) -> tuple[list[int], float]:
@@ -197,7 +186,7 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
     specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
-    on_server = engine.target.backend not in BACKENDS  # --model is a server: its figures are the server's
+    on_server = not is_local_backend(engine.target.backend)  # --model is a server: its figures are the server's
     results = [ConfigResult(spec, diagnosed=sampling.greedy and not on_server,
                             remote=engine if on_server else None) for spec in specs] + \
         [ConfigResult(SpecConfig(), remote=r) for r in remotes]
@@ -281,84 +270,7 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
     return out
 
 
-def _table_console():
-    from rich.console import Console
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped or captured: never squeeze the columns
-        console = Console(highlight=False, width=160)
-    return console
-
-
-def _fmt(value, pattern: str) -> str:
-    return "–" if value is None else format(value, pattern)
-
-
 # Columns a table shows when some row has the figure: (heading, row key, format, unit)
-OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", "×"),
-                    ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
-                    ("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
-                    ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
-                    ("vs none", "plain_vs_none", ".2f", "×"))
-
-
-def print_table(summary: dict, compare_hf: bool, console=None) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-    console = console or _table_console()
-    categories = sorted({key for rows in summary.values() for key in rows if key != "all"})
-    for key in ["all"] + categories:
-        table = Table(title=escape(f"{'overall' if key == 'all' else key}"), title_justify="left")
-        for column in ("config", "tok/s", "speed-up", "accept", "mean len", "theory", "effic.", "identical"):
-            table.add_column(column, justify="left" if column == "config" else "right")
-        if compare_hf:
-            table.add_column("ours/HF", justify="right")
-        optional = [c for c in OPTIONAL_COLUMNS
-                    if any(c[1] in row for rows in summary.values() for row in rows.values())]
-        for heading, *_ in optional:
-            table.add_column(heading, justify="right")
-        for label, rows in summary.items():
-            row = rows.get(key)
-            if row is None:
-                continue
-            cells = [escape(label), f"{row['tok_per_s']:.1f}", _fmt(row["speedup"], ".2f") + "×",
-                     f"{row['acceptance_rate']:.0%}", f"{row['mean_accepted_length']:.2f}",
-                     _fmt(row["theoretical_speedup"], ".2f") + "×", _fmt(row["efficiency"], ".2f"),
-                     _identical_cell(row)]
-            if compare_hf:
-                cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
-            cells += [_fmt(row.get(key), pattern) + (unit if row.get(key) is not None else "")
-                      for _, key, pattern, unit in optional]
-            table.add_row(*cells)
-        console.print(table)
-    if any("llama_cpp_python_tok_per_s" in row for rows in summary.values() for row in rows.values()):
-        console.print("theirs: llama-cpp-python's own Llama on the same GGUF, prompt ids and threads (prompt "
-                      "lookup through its LlamaPromptLookupDecoding)")
-
-
-def _identical_cell(row: dict) -> str:
-    """identical/prompts, with the near-ties (≈) and mismatches (✗) among the rest."""
-    cell = f"{row['identical_to_none']}/{row['prompts']}"
-    extra = [f"{row[key]} {mark}" for key, mark in (("near_ties", "≈"), ("mismatches", "✗MISMATCH"))
-             if row.get(key)]
-    return cell + (f" ({', '.join(extra)})" if extra else "")
-
-
-def print_divergences(summary: dict, console=None) -> None:
-    """Every mismatch, loudly, with what is needed to report it; near-ties in one line each."""
-    from rich.markup import escape
-    console = console or _table_console()
-    for label, rows in summary.items():
-        for d in rows["all"].get("divergences", []):
-            if d["kind"] == "mismatch":
-                console.print(escape(f"MISMATCH {label}, prompt {d['prompt']}: token {d['position']}: plain "
-                                     f"{d['plain_token']} ({d['plain_text']!r}), speculation {d['spec_token']} "
-                                     f"({d['spec_text']!r}), margin {d['top2_margin']:.3g}, passes differ by "
-                                     f"{d['pass_discrepancy']:.3g} ({d['backend']}, {d['dtype']}, round "
-                                     f"{d['round_index']}): a real error, please report it"), style="bold red")
-            else:
-                console.print(escape(f"near-tie {label}, prompt {d['prompt']}: token {d['position']}, "
-                                     f"{d['plain_text']!r} vs {d['spec_text']!r}, margin {d['top2_margin']:.3g} "
-                                     f"≤ pass discrepancy {d['pass_discrepancy']:.3g} ({d['dtype']} rounding)"))
 
 
 def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
@@ -366,7 +278,7 @@ def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
     specs = [parse_spec(text) for text in args.config if parse_remote(text) is None]
     sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
     if sweep:
-        specs = sweep_specs([s for s in specs if s.speculative] or [parse_spec("prompt-lookup")], sweep)
+        specs = sweep_specs([s for s in specs if s.speculative] or [SpecConfig(method=sweep_methods()[0].name)], sweep)
     for spec in specs:
         for note in spec.warnings:
             print(f"specscope: warning: {note}", file=sys.stderr)
@@ -410,9 +322,9 @@ def run(args) -> int:
     names = (args.model, *(spec.draft for spec in specs))
     require(names, **flags)
     err = Console(stderr=True, highlight=False)
+    answers = ConsentAnswers.from_flags(names, **flags)
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
-                         backend=args.backend, **flags)
-    engine.consent = ConsentAnswers.from_flags(names, **flags)
+                         backend=args.backend, consent=lambda: answers, **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
     if args.compare_hf and engine.target.backend != "transformers":
@@ -462,16 +374,6 @@ def _remotes(args) -> tuple:
     return tuple(load_remote(url, terminal_progress()) for url in dict.fromkeys(urls))
 
 
-def print_sources(summary: dict, console=None) -> None:
-    """Which figures came from where, one line per config that is not all measured here."""
-    from rich.markup import escape
-    console = console or _table_console()
-    for label, rows in summary.items():
-        where = rows["all"].get("figures_from", "measured here")
-        if where != "measured here":
-            console.print(escape(f"{label}: {where}"))
-
-
 def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err, remotes=()):
     """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
     --compare-llama. Returns the summary and the curve (None for a remote target)."""
@@ -513,7 +415,7 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
     results[0].spec = SpecConfig(backend=backend)
     summary = summarise(results, False, None, cost)
     for key, row in summary[results[0].spec.label()].items():
-        base = main_summary["none"].get(key, {}).get("tok_per_s")
+        base = main_summary[SpecConfig().label()].get(key, {}).get("tok_per_s")
         row["plain_vs_none"] = row["tok_per_s"] / base if base else None
     engine.release()
     return summary
@@ -523,40 +425,11 @@ def _verify_cost(engine, specs: list[SpecConfig], refresh: bool = False):
     """The target's measured cost of verifying n = 1…max(k)+1 tokens in one pass (at least 1…8), from the
     cache or measured now, printed as one line; None for a target whose passes are not ours (a server)."""
     from engine.host import engine_threads
-    if engine.target.backend not in BACKENDS:
+    if not is_local_backend(engine.target.backend):
         return None
     n_max = max([spec.k for spec in specs if spec.speculative] + [7]) + 1
     cost = verify_cost(engine.target, n_max, threads=engine_threads(), refresh=refresh)
-    _table_console().print(cost_curve_line(cost, engine.target.backend))
+    table_console().print(cost_curve_line(cost, engine.target.backend))
     return cost
 
 
-def sweep_summaries(summary: dict, cost=None) -> list[SweepSummary]:
-    """Per method, the sweep (engine.measure.compare.sweep_summary) of a bench summary's overall rows, its theory on
-    the measured verify-cost curve `cost` where there is one."""
-    points: dict[str, list[SweepPoint]] = defaultdict(list)
-    for label, rows in summary.items():
-        if label.startswith(REMOTE_PREFIX):
-            continue
-        spec = parse_spec(label)
-        if not spec.speculative:
-            continue
-        row = rows["all"]
-        points[spec.method].append(SweepPoint(spec.k, row["speedup"] or 0.0, row["acceptance_rate"],
-                                              row["cost_ratio"]))
-    return [sweep_summary(method, method_points, cost) for method, method_points in points.items()]
-
-
-def print_sweep(summary: dict, cost=None) -> None:
-    from rich.table import Table
-    console = _table_console()
-    for sweep in sweep_summaries(summary, cost):
-        table = Table(title=f"k sweep: {sweep.method} (pooled α = {sweep.alpha:.0%}, c = {sweep.cost_ratio:.3f})",
-                      title_justify="left")
-        for column in ("k", "speed-up", "theory", "accept"):
-            table.add_column(column, justify="right")
-        for point, predicted in zip(sweep.points, sweep.theory):
-            table.add_row(str(point.k), f"{point.speedup:.2f}×", f"{predicted:.2f}×", f"{point.acceptance_rate:.0%}")
-        console.print(table)
-        if sweep.best is not None:
-            console.print(f"best k for {sweep.method}: {sweep.best.k} ({sweep.best.speedup:.2f}× over plain decoding)")

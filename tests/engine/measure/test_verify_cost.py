@@ -138,7 +138,7 @@ def test_the_engine_reports_the_theory_on_the_cached_curve(tiny_model, tmp_path,
 
 
 def test_the_bench_sweep_uses_the_measured_curve():
-    from engine.measure.bench import sweep_summaries
+    from engine.measure.report import sweep_summaries
     curve = VerifyCost((0.005, 0.010, 0.013, 0.016, 0.020))
     row = {"speedup": 1.0, "acceptance_rate": 0.5, "cost_ratio": 0.0}
     summary = {"none": {"all": {**row, "speedup": 1.0}}, "prompt-lookup:k=1": {"all": row},
