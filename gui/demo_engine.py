@@ -130,9 +130,10 @@ class DemoEngine:
     def release(self) -> None:
         """The real engine frees its KV caches here; a replay holds none."""
 
-    def generate(self, conversation, *, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
+    def generate(self, conversation, *, spec: SpecConfig | None = None, sampling: SamplingConfig = SamplingConfig(),
                  max_new_tokens: int = 256, stop_strings=(), cancel: threading.Event | None = None,
                  system: str | None = None) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
+        spec = SpecConfig() if spec is None else spec
         self.validate(spec)
         recording = self.recordings[spec.label()]
         yield replace(recording.started, model=self.target.label, max_new_tokens=max_new_tokens)

@@ -7,20 +7,28 @@ settings (SpecConfig, SamplingConfig), so the CLI and the GUI cannot drift apart
 for it; `spec_from_args` / `sampling_from_args` fill what is None from a base config. Without it the defaults
 are the CLI's (SpecConfig() and SamplingConfig()).
 
-Touches argparse and engine.core.config only: no models, no Qt.
+The method options are generated from the method registry (engine.drafters registers each method's
+MethodSpec): --method's choices, and one option per method parameter (engine.core.methods.ParamSpec).
+
+Touches argparse, engine.core.config and the method registry only: no models, no Qt.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
-from engine.core.config import BACKENDS, MAX_K, METHODS, SamplingConfig, SpecConfig
+import engine.drafters  # noqa: F401  (registers the methods)
+from engine.core.config import BACKENDS, MAX_K, SamplingConfig, SpecConfig
+from engine.core.methods import (ParamSpec, all_params, implied_method, method_names, method_spec, methods,
+                                 plain_method)
 from engine.core.validation import check_max_new_tokens, parse_float, parse_int
 
 DEFAULT_MAX_NEW_TOKENS = 256
 
-_SPEC_DEFAULTS = SpecConfig()
+_K_DEFAULT = next(f.default for f in fields(SpecConfig) if f.name == "k")
 _SAMPLING_DEFAULTS = SamplingConfig()
+_PARSERS = {int: parse_int, float: parse_float, str: str}
 
 
 def _default(value, unset: bool):
@@ -48,21 +56,30 @@ def add_model_args(parser: argparse.ArgumentParser, *, unset: bool = False, dtyp
                             "transformers backend only (GGUF weights on llama.cpp stay as quantized)")
 
 
+def _add_param(parser: argparse.ArgumentParser, param: ParamSpec, unset: bool) -> None:
+    if param.type is bool:
+        parser.add_argument(param.cli_flag, dest=param.name, action="store_true", default=None, help=param.help)
+        return
+    if param.default is None:
+        help_text = param.help
+    else:
+        help_text = _help(param.help, True) if unset else f"{param.help} (default: {param.default})"
+    parser.add_argument(param.cli_flag, dest=param.name, type=_PARSERS[param.type], default=None, help=help_text)
+
+
 def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> None:
-    """--method, --draft, --k, --layers, --ngram-max, --ngram-min, --adaptive."""
-    d = _SPEC_DEFAULTS
-    parser.add_argument("--method", default=None, choices=METHODS,
-                        help=_help("none, or a drafter", unset) if unset else
-                        "none, or a drafter (default: draft-model with --draft, else none)")
-    parser.add_argument("--draft", default=None, help="draft model for --method draft-model ('default' works)")
-    parser.add_argument("--k", type=parse_int, default=_default(d.k, unset),
+    """--method, --draft, --k, one option per method parameter (--layers, --ngram-max, --ngram-min, …) and
+    --adaptive."""
+    plain, implied = plain_method().name, implied_method()
+    parser.add_argument("--method", default=None, choices=method_names(),
+                        help=_help(f"{plain}, or a drafter", unset) if unset else
+                        f"{plain}, or a drafter (default: {implied} with --draft, else {plain})")
+    drafts = "; ".join(f"{m.name}: {m.draft_help}" for m in methods() if m.draft_help)
+    parser.add_argument("--draft", default=None, help=f"what the method drafts with ({drafts})")
+    parser.add_argument("--k", type=parse_int, default=_default(_K_DEFAULT, unset),
                         help=_help(f"tokens drafted per round, 1…{MAX_K}", unset))
-    parser.add_argument("--layers", type=parse_int, default=None,
-                        help="early-exit: target layers that draft (default: the method's own choice)")
-    parser.add_argument("--ngram-max", type=parse_int, default=_default(d.ngram_max, unset),
-                        help=_help("prompt-lookup: longest n-gram matched", unset))
-    parser.add_argument("--ngram-min", type=parse_int, default=_default(d.ngram_min, unset),
-                        help=_help("prompt-lookup: shortest n-gram matched", unset))
+    for param in all_params():
+        _add_param(parser, param, unset)
     parser.add_argument("--adaptive", action="store_true", default=_default(False, unset),
                         help="draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
 
@@ -107,13 +124,20 @@ def _given(args: argparse.Namespace, name: str, base):
     return getattr(base, name) if value is None else value
 
 
-def spec_from_args(args: argparse.Namespace, base: SpecConfig = _SPEC_DEFAULTS) -> SpecConfig:
-    """The SpecConfig the options ask for; an option left None takes `base`'s value. No --method: draft-model
-    when --draft is given, else `base.method`. Raises ConfigError on a bad combination."""
-    method = getattr(args, "method", None) or ("draft-model" if getattr(args, "draft", None) else base.method)
-    return SpecConfig(method=method, k=_given(args, "k", base), draft=_given(args, "draft", base),
-                      layers=_given(args, "layers", base), ngram_max=_given(args, "ngram_max", base),
-                      ngram_min=_given(args, "ngram_min", base), adaptive=bool(_given(args, "adaptive", base)))
+def given_params(args: argparse.Namespace) -> dict[str, object]:
+    """The method parameters the options give (those left None aside)."""
+    return {p.name: getattr(args, p.name) for p in all_params() if getattr(args, p.name, None) is not None}
+
+
+def spec_from_args(args: argparse.Namespace, base: SpecConfig | None = None) -> SpecConfig:
+    """The SpecConfig the options ask for; an option left None takes `base`'s value (a parameter only while
+    the method stays the same). No --method: the method a draft implies when --draft is given, else
+    `base.method`. Raises ConfigError on a bad combination."""
+    base = SpecConfig() if base is None else base
+    method = getattr(args, "method", None) or (implied_method() if getattr(args, "draft", None) else base.method)
+    params = {**(dict(base.params) if method == base.method else {}), **given_params(args)}
+    return SpecConfig(method=method_spec(method).name, k=_given(args, "k", base), draft=_given(args, "draft", base),
+                      params=params, adaptive=bool(_given(args, "adaptive", base)))
 
 
 def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLING_DEFAULTS) -> SamplingConfig:
@@ -122,5 +146,6 @@ def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLIN
                           top_p=_given(args, "top_p", base), seed=_given(args, "seed", base))
 
 
-__all__ = ["add_consent_args", "check_generation_args", "add_model_args", "add_spec_args", "add_sampling_args", "add_generation_args", "spec_from_args",
-           "sampling_from_args", "DEFAULT_MAX_NEW_TOKENS"]
+__all__ = ["add_consent_args", "check_generation_args", "add_model_args", "add_spec_args", "add_sampling_args",
+           "add_generation_args", "spec_from_args", "sampling_from_args", "given_params",
+           "DEFAULT_MAX_NEW_TOKENS"]

@@ -7,7 +7,7 @@ message back: every wording comes from the fields. Touches nothing but the token
 
 A tokenizer here is the subset of the HF API the contract in engine/backends names: `len()`, `get_vocab()`,
 `bos_token_id`/`eos_token_id` (and `bos_token`/`eos_token`), `backend_tokenizer` when it has one. A backend's
-tokenizer adapter may instead give its own facts: a method `tokenizer_facts() -> TokenizerFacts`.
+tokenizer adapter may instead give its own facts: a method `own_compatibility_facts() -> TokenizerFacts`.
 """
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ class TokenizerDifference:
         return f"token {self.token_id} differs: target {self.target!r}, draft {self.draft!r}"
 
 
-def tokenizer_facts(tokenizer) -> TokenizerFacts:
-    """The facts of a tokenizer: its own `tokenizer_facts()` where its class has one (a backend's adapter,
+def compatibility_facts(tokenizer) -> TokenizerFacts:
+    """The facts of a tokenizer: its own `own_compatibility_facts()` where its class has one (a backend's adapter,
     e.g. llama.cpp's, naming its vocabulary kind as HF does), else read through the HF API (the vocabulary
     is read once, lazily, on the first `piece` call)."""
-    if callable(getattr(type(tokenizer), "tokenizer_facts", None)):
-        return tokenizer.tokenizer_facts()
+    if callable(getattr(type(tokenizer), "own_compatibility_facts", None)):
+        return tokenizer.own_compatibility_facts()
     backend = getattr(tokenizer, "backend_tokenizer", None)
     kind = type(backend.model).__name__ if backend is not None else type(tokenizer).__name__
     by_id: dict[int, str] = {}
@@ -108,7 +108,7 @@ def facts_difference(target: TokenizerFacts, draft: TokenizerFacts) -> Tokenizer
 
 
 def _facts(tokenizer) -> TokenizerFacts:
-    return tokenizer if isinstance(tokenizer, TokenizerFacts) else tokenizer_facts(tokenizer)
+    return tokenizer if isinstance(tokenizer, TokenizerFacts) else compatibility_facts(tokenizer)
 
 
 def tokenizer_difference(target_tok, draft_tok) -> TokenizerDifference | None:

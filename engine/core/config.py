@@ -1,89 +1,27 @@
-"""Settings as data: frozen dataclasses, validated on creation, and the one table of methods.
+"""Settings as data: frozen dataclasses, validated on creation, and the one way a SpecConfig becomes text
+(its SPEC label, parsed back by `parse_spec`) and a record (a JSON-ready dict: `spec_to_record`,
+`spec_from_record`, what the history and the GUI's settings store).
 
-`METHOD_TABLE` is where a method's name, the label the user reads, its help line, whether it needs a draft
-model or uses the target's layers, and which backends serve it live. The CLI parser, the GUI controls, the
-compare view and the benchmark read it; the checks on a method's parameters (`check_k`, `check_layers`,
-`check_backend`) are written here once and called everywhere; the number checks at the edge of their type
-(seeds, temperatures, sizes) are engine.core.validation's, called from here. Pure Python: imports nothing but the
-errors and engine.core.validation.
+A SpecConfig names its method and carries the method's own parameters as data; everything it knows about a
+method (its name, parameters, whether it needs a draft, the backends that serve it) it reads from the method
+registry (engine.core.methods; engine.drafters registers the methods). The checks on k and on a method's
+backend are written here once and called everywhere; the number checks at the edge of their type (seeds,
+temperatures, sizes) are engine.core.validation's. Pure Python: imports nothing but engine.core's errors,
+validation and methods.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Mapping
 
 from engine.core.errors import ConfigError
-from engine.core.validation import (check_int, check_seed, check_temperature, check_top_k, check_top_p,
-                               MAX_COUNT)
+from engine.core.methods import MethodSpec, check_params, method_spec, param_owner, plain_method
+from engine.core.validation import check_seed, check_temperature, check_top_k, check_top_p
 
 BACKENDS = ("transformers", "llama.cpp")
 MAX_K = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Method:
-    """One speculation method: what it is called, what the user reads, and what it needs."""
-
-    name: str  # as typed on the command line and stored in settings (`prompt-lookup`)
-    label: str  # what the user reads in a menu
-    help: str  # one sentence for a tooltip or --help
-    needs_draft: bool  # needs a separate draft model (`draft=` / --draft)
-    uses_layers: bool  # drafts from the target's own first layers (`layers=` / --layers)
-    uses_ngrams: bool  # reads `ngram_max` / `ngram_min`
-    backends: tuple[str, ...]  # the backends (BACKENDS) that can serve it
-    why_not: str = ""  # why the other backends can't, said when one is refused
-    reads_head: bool = False  # `draft=` / --draft names a trained head folder (eagle), not a model
-
-    @property
-    def speculative(self) -> bool:
-        return self.name != "none"
-
-    def supports(self, backend: str) -> bool:
-        return backend in self.backends
-
-
-METHOD_TABLE: tuple[Method, ...] = (
-    Method("none", "none (plain decoding)", "The target model writes every token itself: the baseline.",
-           needs_draft=False, uses_layers=False, uses_ngrams=False, backends=BACKENDS),
-    Method("draft-model", "draft model",
-           "A smaller model with the same tokenizer drafts k tokens; the target verifies them in one pass.",
-           needs_draft=True, uses_layers=False, uses_ngrams=False, backends=BACKENDS),
-    Method("prompt-lookup", "prompt lookup (n-gram)",
-           "Drafts by copying what followed the last n-gram where it appeared earlier in the text.",
-           needs_draft=False, uses_layers=False, uses_ngrams=True, backends=BACKENDS),
-    Method("early-exit", "early exit (self-speculative)",
-           "The target's first layers draft (self-speculation); the full model verifies.",
-           needs_draft=False, uses_layers=True, uses_ngrams=False, backends=("transformers",)),
-    Method("mtp", "MTP heads (the model drafts for itself)",
-           "The target's own multi-token-prediction layers draft, chained as transformers runs them: one token "
-           "per MTP layer, so k is at most the number of MTP layers (DeepSeek-V3, GLM-4.5: 1).",
-           needs_draft=False, uses_layers=False, uses_ngrams=False, backends=("transformers",),
-           why_not="llama-cpp-python 0.3.36 binds llama.cpp's MTP context, but feeding it the target's hidden "
-                   "state is not wired here yet"),
-    Method("assistant", "Gemma 4 assistant",
-           "A Gemma 4 assistant (--draft google/gemma-4-…-assistant) drafts from the target's own KV cache and "
-           "last hidden state, one token per pass at a fixed position; any k.",
-           needs_draft=True, uses_layers=False, uses_ngrams=False, backends=("transformers",),
-           why_not="the assistant reads the target's key/value tensors, which only the transformers backend "
-                   "exposes"),
-    Method("eagle", "EAGLE head (trained here)",
-           "A one-layer head trained on the target's own replies (specscope drafter train) drafts from the "
-           "target's last hidden states; --draft DIR names the head (default: the one trained for the model).",
-           needs_draft=False, uses_layers=False, uses_ngrams=False, backends=("transformers",), reads_head=True,
-           why_not="the head reads the target's hidden states and torch modules (embedding, output head), "
-                   "which only the transformers backend exposes"),
-)
-METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE)
-SPECULATIVE_METHODS: tuple[str, ...] = tuple(m.name for m in METHOD_TABLE if m.speculative)
-_BY_NAME = {m.name: m for m in METHOD_TABLE}
-
-
-def method_info(name: str) -> Method:
-    """The table row of a method; ConfigError naming the choices for an unknown one."""
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None
+REMOTE_PREFIX = "remote:"
 
 
 def check_k(k) -> int:
@@ -93,27 +31,9 @@ def check_k(k) -> int:
     return k
 
 
-def layer_range(n_layers: int) -> tuple[int, int]:
-    """The early-exit layer counts a model of `n_layers` layers allows: (1, n_layers − 1), since drafting
-    with every layer is the target itself. (1, 1) for a one-layer model, which check_layers refuses."""
-    return 1, max(1, n_layers - 1)
-
-
-def check_layers(layers: int | None, n_layers: int | None = None) -> int | None:
-    """Early-exit `layers` is ≥ 1 and, when the target's layer count is known, below it. None (auto) passes."""
-    if layers is None:
-        return None
-    if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_COUNT:
-        raise ConfigError(f"early-exit layers must be ≥ 1, got {layers!r}")
-    if n_layers is not None and layers > n_layers - 1:
-        raise ConfigError(f"early-exit layers must be from 1 to {n_layers - 1} for this model "
-                          f"({n_layers} layers), got {layers}")
-    return layers
-
-
 def check_backend(method: str, backend: str) -> None:
     """Refuse a method the backend can't serve (early exit needs the transformers backend), with the reason."""
-    info = method_info(method)
+    info = method_spec(method)
     if not info.supports(backend):
         served = " or ".join(info.backends)
         why = f" ({info.why_not})" if info.why_not else ""
@@ -142,25 +62,37 @@ class SamplingConfig:
 
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
-    """Which drafter proposes tokens and how many (k) per round."""
+    """Which drafter proposes tokens, how many (k) per round, and the method's own parameters.
 
-    method: str = "none"
+    `params` holds (name, value) pairs of the method's ParamSpecs that differ from their defaults (a mapping
+    is accepted on creation); `param(name)` reads one, default included. `method=None` is plain decoding."""
+
+    method: str | None = None
     k: int = 4
-    draft: str | None = None  # draft-model only: a model name, path or "default"
-    layers: int | None = None  # early-exit only: how many of the target's layers draft
-    ngram_max: int = 3  # prompt-lookup only
-    ngram_min: int = 1  # prompt-lookup only
+    draft: str | None = None  # a draft model (name, path or "default"), or a head folder (reads_head)
+    params: tuple[tuple[str, object], ...] = ()
     adaptive: bool = False  # draft only as many tokens (≤ k) as pay for their verification
     backend: str | None = None  # the backend (BACKENDS) to run on, or remote:url=… (a server); None: as loaded
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        info = method_info(self.method)
+        if self.method is None:
+            object.__setattr__(self, "method", plain_method().name)
+        info = method_spec(self.method)
         check_k(self.k)
         if info.needs_draft and not self.draft:
             raise ConfigError(f"method {self.method} needs a draft model (--draft NAME, or 'default')")
-        check_layers(self.layers)
-        if self.remote_url is not None and self.speculative:
+        self._check_backend(info)
+        notes = list(self.warnings)
+        object.__setattr__(self, "params", _own_params(info, self.params, notes))
+        if self.draft and not (info.needs_draft or info.reads_head):
+            notes.append(f"a draft model is ignored by method {self.method}")
+            object.__setattr__(self, "draft", None)
+        object.__setattr__(self, "adaptive", bool(self.adaptive))
+        object.__setattr__(self, "warnings", tuple(dict.fromkeys(notes)))
+
+    def _check_backend(self, info: MethodSpec) -> None:
+        if self.remote_url is not None and info.speculative:
             raise ConfigError(f"{self.backend} runs as its server was started: it takes no method "
                               f"({self.method}) of SpecScope's own")
         if self.backend is not None and self.remote_url is None:
@@ -169,49 +101,46 @@ class SpecConfig:
             if not info.supports(self.backend):
                 raise ConfigError(f"method {self.method} needs the {' or '.join(info.backends)} backend, not "
                                   f"{self.backend}")
-        check_int("--ngram-max", self.ngram_max, 1, MAX_COUNT)
-        check_int("--ngram-min", self.ngram_min, 1, MAX_COUNT)
-        if not 1 <= self.ngram_min <= self.ngram_max:
-            raise ConfigError(
-                f"n-gram sizes need 1 ≤ min ≤ max, got min={self.ngram_min} max={self.ngram_max}")
-        notes = list(self.warnings)
-        if self.draft and not (info.needs_draft or info.reads_head):
-            notes.append(f"a draft model is ignored by method {self.method}")
-            object.__setattr__(self, "draft", None)
-        if self.layers is not None and not info.uses_layers:
-            notes.append(f"--layers is ignored by method {self.method}")
-            object.__setattr__(self, "layers", None)
-        object.__setattr__(self, "warnings", tuple(dict.fromkeys(notes)))
+
+    @property
+    def info(self) -> MethodSpec:
+        """This config's method, as registered."""
+        return method_spec(self.method)
 
     @property
     def speculative(self) -> bool:
-        return self.method != "none"
+        return self.info.speculative
 
     @property
     def remote_url(self) -> str | None:
         """The server's address when this setting runs on a server (`backend=remote:url=…`), else None."""
         return parse_remote(self.backend) if self.backend and self.backend.startswith(REMOTE_PREFIX) else None
 
-    @property
-    def info(self) -> Method:
-        """This config's row of METHOD_TABLE."""
-        return _BY_NAME[self.method]
+    def param(self, name: str):
+        """The value of the method's parameter `name` (its default when not set); None for a parameter the
+        method doesn't have."""
+        given = dict(self.params)
+        if name in given:
+            return given[name]
+        param = self.info.param(name)
+        return None if param is None else param.default
+
+    def param_values(self) -> dict[str, object]:
+        """Every parameter of the method with its value, defaults included, in declaration order."""
+        return {p.name: self.param(p.name) for p in self.info.params}
 
     def label(self) -> str:
         """The SPEC string that parses back to this config (`prompt-lookup:k=5`)."""
         if self.remote_url is not None:
             return self.backend
         on = f"backend={self.backend}" if self.backend else None
-        if self.method == "none":
-            return f"none:{on}" if on else "none"
         info = self.info
+        if not info.speculative:
+            return f"{self.method}:{on}" if on else self.method
         parts = [f"k={self.k}"]
-        if info.needs_draft or (info.reads_head and self.draft):
+        if self.draft:
             parts.append(f"draft={self.draft}")
-        if info.uses_layers and self.layers is not None:
-            parts.append(f"layers={self.layers}")
-        if info.uses_ngrams and (self.ngram_max, self.ngram_min) != (3, 1):
-            parts.append(f"ngram_max={self.ngram_max},ngram_min={self.ngram_min}")
+        parts += [f"{name}={info.param(name).format(value)}" for name, value in self.params]
         if self.adaptive:
             parts.append("adaptive=1")
         if on:
@@ -221,12 +150,50 @@ class SpecConfig:
     def with_k(self, k: int) -> "SpecConfig":
         return replace(self, k=k, warnings=())
 
+    def with_params(self, **values) -> "SpecConfig":
+        """This config with some of its method's parameters set (None: back to the default)."""
+        return replace(self, params={**dict(self.params), **values}, warnings=())
 
-_SPEC_KEYS = {"k": "k", "draft": "draft", "layers": "layers", "ngram_max": "ngram_max", "adaptive": "adaptive",
-              "ngram_min": "ngram_min", "max_ngram": "ngram_max", "min_ngram": "ngram_min", "backend": "backend"}
+
+def _own_params(info: MethodSpec, given, notes: list[str]) -> tuple[tuple[str, object], ...]:
+    """`given` (a mapping or (name, value) pairs) checked against the method's ParamSpecs, as the pairs that
+    differ from their defaults, in declaration order. A parameter of another method is dropped with a note in
+    `notes`; one no method has is a ConfigError."""
+    values: dict[str, object] = {}
+    for name, value in (given.items() if isinstance(given, Mapping) else given):
+        param = info.param(name)
+        if param is not None:
+            values[name] = value
+            continue
+        owner = param_owner(name)
+        if owner is None:
+            raise ConfigError(f"unknown setting {name!r} for method {info.name}")
+        if value is not None and value != owner[1].default:
+            notes.append(f"{owner[1].cli_flag} is ignored by method {info.name}")
+    resolved = {p.name: values.get(p.name, p.default) for p in info.params}
+    check_params(info, resolved)
+    return tuple((p.name, resolved[p.name]) for p in info.params if resolved[p.name] != p.default)
 
 
-REMOTE_PREFIX = "remote:"
+# the SpecConfig fields every method has, as SPEC keys (the method's parameters come from its ParamSpecs)
+_FIXED_KEYS = ("k", "draft", "adaptive", "backend")
+
+
+def _spec_keys(info: MethodSpec) -> str:
+    return ", ".join(("k", "draft", *(p.name for p in info.params), "adaptive", "backend"))
+
+
+def _parse_fixed(key: str, value: str, text: str):
+    if key in ("draft", "backend"):
+        return value.strip()
+    if key == "adaptive":
+        if value.strip().lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+            raise ConfigError(f"adaptive must be 0 or 1 in {text!r}, got {value!r}")
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer in {text!r}, got {value!r}") from None
 
 
 def parse_remote(text: str) -> str | None:
@@ -242,30 +209,44 @@ def parse_remote(text: str) -> str | None:
 
 def parse_spec(text: str) -> SpecConfig:
     """Parse `method[:key=value,...]`, e.g. `prompt-lookup:k=5`, `draft-model:k=4,draft=default`,
-    `prompt-lookup:k=4,backend=transformers`; `remote:url=http://HOST:PORT` is the model on that server
-    (method none, backend `remote:url=…`: it runs as the server was started)."""
+    `prompt-lookup:k=4,backend=transformers`: the keys are k, draft, adaptive, backend and the method's own
+    parameters (engine.core.methods.ParamSpec). `remote:url=http://HOST:PORT` is the model on that server
+    (plain decoding, backend `remote:url=…`: it runs as the server was started)."""
     url = parse_remote(text)
     if url is not None:
         return SpecConfig(backend=f"{REMOTE_PREFIX}url={url}")
     method, _, rest = text.strip().partition(":")
+    info = method_spec(method.strip())
     values: dict[str, object] = {}
+    params: dict[str, object] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
-        if not sep or key not in _SPEC_KEYS:
-            raise ConfigError(
-                f"bad setting {item!r} in {text!r}; use key=value with keys k, draft, layers, ngram_max, "
-                "ngram_min, adaptive, backend")
-        name = _SPEC_KEYS[key]
-        if name in ("draft", "backend"):
-            values[name] = value.strip()
-        elif name == "adaptive":
-            if value.strip().lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-                raise ConfigError(f"adaptive must be 0 or 1 in {text!r}, got {value!r}")
-            values[name] = value.strip().lower() in ("1", "true", "yes", "on")
+        param = next((p for p in info.params if key == p.name or key in p.aliases), None)
+        if sep and key in _FIXED_KEYS:
+            values[key] = _parse_fixed(key, value, text)
+        elif sep and param is not None:
+            params[param.name] = param.parse(value, text)
         else:
-            try:
-                values[name] = int(value)
-            except ValueError:
-                raise ConfigError(f"{key} must be an integer in {text!r}, got {value!r}") from None
-    return SpecConfig(method=method.strip(), **values)
+            raise ConfigError(f"bad setting {item!r} in {text!r}; use key=value with keys {_spec_keys(info)}")
+    return SpecConfig(method=info.name, params=params, **values)
+
+
+def spec_to_record(spec: SpecConfig) -> dict:
+    """`spec` as a flat JSON-ready dict: method, k, draft, adaptive, backend and each of the method's
+    parameters (defaults included: None is auto)."""
+    record = {f.name: getattr(spec, f.name) for f in fields(SpecConfig) if f.name not in ("params", "warnings")}
+    record.update(spec.param_values())
+    return record
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(SpecConfig) if f.name not in ("method", "params", "warnings"))
+
+
+def spec_from_record(record: Mapping) -> SpecConfig:
+    """The SpecConfig a record of `spec_to_record` (or an older record with fewer keys) describes; a key that
+    is no parameter of its method is left out. ConfigError for values that don't fit."""
+    info = method_spec(record.get("method") or plain_method().name)
+    kept = {name: record[name] for name in _RECORD_FIELDS if record.get(name) is not None}
+    params = {p.name: record[p.name] for p in info.params if p.name in record}
+    return SpecConfig(method=info.name, params=params, **kept)

@@ -12,13 +12,18 @@ outputs (`TransformersRunner.record_outputs(shared_kv=True)`), never the target'
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner
 from engine.core.config import SamplingConfig, check_backend
-from engine.drafters.base import Proposal
+from engine.core.drafting import Proposal
 from engine.core.errors import ConfigError
-from engine.core.sampling import probabilities, sample
+from engine.core.methods import MethodSpec
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "assistant"
 
 ASSISTANT_CLASSES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
 TARGET_PREFIXES = ("Gemma4", "Gemma3n")  # the targets whose forward returns shared K/V states
@@ -30,11 +35,11 @@ def is_assistant(model: LoadedModel) -> bool:
 
 def check_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
     """Refuse a draft that isn't a Gemma 4 assistant, or a target of another family (with what to use)."""
-    check_backend("assistant", target.backend)
+    check_backend(NAME, target.backend)
     if draft is None or not is_assistant(draft):
         kind = "no draft" if draft is None else type(draft.model).__name__ if draft.model is not None else \
             draft.backend
-        raise ConfigError(f"method assistant needs a Gemma 4 assistant drafter as --draft (e.g. "
+        raise ConfigError(f"method {NAME} needs a Gemma 4 assistant drafter as --draft (e.g. "
                           f"google/gemma-4-E2B-it-assistant), got {kind}; use draft-model for other drafts")
     target_class = type(target.model).__name__ if target.model is not None else target.backend
     if not target_class.startswith(TARGET_PREFIXES):
@@ -50,7 +55,7 @@ def check_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
 class AssistantDrafter:
     """Drafts k tokens per round with a Gemma 4 assistant over the target runner's shared K/V states."""
 
-    name = "assistant"
+    name = NAME
     free_to_propose = False  # every drafted token is a pass of the assistant
     note: str | None = None  # nothing to say at the start of a generation
 
@@ -80,6 +85,9 @@ class AssistantDrafter:
         return hidden.view(1, 1, -1), shared_kv
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        import torch
+
+        from engine.core.sampling import probabilities, sample
         if k < 1 or len(context_ids) < 2:
             return Proposal.empty()
         hidden, shared_kv = self._inputs(context_ids)
@@ -108,3 +116,40 @@ class AssistantDrafter:
 
     def release(self) -> None:
         pass  # the K/V states are the target runner's
+
+
+def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None) -> AssistantDrafter:
+    if target_runner is None:
+        raise ValueError(f"{NAME} drafts from the target's runner; pass target_runner")
+    return AssistantDrafter(target, draft, target_runner)
+
+
+def hf_kwargs(spec, engine) -> dict:
+    """transformers generate() with the same assistant; its candidate generator reads k from the assistant's
+    own config."""
+    assistant = engine.drafts.draft_model(spec.draft).model
+    assistant.generation_config.num_assistant_tokens = spec.k
+    return {"assistant_model": assistant}
+
+
+def own_assistant(entry, pairs) -> str | None:
+    """Words for a model with a known assistant drafter of its family (engine.models.pairs)."""
+    pair = next((p for p in pairs if p.method == NAME), None)
+    return None if pair is None else f"drafts with its assistant {pair.draft} (method {NAME})"
+
+
+def own_assistant_settings(entry, pairs) -> dict:
+    """The known assistant of the model's family as the draft."""
+    pair = next((p for p in pairs if p.method == NAME), None)
+    return {} if pair is None else {"draft": pair.draft}
+
+
+METHOD = MethodSpec(
+    name=NAME, label="Gemma 4 assistant",
+    description="A Gemma 4 assistant (--draft google/gemma-4-…-assistant) drafts from the target's own KV cache and "
+                "last hidden state, one token per pass at a fixed position; any k.",
+    needs_draft=True, backends=("transformers",),
+    why_not="the assistant reads the target's key/value tensors, which only the transformers backend exposes",
+    check=lambda spec, target, draft: check_assistant(target, draft), build=build, needs_target_runner=True,
+    hf_generate_kwargs=hf_kwargs, own_drafter=own_assistant, own_settings=own_assistant_settings,
+    draft_help="a Gemma 4 assistant drafter")

@@ -7,12 +7,15 @@ own KV cache (Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 2302.01318)
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner
 from engine.core.config import SamplingConfig
-from engine.drafters.base import Proposal
-from engine.core.sampling import probabilities, sample
+from engine.core.drafting import Proposal
+from engine.core.methods import MethodSpec
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RunnerDrafter:
@@ -34,6 +37,9 @@ class RunnerDrafter:
         self._generator = generator
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        import torch
+
+        from engine.core.sampling import probabilities, sample
         runner = self.runner
         feed = runner.sync(context_ids)
         draft_ids: list[int] = []
@@ -65,5 +71,24 @@ class RunnerDrafter:
 class ModelDrafter(RunnerDrafter):
     """A separate draft model (any backend) with a runner of its own."""
 
-    def __init__(self, draft: LoadedModel, name: str = "draft-model") -> None:
+    def __init__(self, draft: LoadedModel, name: str | None = None) -> None:
         super().__init__(draft.new_runner(), name)
+
+
+def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None) -> ModelDrafter:
+    if draft is None:
+        raise ValueError(f"{spec.method} needs a loaded draft model")
+    return ModelDrafter(draft)
+
+
+def hf_kwargs(spec, engine) -> dict:
+    """transformers generate()'s assisted generation with the same draft model and a constant k."""
+    return {"assistant_model": engine.drafts.draft_model(spec.draft).model, "num_assistant_tokens": spec.k,
+            "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+
+
+METHOD = MethodSpec(
+    name=RunnerDrafter.name, label="draft model",
+    description="A smaller model with the same tokenizer drafts k tokens; the target verifies them in one pass.",
+    build=build, needs_draft=True, implied_by_draft=True, hf_generate_kwargs=hf_kwargs, sweep_rank=2,
+    draft_help="a draft model: a name, a path or 'default'")

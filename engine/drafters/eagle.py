@@ -15,28 +15,31 @@ head read-only, the target runner's kept hidden states read-only, and its own ca
 
 from __future__ import annotations
 
-import torch
-from transformers import DynamicCache
-
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, common_prefix_length
-from engine.backends.transformers import TransformersRunner, crop_cache
 from engine.core.config import SamplingConfig, SpecConfig, check_backend
-from engine.drafters.base import Proposal
-from engine.drafters.eagle_head import (EagleHead, decoder_parts, default_head_dir, load_head, read_card, readout_weight,
-                               target_fingerprint)
+from engine.core.drafting import Proposal
 from engine.core.errors import ConfigError
-from engine.core.sampling import probabilities, sample
-from engine.drafters.eagle_formats import check_speculators, is_foreign_head, load_speculators
+from engine.core.methods import MethodSpec
 
-# `specscope drafter train`'s default budget, data generation included; on this project's 2-core CPU it gives
-# the built-in model a head that accepts about 27 % of first drafts held out (see README, Command line)
+if TYPE_CHECKING:  # the drafter's own modules import torch: they are imported where a head is used
+    import torch
+
+    from engine.backends.transformers import TransformersRunner
+    from engine.drafters.eagle_head import EagleHead
+
+NAME = "eagle"
+
+# `specscope drafter train`'s default budget, data generation included (what it gives the built-in model:
+# README, Command line)
 TRAIN_MINUTES = 20
 
 
 def head_folder(spec: SpecConfig, target: LoadedModel) -> Path:
     """The head `spec` names (--draft DIR), else the one trained for this target (its default folder)."""
+    from engine.drafters.eagle_head import default_head_dir, target_fingerprint
     return Path(spec.draft).expanduser() if spec.draft else default_head_dir(target_fingerprint(target.model))
 
 
@@ -51,7 +54,9 @@ def check_eagle(spec: SpecConfig, target: LoadedModel) -> Path:
     """The head folder for `target`: refused on another backend, when missing (with how to train one), or when
     it was trained for another target. A folder in another tool's layout (speculators "eagle", EAGLE-1: a
     config.json) must fit the target's shapes (engine.drafters.eagle_formats)."""
-    check_backend("eagle", target.backend)
+    from engine.drafters.eagle_formats import check_speculators, is_foreign_head
+    from engine.drafters.eagle_head import read_card, target_fingerprint
+    check_backend(NAME, target.backend)
     folder = head_folder(spec, target)
     if not spec.draft and not folder.is_dir():
         raise ConfigError(no_head_message(target))
@@ -66,6 +71,8 @@ def check_eagle(spec: SpecConfig, target: LoadedModel) -> Path:
 
 
 def make_eagle_drafter(spec: SpecConfig, target: LoadedModel, target_runner) -> "EagleDrafter":
+    from engine.drafters.eagle_formats import is_foreign_head, load_speculators
+    from engine.drafters.eagle_head import load_head
     folder = check_eagle(spec, target)
     load = load_speculators if is_foreign_head(folder) else load_head
     head, card = load(folder, target.model, target.label)
@@ -74,16 +81,20 @@ def make_eagle_drafter(spec: SpecConfig, target: LoadedModel, target_runner) -> 
 
 def causal_mask(n_new: int, n_past: int, device: torch.device) -> torch.Tensor:
     """A (1, 1, n_new, n_past + n_new) mask, True where allowed: new position i sees the past and new ones ≤ i."""
+    import torch
     return torch.ones(n_new, n_past + n_new, dtype=torch.bool, device=device).tril(diagonal=n_past)[None, None]
 
 
 class EagleDrafter:
-    name = "eagle"
+    name = NAME
     free_to_propose = False  # every drafted token is a pass of the head (and a readout)
 
     def __init__(self, target: LoadedModel, head: EagleHead, target_runner: TransformersRunner,
                  note: str | None = None) -> None:
-        check_backend("eagle", target.backend)
+        import torch
+
+        from engine.drafters.eagle_head import decoder_parts, readout_weight
+        check_backend(NAME, target.backend)
         _, _, embed, output_head = decoder_parts(target.model)
         dtype = output_head.weight.dtype
         self.head = head.to(device=target.device, dtype=dtype).eval()
@@ -114,6 +125,10 @@ class EagleDrafter:
     def _catch_up(self, context_ids: list[int]) -> torch.Tensor | None:
         """Feed the head every position the target has features for that its cache lacks; the predicted
         features after the last one (1, 1, H), or None where the target runner has no features to give."""
+        import torch
+        from transformers import DynamicCache
+
+        from engine.backends.transformers import crop_cache
         runner, n = self.target_runner, len(context_ids)
         if runner is None or runner.hidden is None or runner.ids != context_ids[:n - 1] or n < 2:
             return None
@@ -136,6 +151,9 @@ class EagleDrafter:
 
     def _pick(self, predicted: torch.Tensor) -> tuple[int, torch.Tensor]:
         """The drafted id and its distribution over the target's vocabulary (0 outside the draft vocabulary)."""
+        import torch
+
+        from engine.core.sampling import probabilities, sample
         logits = torch.full((self.vocab_size,), float("-inf"), device=self.readout.device)
         logits[self.head.draft_vocab] = (predicted[0, -1] @ self.readout.T).float()
         probs = probabilities(logits, self._sampling)
@@ -144,6 +162,9 @@ class EagleDrafter:
         return int(sample(probs, self._generator)), probs
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        import torch
+
+        from engine.backends.transformers import crop_cache
         predicted = self._catch_up(context_ids)
         if predicted is None or k < 1:
             return Proposal.empty()
@@ -167,3 +188,20 @@ class EagleDrafter:
     def release(self) -> None:
         self.cache = None
         self.ids = []
+
+
+def build(spec: SpecConfig, target: LoadedModel, draft, target_runner) -> EagleDrafter:
+    if target_runner is None:
+        raise ValueError(f"{NAME} drafts from the target's runner; pass target_runner")
+    return make_eagle_drafter(spec, target, target_runner)
+
+
+METHOD = MethodSpec(
+    name=NAME, label="EAGLE head (trained here)",
+    description="A one-layer head trained on the target's own replies (specscope drafter train) drafts from the "
+                "target's last hidden states; --draft DIR names the head (default: the one trained for the model).",
+    reads_head=True, backends=("transformers",),
+    why_not="the head reads the target's hidden states and torch modules (embedding, output head), which only "
+            "the transformers backend exposes",
+    check=lambda spec, target, draft: check_eagle(spec, target), build=build, needs_target_runner=True,
+    draft_help="a head folder (default: the one trained for the model)")

@@ -50,7 +50,7 @@ def target_fingerprint(model: nn.Module) -> str:
 
 def heads_root() -> Path:
     """The folder every target's default head folder lives in."""
-    from engine.models.sources import cache_root
+    from engine.host import cache_root
     return cache_root() / "eagle-heads"
 
 

@@ -2,28 +2,46 @@
 head (LayerSkip, arXiv 2404.16710; Draft & Verify, arXiv 2309.08168). The drafter is a view that shares the
 target's modules, so it costs no weight memory; it keeps a KV cache of its own for its L layers.
 
-Transformers backend only (the method table says so; the drafter refuses another backend before the
-first round). Touches the target's torch modules read-only, and its own runner.
+Transformers backend only (its MethodSpec says so; the drafter refuses another backend before the first
+round). Touches the target's torch modules read-only, and its own runner.
 
-Untrained exits draft poorly (SmolLM2-135M: about 1 % acceptance); models trained for early exit
-(e.g. LayerSkip checkpoints) do far better. Output stays lossless either way.
+Untrained exits draft poorly; models trained for early exit (e.g. LayerSkip checkpoints) do far better. Output stays lossless either way.
 """
 
 from __future__ import annotations
 
 import copy
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel
-from engine.backends.transformers import TransformersRunner
-from engine.core.config import check_backend, check_layers
-from engine.drafters.draft_model import RunnerDrafter
+from engine.core.config import check_backend
 from engine.core.errors import ConfigError
+from engine.core.methods import MethodSpec, ModelFacts, ParamSpec
+from engine.drafters.draft_model import RunnerDrafter
+
+if TYPE_CHECKING:
+    from torch import nn
+
+NAME = "early-exit"
 
 
-def shallow_view(model: nn.Module, layers: int) -> tuple[nn.Module, object]:
+def default_layers(n_layers: int) -> int:
+    """Half the target's layers, a common starting point for untrained exits."""
+    return max(1, n_layers // 2)
+
+
+def check_layers(layers: int | None, n_layers: int | None) -> int | None:
+    """`layers` (None: auto) is below the target's layer count (when known): drafting with every layer is the
+    target."""
+    if layers is not None and n_layers is not None and layers > n_layers - 1:
+        raise ConfigError(f"{NAME} layers must be from 1 to {n_layers - 1} for this model "
+                          f"({n_layers} layers), got {layers}")
+    return layers
+
+
+def shallow_view(model: "nn.Module", layers: int) -> tuple["nn.Module", object]:
     """A model object that runs only the first `layers` decoder layers of `model`, sharing every weight."""
+    from torch import nn
     base_name = getattr(model, "base_model_prefix", "model")
     base = getattr(model, base_name, None)
     decoder_layers = getattr(base, "layers", None)
@@ -45,11 +63,42 @@ def shallow_view(model: nn.Module, layers: int) -> tuple[nn.Module, object]:
 
 
 class EarlyExitDrafter(RunnerDrafter):
-    name = "early-exit"
+    name = NAME
 
     def __init__(self, target: LoadedModel, layers: int) -> None:
-        check_backend("early-exit", target.backend)  # a view of torch modules: transformers only
+        from engine.backends.transformers import TransformersRunner
+        check_backend(NAME, target.backend)  # a view of torch modules: transformers only
         check_layers(layers, target.n_layers)
         view, config = shallow_view(target.model, layers)
-        super().__init__(TransformersRunner(view, config), name="early-exit")
+        super().__init__(TransformersRunner(view, config), name=NAME)
         self.layers = layers
+
+
+def check_facts(spec, facts: ModelFacts) -> None:
+    check_layers(spec.param("layers"), facts.n_layers)
+
+
+def check(spec, target: LoadedModel, draft: LoadedModel | None) -> None:
+    check_backend(NAME, target.backend)
+    check_facts(spec, ModelFacts(n_layers=target.n_layers, backend=target.backend))
+
+
+def build(spec, target: LoadedModel, draft, target_runner) -> EarlyExitDrafter:
+    return EarlyExitDrafter(target, spec.param("layers") or default_layers(target.n_layers))
+
+
+def hf_kwargs(spec, engine) -> dict:
+    """transformers generate()'s assisted generation with its own early exit at the same layer and k."""
+    return {"assistant_early_exit": spec.param("layers") or default_layers(engine.target.n_layers),
+            "num_assistant_tokens": spec.k, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0}
+
+
+METHOD = MethodSpec(
+    name=NAME, label="early exit (self-speculative)",
+    description="The target's first layers draft (self-speculation); the full model verifies.",
+    params=(ParamSpec("layers", int, None, "early-exit: target layers that draft (default: the method's own "
+                      "choice)", min=1),),
+    backends=("transformers",), cache_params=("layers",), check=check, check_facts=check_facts, build=build,
+    hf_generate_kwargs=hf_kwargs,
+    sweep_rank=1)

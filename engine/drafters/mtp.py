@@ -15,13 +15,18 @@ Transformers backend only. Touches the target's torch modules read-only, the tar
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner, common_prefix_length
 from engine.core.config import SamplingConfig, check_backend
-from engine.drafters.base import Proposal
+from engine.core.drafting import Proposal
 from engine.core.errors import ConfigError
-from engine.core.sampling import probabilities, sample
+from engine.core.methods import MethodSpec
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "mtp"
 
 
 def mtp_layer_count(target: LoadedModel) -> int:
@@ -33,29 +38,30 @@ def mtp_layer_count(target: LoadedModel) -> int:
 
 def check_mtp(target: LoadedModel, k: int) -> int:
     """Refuse `mtp` for a target without MTP layers, on another backend, or with k beyond its layers."""
-    check_backend("mtp", target.backend)
+    check_backend(NAME, target.backend)
     layers = mtp_layer_count(target)
     if layers < 1:
-        raise ConfigError(f"method mtp needs a model that carries multi-token-prediction layers; {target.label} "
+        raise ConfigError(f"method {NAME} needs a model that carries multi-token-prediction layers; {target.label} "
                           "has none in its config (num_mtp_layers): use another method")
     if k > layers:
-        raise ConfigError(f"method mtp drafts at most {layers} token{'s' if layers > 1 else ''} a round with "
+        raise ConfigError(f"method {NAME} drafts at most {layers} token{'s' if layers > 1 else ''} a round with "
                           f"{target.label} (one per MTP layer, chained), got k={k}")
     return layers
 
 
 def load_mtp_model(target: LoadedModel):
     """transformers' MtpModel with the MTP weights of the target's checkpoint; ConfigError when it has none."""
+    import torch
     from transformers.modeling_layers import MtpModel
     try:
         mtp = MtpModel.from_pretrained(target.model, device_map={"": target.device})
     except (RuntimeError, ValueError, OSError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise ConfigError(f"method mtp: {target.label} declares {mtp_layer_count(target)} MTP layer(s) but its "
+        raise ConfigError(f"method {NAME}: {target.label} declares {mtp_layer_count(target)} MTP layer(s) but its "
                           f"checkpoint has no usable MTP weights ({first})") from None
     if not all(bool(torch.isfinite(p).all()) for p in mtp.parameters()):
         # a checkpoint key the conversion did not map leaves its tensor uninitialized instead of missing
-        raise ConfigError(f"method mtp: the MTP weights of {target.label} did not load cleanly (non-finite "
+        raise ConfigError(f"method {NAME}: the MTP weights of {target.label} did not load cleanly (non-finite "
                           "values); its checkpoint layout is not one transformers' MtpModel converts")
     return mtp.eval()
 
@@ -64,7 +70,7 @@ class MtpDrafter:
     """Drafts k ≤ (MTP layers) tokens per round from the target's last hidden states (engine.backends Runner
     recording them), one chained MTP layer per token."""
 
-    name = "mtp"
+    name = NAME
     free_to_propose = False  # every drafted token is a pass of one MTP layer
     note: str | None = None  # nothing to say at the start of a generation
 
@@ -105,12 +111,16 @@ class MtpDrafter:
 
     def _pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
         """A drafted token and the row it was drawn from (logits when greedy: softmaxed once, later)."""
+        import torch
+
+        from engine.core.sampling import probabilities, sample
         if self._sampling.greedy:
             return int(torch.argmax(logits)), logits
         probs = probabilities(logits, self._sampling)
         return int(sample(probs, self._generator)), probs
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        import torch
         k = min(k, self.n_layers)
         n_cached = len(context_ids) - 1  # the target holds every id but the last (its own token)
         if k < 1 or n_cached < 1:
@@ -143,3 +153,25 @@ class MtpDrafter:
     def release(self) -> None:
         self.cache = self._new_cache()
         self._seen = []
+
+
+def build(spec, target: LoadedModel, draft, target_runner: Runner | None) -> MtpDrafter:
+    if target_runner is None:
+        raise ValueError(f"{NAME} drafts from the target's runner; pass target_runner")
+    return MtpDrafter(target, target_runner)
+
+
+METHOD = MethodSpec(
+    name=NAME, label="MTP heads (the model drafts for itself)",
+    description="The target's own multi-token-prediction layers draft, chained as transformers runs them: one "
+                "token per MTP layer, so k is at most the number of MTP layers (DeepSeek-V3, GLM-4.5: 1).",
+    backends=("transformers",),
+    why_not="llama-cpp-python binds llama.cpp's MTP context, but feeding it the target's hidden state is not "
+            "wired here yet",
+    check=lambda spec, target, draft: check_mtp(target, spec.k), build=build, needs_target_runner=True,
+    # transformers drafts one token per MTP layer (and loads them on every call)
+    hf_generate_kwargs=lambda spec, engine: {"use_mtp": True},
+    own_settings=lambda entry, pairs: {"max_k": entry.n_mtp_layers},
+    own_drafter=lambda entry, pairs: (f"drafts for itself: {entry.n_mtp_layers} MTP layer"
+                                      f"{'s' if entry.n_mtp_layers > 1 else ''} (method {NAME}, "
+                                      f"k ≤ {entry.n_mtp_layers})") if entry.n_mtp_layers else None)

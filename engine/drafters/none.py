@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from engine.drafters.base import Proposal
+from engine.core.drafting import Proposal
+from engine.core.methods import MethodSpec
 
 
 class NoDrafter:
@@ -21,3 +22,10 @@ class NoDrafter:
 
     def release(self) -> None:
         pass
+
+
+METHOD = MethodSpec(
+    name=NoDrafter.name, label="none (plain decoding)",
+    description="The target model writes every token itself: the baseline.",
+    build=lambda spec, target, draft, target_runner: NoDrafter(), plain=True,
+    hf_generate_kwargs=lambda spec, engine: {}, llama_reference=lambda spec: {"k": None})

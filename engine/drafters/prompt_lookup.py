@@ -8,7 +8,9 @@ instead of a scan over the whole text. Touches no model.
 from __future__ import annotations
 
 from engine.backends import common_prefix_length
-from engine.drafters.base import Proposal
+from engine.core.drafting import Proposal
+from engine.core.errors import ConfigError
+from engine.core.methods import MethodSpec, ParamSpec
 
 
 class PromptLookupDrafter:
@@ -63,3 +65,29 @@ class PromptLookupDrafter:
         self._ids = []
         self._latest.clear()
         self._indexed = 0
+
+
+def check_ngrams(params: dict) -> None:
+    """The shortest n-gram matched is no longer than the longest."""
+    if params["ngram_min"] > params["ngram_max"]:
+        raise ConfigError(f"n-gram sizes need 1 ≤ min ≤ max, got min={params['ngram_min']} "
+                          f"max={params['ngram_max']}")
+
+
+def hf_kwargs(spec, engine) -> dict:
+    """transformers generate()'s own prompt lookup with the same setting."""
+    return {"prompt_lookup_num_tokens": spec.k, "max_matching_ngram_size": spec.param("ngram_max")}
+
+
+METHOD = MethodSpec(
+    name=PromptLookupDrafter.name, label="prompt lookup (n-gram)",
+    description="Drafts by copying what followed the last n-gram where it appeared earlier in the text.",
+    params=(ParamSpec("ngram_max", int, 3, "prompt-lookup: longest n-gram matched", min=1, aliases=("max_ngram",),
+                      label="longest n-gram"),
+            ParamSpec("ngram_min", int, 1, "prompt-lookup: shortest n-gram matched", min=1,
+                      aliases=("min_ngram",), label="shortest n-gram")),
+    check_params=check_ngrams, cache_params=("ngram_max", "ngram_min"), hf_generate_kwargs=hf_kwargs,
+    llama_reference=lambda spec: {"k": spec.k, "ngram_max": spec.param("ngram_max")},
+    build=lambda spec, target, draft, target_runner: PromptLookupDrafter(spec.param("ngram_max"),
+                                                                         spec.param("ngram_min")),
+    sweep_rank=0)

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from engine.core.config import SpecConfig
 from engine.core.errors import ConfigError
 
-COMPARED_METHODS = ("none", "prompt-lookup")  # what llama-cpp-python's high-level API can run
-
 
 def check_compare_llama(engine, specs: list[SpecConfig], temperature: float) -> None:
     """--compare-llama needs the target on llama.cpp and greedy decoding; configs it can't compare (a draft
@@ -59,11 +57,10 @@ def make_comparisons(engine, specs: list[SpecConfig]) -> dict[str, LlamaComparis
     target = engine.target
     out = {}
     for spec in specs:
-        if spec.method not in COMPARED_METHODS:
+        if spec.info.llama_reference is None:  # what llama-cpp-python's high-level API can't run
             continue
-        k = spec.k if spec.speculative else None
         reference = LlamaCppPython(target.source.file, n_threads=engine_threads(), n_ctx=target.context_length,
-                                   k=k, ngram_max=spec.ngram_max)
+                                   **spec.info.llama_reference(spec))
         out[spec.label()] = LlamaComparison(spec, reference)
     return out
 

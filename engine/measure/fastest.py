@@ -1,6 +1,6 @@
 """Which setting is fastest here? A short sweep over methods and k with repeats, and its one answer.
 
-A single run per setting makes the best k noise (k=1 0.94×, k=2 0.87×, k=3 1.24× on one CPU), so every
+A single run per setting makes the best k noise (one run's ranking of k flips from run to run), so every
 setting runs `repeats` times (≥ 3). Each repeat is one ordinary comparison (engine.measure.compare: plain decoding
 first, then every setting, from an empty KV cache), so each speed-up is measured against the plain run of
 the same repeat, and drift over the sweep hits plain and speculative runs alike. A setting's figure is the
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from engine.measure.compare import PLAIN, comparison_events, with_plain_first
-from engine.core.config import METHOD_TABLE, SamplingConfig, SpecConfig, check_k, method_info
+from engine.core.config import SamplingConfig, SpecConfig, check_k
+from engine.core.methods import MethodSpec, method_spec, methods
 from engine.core.errors import ConfigError
 from engine.core.events import GenerationFinished
 from engine.core.stats import speedup
@@ -97,23 +98,30 @@ class FastestResult:
                 "results": [r.as_dict() for r in self.results]}
 
 
-def candidate_specs(methods: Iterable[str], ks: Iterable[int] = DEFAULT_KS, *, draft: str | None = None,
-                    layers: int | None = None, backend: str | None = None) -> list[SpecConfig]:
-    """Every speculative method of `methods` at every k, leaving out what cannot run: a draft-model setting
-    without a `draft`, a method `backend` cannot serve. ConfigError for an unknown method or a bad k."""
+def candidate_specs(names: Iterable[str], ks: Iterable[int] = DEFAULT_KS, *, draft: str | None = None,
+                    backend: str | None = None, **params) -> list[SpecConfig]:
+    """Every speculative method of `names` at every k, leaving out what cannot run: a method that needs a
+    draft without a `draft`, a method `backend` cannot serve. Each method gets the `params` it declares
+    (e.g. layers=2). ConfigError for an unknown method or a bad k."""
     ks = [check_k(k) for k in ks]
     specs = []
-    for name in methods:
-        info = method_info(name)
+    for name in names:
+        info = method_spec(name)
         if not info.speculative or (info.needs_draft and not draft) or (backend and not info.supports(backend)):
             continue
-        specs += [SpecConfig(method=name, k=k, draft=draft if info.needs_draft else None,
-                             layers=layers if info.uses_layers else None) for k in ks]
+        own = {key: value for key, value in params.items() if info.param(key) is not None}
+        specs += [SpecConfig(method=name, k=k, draft=draft if info.needs_draft else None, params=own) for k in ks]
     return specs
 
 
+def sweep_methods() -> list[MethodSpec]:
+    """The methods the fastest-setting sweep tries, in their MethodSpecs' order (sweep_rank)."""
+    ranked = [m for m in methods() if m.speculative and m.sweep_rank is not None]
+    return sorted(ranked, key=lambda m: m.sweep_rank)
+
+
 def all_methods() -> list[str]:
-    return [m.name for m in METHOD_TABLE if m.speculative]
+    return [m.name for m in methods() if m.speculative]
 
 
 class FastestSweep:
@@ -187,5 +195,6 @@ def find_fastest(engine, prompt, specs: Iterable[SpecConfig], *, repeats: int = 
     return sweep.result()
 
 
-__all__ = ["SettingResult", "FastestResult", "FastestSweep", "candidate_specs", "all_methods", "find_fastest",
+__all__ = ["SettingResult", "FastestResult", "FastestSweep", "candidate_specs", "all_methods", "sweep_methods",
+           "find_fastest",
            "MIN_REPEATS", "DEFAULT_KS", "DEFAULT_MAX_NEW_TOKENS", "PLAIN"]

@@ -2,22 +2,28 @@
 settings it ran with.
 
 The history store keeps each round's tokens (statuses, positions, p_target, p_draft) and its counts and
-times (`gui.persistence.store.round_meta`), and the reply's final stats and settings. `saved_run` turns the last reply
+times (`gui.persistence.records.round_meta`), and the reply's final stats and settings. `saved_run` turns the last reply
 of a stored conversation back into `engine.core.events.RoundVerified` events (the same the live view folded) and
 its `GenerationStats`, so the session's live figures and ring buffers are rebuilt by the very fold that
-built them live. `apply_values` turns its settings record (gui.sessions.chat.settings_record) into the
-settings panel's fields.
+built them live. `apply_values` turns its settings record (gui.sessions.chat.settings_record: the SpecConfig's
+one record, engine.core.config.spec_to_record, plus the sampling and the budget) into the settings panel's
+fields.
 
-May touch: engine events (build), gui.persistence.store's records (read), gui.persistence.recorder's stats reader. No Qt.
+May touch: engine events (build), engine.core.config's record reader and the method registry (read),
+gui.persistence.records (read), gui.persistence.recorder's stats reader. No Qt.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import engine.drafters  # noqa: F401  (registers the methods)
+from engine.core.config import SpecConfig, spec_from_record
+from engine.core.errors import ConfigError
 from engine.core.events import RoundVerified, TokenStatus
+from engine.core.methods import plain_method
 from gui.persistence.recorder import stats_from_dict
-from gui.persistence.store import Conversation, StoredMessage, StoredRound
+from gui.persistence.records import ConversationRecord, StoredMessage, StoredRound
 
 _TARGET_STATUSES = (TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.PLAIN)
 
@@ -26,7 +32,7 @@ _TARGET_STATUSES = (TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.PLAI
 class SavedRun:
     """The last reply of a saved chat: how it ran and its rounds, to fold again."""
 
-    settings: dict  # the message's settings record (model, method, k, draft, layers, sampling, …)
+    settings: dict  # the message's settings record (model, the SpecConfig's record, sampling, …)
     method: str
     k: int
     model: str
@@ -43,7 +49,7 @@ def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
     committed = [t for t in stored.tokens if t.status is not TokenStatus.REJECTED]
     n_accepted = int(meta.get("n_accepted", sum(t.status is TokenStatus.ACCEPTED for t in drafted)))
     return RoundVerified(
-        index=stored.index, drafter=str(meta.get("drafter", "none")),
+        index=stored.index, drafter=str(meta.get("drafter", plain_method().name)),
         draft_ids=tuple(-1 if t.token_id is None else t.token_id for t in drafted),
         draft_pieces=tuple(t.text for t in drafted), n_accepted=n_accepted,
         target_id=-1 if target is None or target.token_id is None else target.token_id,
@@ -57,7 +63,7 @@ def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
         elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)), n_committed_total=n_before + len(committed))
 
 
-def saved_run(conversation: Conversation) -> SavedRun | None:
+def saved_run(conversation: ConversationRecord) -> SavedRun | None:
     """The last reply of `conversation` that has rounds or stats, or None (no reply yet)."""
     message: StoredMessage | None = next((m for m in reversed(conversation.messages)
                                           if m.role == "assistant" and (m.rounds or m.stats)), None)
@@ -69,18 +75,36 @@ def saved_run(conversation: Conversation) -> SavedRun | None:
         event = round_event(stored, total)
         total = event.n_committed_total
         rounds.append(event)
-    method = str(settings.get("method") or "none")
-    k = settings.get("k") if isinstance(settings.get("k"), int) and method != "none" else 0
-    return SavedRun(settings=settings, method=method, k=k,
+    spec = saved_spec(settings) or SpecConfig()
+    return SavedRun(settings=settings, method=spec.method, k=spec.k if spec.speculative else 0,
                     model=str(settings.get("model_label") or settings.get("model") or ""), rounds=tuple(rounds),
                     stats=stats_from_dict(message.stats))
+
+
+def saved_spec(settings: dict) -> SpecConfig | None:
+    """The SpecConfig a settings record ran with; None for one that no longer fits (a method not registered
+    now, a value out of range)."""
+    try:
+        return spec_from_record(settings)
+    except ConfigError:
+        return None
+
+
+def _spec_values(spec: SpecConfig | None) -> dict:
+    """The panel's fields of `spec`: method, k, draft, adaptive and each of the method's parameters (0: auto)."""
+    if spec is None:
+        return {}
+    values = {"method": spec.method, "k": spec.k, "draft": spec.draft, "adaptive": spec.adaptive}
+    for param in spec.info.params:
+        value = spec.param(param.name)
+        values[param.name] = 0 if value is None and param.type in (int, float) else value
+    return values
 
 
 def apply_values(settings: dict) -> dict:
     """A settings record as the settings panel's fields (gui.views.chat.controls.ControlsPanel.apply's keywords)."""
     sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
-    values = {"model": settings.get("model"), "method": settings.get("method"), "k": settings.get("k"),
-              "draft": settings.get("draft"), "layers": settings.get("layers") or 0,
+    values = {"model": settings.get("model"), **_spec_values(saved_spec(settings)),
               "max_new_tokens": settings.get("max_new_tokens"),
               "system_prompt": settings.get("system_prompt") or "",
               "temperature": sampling.get("temperature"), "top_p": sampling.get("top_p"),
@@ -94,7 +118,7 @@ def apply_values(settings: dict) -> dict:
 def settings_words(settings: dict) -> str:
     """What the user reads: "draft-model:k=4,draft=small · temperature 0 · seed 7 · 256 tokens"."""
     sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
-    parts = [str(settings.get("spec") or settings.get("method") or "none")]
+    parts = [str(settings.get("spec") or settings.get("method") or SpecConfig().label())]
     if sampling:
         parts.append(f"temperature {sampling.get('temperature', 0)}")
         if sampling.get("seed") is not None:

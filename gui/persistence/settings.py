@@ -9,7 +9,8 @@ Never the Hugging Face token: that lives in the OS keyring only (engine/models/s
 Where: Qt's per-user location for organisation "SpecScope", application "SpecScope"; SPECSCOPE_SETTINGS_DIR
 puts an INI file there instead (tests: the user's real settings are never touched).
 
-May touch: QSettings and the file system under that location; no widget, no engine.
+May touch: QSettings and the file system under that location, the method registry (read: which method
+parameters the panel has); no widget, no model.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import os
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
+
+import engine.drafters  # noqa: F401  (registers the methods)
+from engine.core.methods import all_params
 
 ORGANIZATION = "SpecScope"
 APPLICATION = "SpecScope"
@@ -44,10 +48,16 @@ def export_folder() -> Path:
     return Path(documents) if documents and Path(documents).is_dir() else Path.home()
 
 
-# the chat's settings panel as remembered between runs: name, type (keys chat/NAME)
-CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("layers", int),
+# the chat's settings panel as remembered between runs: name, type (keys chat/NAME); the method parameters
+# (chat_fields) come in after k
+CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("adaptive", bool),
                ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),
                ("max_new_tokens", int), ("system_prompt", str))
+
+
+def chat_fields() -> tuple[tuple[str, type], ...]:
+    """CHAT_FIELDS and each registered method parameter (engine.core.methods.ParamSpec) by its name and type."""
+    return CHAT_FIELDS[:4] + tuple((p.name, p.type) for p in all_params()) + CHAT_FIELDS[4:]
 
 
 class AppSettings:
@@ -95,12 +105,12 @@ class AppSettings:
 
     # -- the chat's settings panel and the window's layout
     def chat_values(self) -> dict:
-        """The remembered CHAT_FIELDS that are set, typed."""
-        values = {name: self.value(f"chat/{name}", None, kind) for name, kind in CHAT_FIELDS}
+        """The remembered chat_fields() that are set, typed."""
+        values = {name: self.value(f"chat/{name}", None, kind) for name, kind in chat_fields()}
         return {name: value for name, value in values.items() if value is not None}
 
     def set_chat_values(self, values: dict) -> None:
-        for name, _kind in CHAT_FIELDS:
+        for name, _kind in chat_fields():
             if name in values:
                 self.set_value(f"chat/{name}", values[name])
 

@@ -28,7 +28,8 @@ from engine.core.config import SamplingConfig, SpecConfig, check_k
 from engine.measure.divergence import Divergence
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.measure.prompts import Prompt, categories_of, load_prompts
-from gui.sessions.session_model import SessionModel, Token, Turn
+from engine.core.tokens import DisplayToken
+from gui.sessions.session_model import SessionModel, Turn
 
 # every setting of the run, on every exported row (a row read alone says how it was made)
 RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "top_p", "top_k", "seed",
@@ -84,7 +85,7 @@ class ComparisonSession:
     def current(self) -> Run | None:
         return next((r for r in self.runs if r.state == "running"), None)
 
-    def apply(self, index: int, event) -> list[Token]:
+    def apply(self, index: int, event) -> list[DisplayToken]:
         """Fold one event of run `index`; returns the tokens a round added (for the pane to draw)."""
         run = self.runs[index]
         if isinstance(event, GenerationStarted):
@@ -198,7 +199,7 @@ class CompareState:
     def ours(self, request_id: int) -> ComparisonSession | None:
         return self.active if self.active is not None and request_id == self.active_id else None
 
-    def advanced(self, request_id: int, index: int, event) -> list[Token] | None:
+    def advanced(self, request_id: int, index: int, event) -> list[DisplayToken] | None:
         """Fold one event of run `index`; None when it is a stopped request's straggler."""
         session = self.ours(request_id)
         if session is None:
@@ -277,7 +278,8 @@ def run_settings(session: ComparisonSession | None) -> dict:
 def row_record(row: ComparisonRow) -> dict:
     """A table row with its setting in full; plain decoding has no k (it drafts nothing)."""
     record = row.as_dict()
-    record.update(k=row.spec.k if row.spec.speculative else None, draft=row.spec.draft, layers=row.spec.layers)
+    record.update(k=row.spec.k if row.spec.speculative else None, draft=row.spec.draft,
+                  layers=row.spec.param("layers"))
     if row.spec.backend is not None:  # a row on the other backend (the same model loaded there) says so
         record["backend"] = row.spec.backend
     return record

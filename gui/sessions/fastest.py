@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine.core.config import SamplingConfig, SpecConfig, method_info
+from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.core.events import GenerationFinished
-from engine.measure.fastest import FastestResult, FastestSweep, candidate_specs
+from engine.core.methods import method_spec
+from engine.measure.fastest import FastestResult, FastestSweep, candidate_specs, sweep_methods
 
 REQUEST_ID_BASE = 1 << 30  # never one of the compare window's ids
-METHODS = ("prompt-lookup", "early-exit", "draft-model")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -69,7 +69,8 @@ class FastestState:
             raise ConfigError("the sweep is running: stop it first")
         if busy or not plan.prompt.strip():
             raise ConfigError(busy or "send a message in the chat first: the sweep runs on its last prompt")
-        self.sweep = FastestSweep(candidate_specs(METHODS, parse_ks(ks_text), draft=draft), repeats)
+        names = [m.name for m in sweep_methods()]
+        self.sweep = FastestSweep(candidate_specs(names, parse_ks(ks_text), draft=draft), repeats)
         self.plan, self.repeat, self.result, self.skipped = plan, 0, None, []
         return self._request()
 
@@ -114,7 +115,7 @@ class FastestState:
         refused = next((s.method for s in self.sweep.specs if s.label() == label), None)
         remaining = [s for s in self.sweep.specs if s.method != refused]
         if refused is not None and self.repeat == 0 and remaining:
-            self.skipped.append(f"{method_info(refused).label}: {message.partition(': ')[2] or message}")
+            self.skipped.append(f"{method_spec(refused).label}: {message.partition(': ')[2] or message}")
             self.sweep = FastestSweep(remaining, self.sweep.repeats)
             return self._request()
         self.active_id = None

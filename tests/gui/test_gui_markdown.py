@@ -13,9 +13,9 @@ from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument, QTextForm
 import fakes
 from engine.core.config import parse_spec
 from engine.core.events import TokenStatus
+from engine.core.tokens import DisplayToken
 from fakes import FakeEngine
 from gui import theme
-from gui.sessions.session_model import Token
 from gui.views.chat.markdown import FEATURES, ReplyLayout, is_code
 from transcript_probe import background, fragments
 
@@ -130,15 +130,15 @@ def _blocks(document):
         block = block.next()
 
 
-def tokens_of(source: str, rng: random.Random, ghosts: bool) -> list[Token]:
+def tokens_of(source: str, rng: random.Random, ghosts: bool) -> list[DisplayToken]:
     """`source` cut into tokens of 1 to 5 characters, each status in turn, with rejected drafts among them."""
     tokens, i = [], 0
     while i < len(source):
         n = rng.randint(1, 5)
         if ghosts and rng.random() < 0.2:
-            tokens.append(Token(len(tokens), "zz\n", TokenStatus.REJECTED, 1, 0, 2, 0.1, 0.2, "draft", 7))
+            tokens.append(DisplayToken("zz\n", TokenStatus.REJECTED, 1, 0, 2, 0.1, 0.2, "draft", 7, serial=len(tokens)))
         status = rng.choice((TokenStatus.ACCEPTED, TokenStatus.PLAIN, TokenStatus.SUBSTITUTED, TokenStatus.BONUS))
-        tokens.append(Token(len(tokens), source[i:i + n], status, 1, 0, 2, 0.5, 0.5, "draft", 8))
+        tokens.append(DisplayToken(source[i:i + n], status, 1, 0, 2, 0.5, 0.5, "draft", 8, serial=len(tokens)))
         i += n
     return tokens
 

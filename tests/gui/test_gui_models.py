@@ -14,9 +14,10 @@ import pytest
 from safetensors.numpy import save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine" / "models"))  # test_catalog, test_hub
 
 from engine.core.errors import ModelLoadError  # noqa: E402
-from engine.models.load import resolve_source  # noqa: E402
+from engine.models.sources import resolve_source  # noqa: E402
 from engine_testkit import build_tiny_tokenizer  # noqa: E402
 from gui import theme  # noqa: E402
 from fakes import FakeEngine  # noqa: E402
@@ -222,11 +223,11 @@ def write_folder(folder: Path, *, remote_code: bool = False, pickle_only: bool =
 
 
 def recording_window(qtbot, engine, answers: list[bool]):
-    """A persistent window whose loader records its keyword arguments and whose questions are answered from
-    `answers` (every question is recorded)."""
+    """A persistent window whose loader records its load options (the keyword arguments but the engine's
+    callbacks) and whose questions are answered from `answers` (every question is recorded)."""
     loads, questions = [], []
 
-    def loader(name, progress=None, **options):
+    def loader(name, progress=None, on_status=None, consent=None, **options):
         loads.append((name, options))
         return engine
 

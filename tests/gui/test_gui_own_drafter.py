@@ -11,7 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 
 from engine.models import catalog  # noqa: E402
-from engine.core.config import METHOD_TABLE  # noqa: E402
+from engine.core.methods import methods as registered_methods  # noqa: E402
 from gui.views.chat.controls import ControlsPanel  # noqa: E402
 
 WAIT_MS = 20_000
@@ -36,7 +36,7 @@ def test_a_model_with_mtp_layers_offers_mtp_first_with_k_capped(qtbot, plain_ent
     qtbot.addWidget(panel)
     panel.k.setValue(4)
     panel.set_own_drafter(replace(plain_entry, n_mtp_layers=2))
-    assert methods(panel)[0] == "mtp" and sorted(methods(panel)) == sorted(m.name for m in METHOD_TABLE)
+    assert methods(panel)[0] == "mtp" and sorted(methods(panel)) == sorted(m.name for m in registered_methods())
     assert panel.method_name() == "mtp" and panel.k.value() == 2
     assert not panel.own_note.isHidden()
     assert panel.own_note.text() == "This model drafts for itself: 2 MTP layers (method mtp, k ≤ 2)."
@@ -66,7 +66,7 @@ def test_a_model_without_its_own_drafter_changes_nothing(qtbot, plain_entry, mon
     panel = ControlsPanel()
     qtbot.addWidget(panel)
     panel.set_own_drafter(plain_entry)
-    assert methods(panel) == [m.name for m in METHOD_TABLE] and panel.method_name() == METHOD_TABLE[0].name
+    assert methods(panel) == [m.name for m in registered_methods()] and panel.method_name() == registered_methods()[0].name
     assert panel.own_note.isHidden() and panel.own_note.text() == ""
     # after a model that had one, the next without one puts the list back and hides the note
     monkeypatch.setattr(catalog, "own_drafter", lambda entry: ("mtp", "drafts for itself: 1 MTP layer"))
@@ -75,7 +75,7 @@ def test_a_model_without_its_own_drafter_changes_nothing(qtbot, plain_entry, mon
     assert methods(panel)[0] == "mtp"
     monkeypatch.setattr(catalog, "own_drafter", lambda entry: None)
     panel.set_own_drafter(plain_entry)
-    assert methods(panel) == [m.name for m in METHOD_TABLE] and panel.method_name() == "early-exit"
+    assert methods(panel) == [m.name for m in registered_methods()] and panel.method_name() == "early-exit"
     assert panel.own_note.isHidden()
 
 

@@ -73,10 +73,21 @@ def test_scripted_mode_screenshot_shows_the_colours_and_prints_stats(tmp_path):
 def test_scripted_mode_refuses_bad_settings_before_opening(capsys):
     assert gui_app.main(["--k", "0", "--prompt", "x", "--quit-when-done"]) == 2
     assert "k must be an integer" in capsys.readouterr().err
-    assert gui_app.main(["--adaptive", "--prompt", "x", "--quit-when-done"]) == 2  # a CLI option the window lacks
-    assert "--adaptive is not a setting of the window" in capsys.readouterr().err
     assert gui_app.main(["--method", "early-exit", "--layers", "0", "--prompt", "x", "--quit-when-done"]) == 2
     assert "early-exit layers must be ≥ 1" in capsys.readouterr().err
+
+
+def test_method_parameters_and_adaptive_reach_the_settings(qtbot):
+    from gui.views.main.window import MainWindow
+
+    args = gui_app.parse_args(["gui", "--method", "prompt-lookup", "--ngram-max", "5", "--adaptive", "--k", "3"])
+    window = MainWindow(loader=lambda name, progress=None, **options: FakeEngine(), palette=theme.LIGHT)
+    qtbot.addWidget(window)
+    try:
+        gui_app.apply_args(window, args)
+        assert window.controls.read().spec.label() == "prompt-lookup:k=3,ngram_max=5,adaptive=1"
+    finally:
+        window.shutdown()
 
 
 def test_options_not_given_keep_the_last_setting():
@@ -170,7 +181,7 @@ def test_closing_mid_generation_exits_cleanly_without_a_qt_abort():
 
 def default_model_available() -> bool:
     try:
-        from engine.models import load as models
+        from engine.models import sources as models
     except ImportError:
         return False
     return importlib.util.find_spec(models.DEFAULT_PACKAGE) is not None

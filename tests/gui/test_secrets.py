@@ -12,6 +12,7 @@ from keyring.errors import KeyringLocked
 
 from engine.models import secrets
 from engine.models.secrets import TokenStorage, TokenStore
+from gui.persistence.exports import conversation_json
 from gui.persistence.store import HistoryStore
 from memory_keyring import MemoryKeyring
 
@@ -94,7 +95,7 @@ def test_the_token_is_in_no_file_log_or_error(use_keyring, tmp_path, monkeypatch
     with HistoryStore() as history:  # the app writes its history meanwhile
         cid = history.create_conversation("Download a model", {"model": "meta-llama/Llama-3.1-8B"})
         history.add_user_message(cid, "hello")
-        history.export_json(cid)
+        conversation_json(history.load_conversation(cid))
     use_keyring(LockedKeyring())
     assert TokenStore().get() is None
     written = [p for p in tmp_path.rglob("*") if p.is_file()]

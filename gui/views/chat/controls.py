@@ -1,13 +1,15 @@
-"""The settings panel: model, method, draft model, k, early-exit layers, sampling, token budget, system prompt.
+"""The settings panel: model, method, draft model, k, the method's own parameters, adaptive draft length,
+sampling, token budget, system prompt.
 
 It renders and reads widgets, nothing more: `read()` turns them into engine configs (which validate
-themselves, with the layer range checked by engine.core.config.check_layers) or into the one sentence that says
-why the combination is refused. The methods, their labels, help lines and what each needs come from
-engine.core.config's method table. The window reads the panel when a message is sent, so a change applies from
-the next message.
+themselves; the method's checks on the loaded model's facts, such as early-exit layers within its layers, run
+from its MethodSpec) or into the one sentence that says why the combination is refused. The methods, their
+labels, help lines, parameters (one control each, gui.views.chat.params) and what each needs come from the
+method registry. The window reads the panel when a message is sent, so a change applies from the next message.
 
-May touch: engine.core.config (read), engine.models.catalog.own_drafter and engine.models.pairs (a described target's own
-drafter, no file read), gui.sessions.chat.Settings (what it returns). No state beyond its widgets.
+May touch: engine.core.config and the method registry (read), engine.models.catalog.own_drafter and
+engine.models.pairs (a described target's own drafter, no file read), gui.sessions.chat.Settings (what it
+returns). No state beyond its widgets.
 """
 
 from __future__ import annotations
@@ -15,24 +17,60 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
-from engine.models import catalog
-from engine.core.config import (BACKENDS, MAX_K, METHOD_TABLE, SamplingConfig, SpecConfig, check_backend, check_layers,
-                           method_info)
+import engine.drafters  # noqa: F401  (registers the methods)
+from engine.backends import is_local_backend
+from engine.core.config import BACKENDS, MAX_K, SamplingConfig, SpecConfig, check_backend
 from engine.core.errors import ConfigError
+from engine.core.methods import ModelFacts, all_params, method_spec, methods as registered_methods
+from engine.models import catalog
 from engine.models.pairs import DRAFT_IS_TARGET, pairs_for
 from gui.sessions.chat import Settings
+from gui.views.chat.params import SPIN_CEILING, changed_signal, param_widget, read_param, shown_value, write_param
 
-SPIN_CEILING = 9999  # what a spin box lets one type, so an out-of-range value is refused with its range
 
-def add_method_items(combo: QComboBox, methods=METHOD_TABLE) -> None:
-    """The methods of engine.core.config's table, by label, with their help line as tooltip (the chat's panel and
+def add_method_items(combo: QComboBox, methods=None) -> None:
+    """The registered methods (or `methods`), by label, with their description as tooltip (the chat's panel and
     the compare window's rows)."""
-    for method in methods:
+    for method in registered_methods() if methods is None else methods:
+        if not method.offered:
+            continue
         combo.addItem(method.label, method.name)
-        combo.setItemData(combo.count() - 1, method.help, Qt.ItemDataRole.ToolTipRole)
+        combo.setItemData(combo.count() - 1, method.description, Qt.ItemDataRole.ToolTipRole)
+
+
+def build_sampling_box(panel) -> QGroupBox:
+    """The sampling fields of the settings panel (temperature, top-p, top-k, seed, budget), set on `panel`."""
+    box = QGroupBox("Sampling")
+    form = QFormLayout(box)
+    panel.temperature = QDoubleSpinBox()
+    panel.temperature.setRange(0.0, 5.0)
+    panel.temperature.setSingleStep(0.1)
+    panel.temperature.setDecimals(2)
+    panel.temperature.setSpecialValueText("0 (greedy)")
+    form.addRow("Temperature", panel.temperature)
+    panel.top_p = QDoubleSpinBox()
+    panel.top_p.setRange(0.01, 1.0)
+    panel.top_p.setSingleStep(0.05)
+    panel.top_p.setValue(1.0)
+    form.addRow("Top-p", panel.top_p)
+    panel.top_k = QSpinBox()
+    panel.top_k.setRange(0, 100000)
+    panel.top_k.setSpecialValueText("off")
+    form.addRow("Top-k", panel.top_k)
+    panel.seed = QSpinBox()
+    panel.seed.setRange(-1, 2**31 - 1)
+    panel.seed.setValue(-1)
+    panel.seed.setSpecialValueText("random")
+    form.addRow("Seed", panel.seed)
+    panel.max_new_tokens = QSpinBox()
+    panel.max_new_tokens.setRange(1, 1_000_000)
+    panel.max_new_tokens.setValue(256)
+    panel.max_new_tokens.setSingleStep(64)
+    form.addRow("Max new tokens", panel.max_new_tokens)
+    return box
 
 
 class ControlsPanel(QWidget):
@@ -60,15 +98,15 @@ class ControlsPanel(QWidget):
         outer.addWidget(self._build_saved_box())
         outer.addWidget(self._build_model_box())
         outer.addWidget(self._build_spec_box())
-        outer.addWidget(self._build_sampling_box())
+        outer.addWidget(build_sampling_box(self))
         outer.addWidget(self._build_system_box())
         self.problem = self._note("problem")
         outer.addWidget(self.problem)
         self.notice = self._note("notice")
         outer.addWidget(self.notice)
         outer.addStretch(1)
-        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.layers.valueChanged,
-                       self.temperature.valueChanged, self.top_p.valueChanged, self.top_k.valueChanged,
+        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.adaptive.toggled,
+                       *(changed_signal(w) for w in self.param_controls.values()), self.temperature.valueChanged, self.top_p.valueChanged, self.top_k.valueChanged,
                        self.seed.valueChanged, self.max_new_tokens.valueChanged, self.draft.currentTextChanged,
                        self.system_prompt.textChanged):
             signal.connect(self._changed)
@@ -176,45 +214,18 @@ class ControlsPanel(QWidget):
         self.k.setValue(4)
         self.k.setToolTip(f"How many tokens the drafter proposes per round (1 to {MAX_K})")
         form.addRow("k (draft length)", self.k)
-        self.layers = QSpinBox()
-        self.layers.setRange(0, SPIN_CEILING)  # the range is check_layers' for the loaded model
-        self.layers.setSpecialValueText("auto")
-        self.layers.setToolTip("Early exit: how many of the target's layers draft (auto: the engine chooses)")
-        form.addRow("Early-exit layers", self.layers)
+        self.spec_form = form
+        self.param_controls: dict[str, QWidget] = {}  # one per method parameter (ParamSpec), by name
+        for param in all_params():
+            self.param_controls[param.name] = param_widget(param)
+            form.addRow(param.title[:1].upper() + param.title[1:], self.param_controls[param.name])
+        self.adaptive = QCheckBox("Adaptive draft length")
+        self.adaptive.setToolTip("Draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
+        form.addRow("", self.adaptive)
         self.method_help = QLabel()
         self.method_help.setObjectName("dim")
         self.method_help.setWordWrap(True)
         form.addRow(self.method_help)
-        return box
-
-    def _build_sampling_box(self) -> QGroupBox:
-        box = QGroupBox("Sampling")
-        form = QFormLayout(box)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 5.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setDecimals(2)
-        self.temperature.setSpecialValueText("0 (greedy)")
-        form.addRow("Temperature", self.temperature)
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.01, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.top_p.setValue(1.0)
-        form.addRow("Top-p", self.top_p)
-        self.top_k = QSpinBox()
-        self.top_k.setRange(0, 100000)
-        self.top_k.setSpecialValueText("off")
-        form.addRow("Top-k", self.top_k)
-        self.seed = QSpinBox()
-        self.seed.setRange(-1, 2**31 - 1)
-        self.seed.setValue(-1)
-        self.seed.setSpecialValueText("random")
-        form.addRow("Seed", self.seed)
-        self.max_new_tokens = QSpinBox()
-        self.max_new_tokens.setRange(1, 1_000_000)
-        self.max_new_tokens.setValue(256)
-        self.max_new_tokens.setSingleStep(64)
-        form.addRow("Max new tokens", self.max_new_tokens)
         return box
 
     def _build_system_box(self) -> QGroupBox:
@@ -229,13 +240,15 @@ class ControlsPanel(QWidget):
     # ------------------------------------------------------------------ reading
     def read(self) -> Settings:
         """The settings for the next message; raises ConfigError with the reason when they are refused."""
-        method = method_info(self.method_name())
-        layers = (self.layers.value() or None) if method.uses_layers else None
-        check_layers(layers, self._n_layers)
+        method = method_spec(self.method_name())
+        params = {p.name: read_param(p, self.param_controls[p.name]) for p in method.params}
+        spec = SpecConfig(method=method.name, k=self.k.value(), draft=self.draft_name(), params=params,
+                          adaptive=self.adaptive.isChecked() and method.speculative)
         backend = self.effective_backend()
+        if method.check_facts is not None:
+            method.check_facts(spec, ModelFacts(n_layers=self._n_layers, backend=backend))
         if backend is not None:
             check_backend(method.name, backend)
-        spec = SpecConfig(method=method.name, k=self.k.value(), draft=self.draft_name(), layers=layers)
         temperature = round(self.temperature.value(), 4)
         sampling = SamplingConfig(temperature=temperature, top_k=self.top_k.value(), top_p=self.top_p.value(),
                                   seed=None if self.seed.value() < 0 else self.seed.value())
@@ -256,7 +269,7 @@ class ControlsPanel(QWidget):
         chosen = self.backend_name()
         if chosen != "auto":
             return chosen
-        return self._loaded_backend if self._loaded_backend in BACKENDS else None
+        return self._loaded_backend if is_local_backend(self._loaded_backend) else None
 
     def set_backend(self, backend: str) -> None:
         """Choose the backend without loading (the command line; the window loads after)."""
@@ -266,15 +279,17 @@ class ControlsPanel(QWidget):
     def draft_name(self) -> str | None:
         """The draft model, when the method uses one; for a method that reads a trained head (eagle), the head
         folder typed there when it is one (else None: the engine looks for the model's own head)."""
-        method, text = method_info(self.method_name()), self.draft.currentText().strip()
+        method, text = method_spec(self.method_name()), self.draft.currentText().strip()
         if method.reads_head:
             return text if text and Path(text).expanduser().is_dir() else None
         return (text or None) if method.needs_draft else None
 
     def values(self) -> dict:
-        """Every field by name, as the window remembers them (gui.persistence.settings.CHAT_FIELDS) and `apply` takes them."""
+        """Every field by name, as the window remembers them (gui.persistence.settings.chat_fields) and `apply`
+        takes them: each method parameter as its control shows it (0: auto)."""
         return {"model": self.model_name(), "method": self.method_name(), "draft": self.draft.currentText().strip(),
-                "k": self.k.value(), "layers": self.layers.value(), "temperature": self.temperature.value(),
+                "k": self.k.value(), **{name: shown_value(w) for name, w in self.param_controls.items()},
+                "adaptive": self.adaptive.isChecked(), "temperature": self.temperature.value(),
                 "top_p": self.top_p.value(), "top_k": self.top_k.value(), "seed": self.seed.value(),
                 "max_new_tokens": self.max_new_tokens.value(), "system_prompt": self.system_prompt.toPlainText()}
 
@@ -291,21 +306,28 @@ class ControlsPanel(QWidget):
 
     # ------------------------------------------------------------------ writing
     def apply(self, *, model: str | None = None, method: str | None = None, draft: str | None = None,
-              k: int | None = None, layers: int | None = None, temperature: float | None = None,
+              k: int | None = None, adaptive: bool | None = None, temperature: float | None = None,
               top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
-              max_new_tokens: int | None = None, system_prompt: str | None = None) -> None:
-        """Set fields (the command line and tests use this)."""
+              max_new_tokens: int | None = None, system_prompt: str | None = None, **params) -> None:
+        """Set fields (the command line, a reopened chat and tests use this); `params` are method parameters
+        by name (0: auto), None leaves a field as it is."""
+        unknown = set(params) - set(self.param_controls)
+        if unknown:
+            raise TypeError(f"no setting {', '.join(sorted(unknown))} in the panel")
         if model is not None:
             self._set_combo_text(self.model, model)
         if method is not None:
             self._method_chosen = True
-            self.method.setCurrentIndex(self.method.findData(method_info(method).name))
+            self.method.setCurrentIndex(self.method.findData(method_spec(method).name))
         if draft is not None:
             self._set_combo_text(self.draft, draft)
         if k is not None:
             self.k.setValue(k)
-        if layers is not None:
-            self.layers.setValue(layers)
+        for name, value in params.items():
+            if value is not None:
+                write_param(next(p for p in all_params() if p.name == name), self.param_controls[name], value)
+        if adaptive is not None:
+            self.adaptive.setChecked(adaptive)
         if temperature is not None:
             self.temperature.setValue(temperature)
         if top_p is not None:
@@ -320,6 +342,12 @@ class ControlsPanel(QWidget):
             self.system_prompt.setPlainText(system_prompt)
         self.revalidate()
 
+    def apply_spec(self, spec: SpecConfig) -> None:
+        """Set the method, k, draft, the method's parameters and adaptive of `spec` (a compared setting)."""
+        for param in spec.info.params:
+            write_param(param, self.param_controls[param.name], spec.param(param.name))
+        self.apply(method=spec.method, k=spec.k, draft=spec.draft, adaptive=spec.adaptive)
+
     def set_model_state(self, text: str, n_layers: int | None = None, loaded_name: str | None = None,
                         backend: str | None = None) -> None:
         self.model_status.setText(text)
@@ -327,9 +355,6 @@ class ControlsPanel(QWidget):
             self._loaded_model = loaded_name
             self._loaded_backend = backend
             self._n_layers = n_layers
-            if n_layers:
-                self.layers.setToolTip(f"Early exit: how many of the target's layers draft, 1 to {n_layers - 1} "
-                                       "for this model (auto: the engine chooses)")
             self.revalidate()
 
     def set_own_drafter(self, entry: catalog.CatalogEntry | None) -> None:
@@ -339,22 +364,28 @@ class ControlsPanel(QWidget):
         own = catalog.own_drafter(entry) if entry is not None else None
         if own is None and not self.own_note.text():
             return  # nothing was offered: nothing changes
-        current = self.method_name()
-        first = own[0] if own else METHOD_TABLE[0].name
+        current, every = self.method_name(), registered_methods()
+        first = own[0] if own else every[0].name
         self.method.blockSignals(True)
         self.method.clear()
-        add_method_items(self.method, sorted(METHOD_TABLE, key=lambda m: m.name != first) if own else METHOD_TABLE)
+        add_method_items(self.method, sorted(every, key=lambda m: m.name != first) if own else every)
         pick = first if own and not self._method_chosen else current
         self.method.setCurrentIndex(max(0, self.method.findData(pick)))
         self.method.blockSignals(False)
         self.own_note.setText(f"This model {own[1]}." if own else "")
         self.own_note.setVisible(bool(own))
-        if own and pick == "mtp":
-            self.k.setValue(min(self.k.value(), entry.n_mtp_layers))
-        elif own and pick == "assistant" and not self.draft.currentText().strip():
-            assistants = [p.draft for p in pairs_for(entry.name, entry.label, entry.repo_id) if p.method == "assistant"]
-            self._set_combo_text(self.draft, assistants[0])
+        if own and pick == own[0] and method_spec(pick).own_settings is not None:
+            self._apply_own_settings(method_spec(pick).own_settings(entry, pairs_for(entry.name, entry.label,
+                                                                                     entry.repo_id)))
         self._changed()
+
+    def _apply_own_settings(self, values: dict) -> None:
+        """What a method sets for a model that drafts for itself: k at most `max_k`, its own `draft` (when
+        none is typed)."""
+        if values.get("max_k"):
+            self.k.setValue(min(self.k.value(), values["max_k"]))
+        if values.get("draft") and not self.draft.currentText().strip():
+            self._set_combo_text(self.draft, values["draft"])
 
     def set_draft_choices(self, names: list[str], *, target_aliases: set[str], note: str = "",
                           download: str | None = None) -> None:
@@ -417,17 +448,21 @@ class ControlsPanel(QWidget):
         self.settings_changed.emit()
 
     def _refresh_enabled(self) -> None:
-        method = method_info(self.method_name())
+        method = method_spec(self.method_name())
         self.draft.setEnabled(method.needs_draft or method.reads_head)
         self.draft.lineEdit().setPlaceholderText("a head folder (empty: the model's own)" if method.reads_head
                                                  else "")
         self.k.setEnabled(method.speculative)
-        self.layers.setEnabled(method.uses_layers)
+        self.adaptive.setEnabled(method.speculative)
+        for name, widget in self.param_controls.items():  # only the method's own parameters show
+            own = method.param(name) is not None
+            widget.setEnabled(own)
+            self.spec_form.setRowVisible(widget, own)
         greedy = self.temperature.value() == 0
         for widget in (self.top_p, self.top_k, self.seed):
             widget.setEnabled(not greedy)
             widget.setToolTip("Greedy decoding (temperature 0) ignores this" if greedy else "")
-        self.method_help.setText(method.help)
+        self.method_help.setText(method.description)
         self._show_draft_note(method.needs_draft)
 
     def _show_draft_note(self, needs_draft: bool) -> None:

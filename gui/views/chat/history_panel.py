@@ -4,7 +4,7 @@ It reads and writes through `gui.persistence.store.HistoryStore`; the window ope
 Questions to the user (a new title, "delete?", where to save) go through three replaceable callables, so
 tests answer them without a modal dialog.
 
-May touch: gui.persistence.store (the history database), gui.views.main.dialogs. No chat state: the window says which chat is
+May touch: gui.persistence.store (the history database) and exports, gui.views.main.dialogs. No chat state: the window says which chat is
 current.
 """
 
@@ -20,8 +20,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QLineEdit
                                QMenu, QStyle, QStyledItemDelegate, QToolButton, QVBoxLayout, QWidget)
 
 from gui import theme
+from gui.persistence.exports import conversation_json, conversation_markdown, write_private
 from gui.persistence.settings import export_folder
-from gui.persistence.store import HistoryError, HistoryStore, write_private
+from gui.persistence.store import HistoryError, HistoryStore
 from gui.views.main.dialogs import ask_save_path, ask_text, ask_yes_no
 
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -301,8 +302,8 @@ class HistoryPanel(QWidget):
             if path is None:
                 return None
         try:
-            text = (self.store.export_markdown(conversation_id) if fmt == "markdown"
-                    else self.store.export_json(conversation_id))
+            conversation = self.store.load_conversation(conversation_id)
+            text = conversation_markdown(conversation) if fmt == "markdown" else conversation_json(conversation)
             target = Path(path)
             write_private(target, text)  # owner-only, whole or not at all
         except (HistoryError, OSError) as exc:

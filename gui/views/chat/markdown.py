@@ -16,7 +16,7 @@ serial the tooltip looks up) is merged over the Markdown one (weight, italics, m
 `**bold**` or a code block keeps both. A source newline laid out as a space (a soft line break) is drawn as a
 line break, as chat apps do. Rejected drafts are drawn where they were proposed, after the layout.
 
-May touch: QtGui text classes, gui.theme, the session model's Token (read). No state beyond the reply's layout.
+May touch: QtGui text classes, gui.theme, engine.core.tokens' DisplayToken (read). No state beyond the reply's layout.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from PySide6.QtGui import (QColor, QTextBlockFormat, QTextCharFormat, QTextCurso
                            QTextDocumentFragment, QTextFormat, QTextFrameFormat)
 
 from engine.core.events import TokenStatus
+from engine.core.tokens import DisplayToken
 from gui import theme
-from gui.sessions.session_model import Token
 
 FEATURES = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 CODE_FENCE = QTextFormat.Property.BlockCodeFence  # Qt's importer marks each line of a code block with it
@@ -166,8 +166,8 @@ class ReplyLayout:
         self.show_rejected = show_rejected
         self.source = ""  # the committed text (the Markdown)
         self.starts: list[int] = []  # source offset of each committed token
-        self.committed: list[Token] = []
-        self.ghosts: list[tuple[int, Token]] = []  # (source offset proposed at, token)
+        self.committed: list[DisplayToken] = []
+        self.ghosts: list[tuple[int, DisplayToken]] = []  # (source offset proposed at, token)
         self.live_source = 0  # where the live region starts in the source
         self.live_position = start  # where its first block starts in the document
         self.end = start - 1  # the document position after the reply's last character
@@ -181,7 +181,7 @@ class ReplyLayout:
         self.copied = 0  # characters written into the transcript in all (linear in the reply's length)
 
     # ------------------------------------------------------------------ input
-    def add(self, tokens: list[Token]) -> None:
+    def add(self, tokens: list[DisplayToken]) -> None:
         for token in tokens:
             if token.status is TokenStatus.REJECTED:
                 if self.show_rejected and token.text:
@@ -190,10 +190,6 @@ class ReplyLayout:
                 self.starts.append(len(self.source))
                 self.committed.append(token)
                 self.source += token.text
-
-    def token_at_source(self, index: int) -> Token | None:
-        j = bisect_right(self.starts, index) - 1
-        return self.committed[j] if j >= 0 else None
 
     # ------------------------------------------------------------------ layout
     def render(self) -> None:

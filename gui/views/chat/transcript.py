@@ -21,9 +21,10 @@ from PySide6.QtGui import (QColor, QGuiApplication, QPainter, QTextBlockFormat, 
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QToolTip, QWidget
 
 from engine.core.events import TokenStatus
-from engine.core.tokens import draft_position_words
+from engine.core.methods import plain_method
+from engine.core.tokens import DisplayToken, draft_position_words
 from gui import theme
-from gui.sessions.session_model import Token, Turn
+from gui.sessions.session_model import Turn
 from gui.views.chat.markdown import ReplyLayout, code_block_range, is_code
 
 ACTION_SCHEME = "specscope-action:"  # the links under a turn: specscope-action:<action>:<turn index>
@@ -34,7 +35,7 @@ ACTION_TIPS = {"copy": "Copy this reply's text, without the rejected drafts (the
                        "(the last message: Ctrl+E, or Up in an empty message box)"}
 
 
-def describe_token(token: Token) -> str:
+def describe_token(token: DisplayToken) -> str:
     """The tooltip of a token (rich text): status, round, draft position, p_target, p_draft, drafter."""
 
     def prob(value: float | None) -> str:
@@ -54,7 +55,7 @@ def describe_token(token: Token) -> str:
     else:
         lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
         lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"
-                                                        if token.drafter not in ("", "none") else ""))
+                                                        if token.drafter not in ("", plain_method().name) else ""))
     if token.replaced is not None:
         p_draft = "one-hot" if token.replaced_p_draft is None else prob(token.replaced_p_draft)
         lines.append(f"replaced the draft “{piece(token.replaced)}” "
@@ -63,7 +64,7 @@ def describe_token(token: Token) -> str:
 
 
 class TranscriptView(QTextEdit):
-    """Read-only rich text of the conversation; renders from `Turn`s and `Token`s, keeps no state of its own
+    """Read-only rich text of the conversation; renders from `Turn`s and `DisplayToken`s, keeps no state of its own
     beyond the write cursor. With `actions`, each turn has links (Copy, Regenerate under a reply, Edit on a
     message) that emit `action_requested(action, turn index)`. A code block shows a Copy button on hover; text
     copied from a selection (Ctrl+C) leaves the rejected drafts out."""
@@ -71,7 +72,7 @@ class TranscriptView(QTextEdit):
     action_requested = Signal(str, int)  # copy | regenerate | edit, the turn's index in the conversation
     code_copied = Signal(str)
 
-    def __init__(self, lookup: Callable[[int], Token | None], palette: theme.Palette, parent=None,
+    def __init__(self, lookup: Callable[[int], DisplayToken | None], palette: theme.Palette, parent=None,
                  actions: bool = False) -> None:
         super().__init__(parent)
         self.actions = actions
@@ -173,7 +174,7 @@ class TranscriptView(QTextEdit):
         self._cursor = cursor
         self._reply = ReplyLayout(self.document(), cursor.position() + 1, p, self.show_rejected)
 
-    def append_tokens(self, tokens: list[Token], scroll: bool = True) -> None:
+    def append_tokens(self, tokens: list[DisplayToken], scroll: bool = True) -> None:
         """Insert one round's tokens at the end (the per-round hot path)."""
         if not tokens:
             return
@@ -316,7 +317,7 @@ class TranscriptView(QTextEdit):
         super().mouseReleaseEvent(event)
 
     # ------------------------------------------------------------------ hover
-    def token_at_position(self, position: int) -> Token | None:
+    def token_at_position(self, position: int) -> DisplayToken | None:
         """The token drawn at document position `position`, if any."""
         block = self.document().findBlock(position)
         if not block.isValid():
@@ -330,7 +331,7 @@ class TranscriptView(QTextEdit):
             it += 1
         return None
 
-    def token_at(self, point) -> Token | None:
+    def token_at(self, point) -> DisplayToken | None:
         """The token under a viewport point."""
         offset = QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
         position = self.document().documentLayout().hitTest(QPointF(point) + offset, Qt.HitTestAccuracy.ExactHit)

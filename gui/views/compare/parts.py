@@ -3,7 +3,7 @@ graph (SweepPlot), with the words the table and panes share.
 
 They render what gui.sessions.compare holds and emit what the user asked; no state of their own.
 
-May touch: pyqtgraph, gui.theme, engine.core.config (the method table), engine.measure.compare's rows and sweep summaries
+May touch: pyqtgraph, gui.theme, engine.core.config and the method registry (read), engine.measure.compare's rows and sweep summaries
 (read), the chat's transcript view and stats pieces.
 """
 
@@ -16,10 +16,12 @@ from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit
                                QWidget)
 
 from engine.measure.compare import ComparisonRow, SweepSummary
-from engine.core.config import BACKENDS, MAX_K, METHOD_TABLE, REMOTE_PREFIX, SpecConfig, method_info, parse_spec
+from engine.core.config import BACKENDS, MAX_K, REMOTE_PREFIX, SpecConfig, parse_spec
 from engine.core.errors import ConfigError
+from engine.core.methods import all_params, method_spec, speculative_methods
 from gui import theme
 from gui.views.chat.controls import add_method_items
+from gui.views.chat.params import changed_signal, param_widget, read_param, write_param
 from gui.views.live.stats import DASH, TimeSplitBar, seconds_text
 from gui.views.chat.transcript import TranscriptView
 
@@ -61,7 +63,7 @@ def row_title(row: ComparisonRow) -> str:
 # ------------------------------------------------------------------ one setting's fields
 
 class SettingRow(QWidget):
-    """Method, draft model, k and early-exit layers of one setting, or a server's model (backend "on a server":
+    """Method, draft model, k and the method's own parameters (one control each) of one setting, or a server's model (backend "on a server":
     its URL, `http://HOST:PORT` or `remote:url=…`, run as the server was started, beside the local runs)."""
 
     changed = Signal()
@@ -74,7 +76,7 @@ class SettingRow(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(6)
         self.method = QComboBox()
-        add_method_items(self.method, [m for m in METHOD_TABLE if m.speculative])
+        add_method_items(self.method, speculative_methods())
         self.draft = QComboBox()
         self.draft.setEditable(True)
         self.draft.addItem("default")
@@ -85,11 +87,7 @@ class SettingRow(QWidget):
         self.k.setValue(4)
         self.k.setPrefix("k = ")
         self.k.setToolTip("Tokens drafted per round")
-        self.layers = QSpinBox()
-        self.layers.setRange(0, 512)
-        self.layers.setSpecialValueText("layers: auto")
-        self.layers.setPrefix("layers = ")
-        self.layers.setToolTip("Early exit: how many of the target's layers draft (auto: the engine chooses)")
+        self.param_controls = {param.name: param_widget(param, compact=True) for param in all_params()}
         self.backend = QComboBox()
         self.backend.setObjectName("row_backend")
         self.backend.addItem("as loaded", None)
@@ -112,13 +110,14 @@ class SettingRow(QWidget):
         layout.addWidget(self.method)
         layout.addWidget(self.draft, 1)
         layout.addWidget(self.k)
-        layout.addWidget(self.layers)
+        for widget in self.param_controls.values():
+            layout.addWidget(widget)
         layout.addWidget(self.backend)
         layout.addWidget(self.url, 1)
         layout.addWidget(self.remove)
         layout.addStretch(0)
-        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.layers.valueChanged,
-                       self.draft.currentTextChanged, self.backend.currentIndexChanged, self.url.textChanged):
+        for signal in (self.method.currentIndexChanged, self.k.valueChanged,
+                       *(changed_signal(w) for w in self.param_controls.values()), self.draft.currentTextChanged, self.backend.currentIndexChanged, self.url.textChanged):
             signal.connect(self._changed)
         if spec is not None:
             self.set_spec(spec)
@@ -129,10 +128,10 @@ class SettingRow(QWidget):
         if self.on_server:
             text = self.url.text().strip()
             return parse_spec(text if text.startswith(REMOTE_PREFIX) else f"{REMOTE_PREFIX}url={text}")
-        method = method_info(self.method.currentData())
+        method = method_spec(self.method.currentData())
         return SpecConfig(method=method.name, k=self.k.value(),
                           draft=(self.draft.currentText().strip() or None) if method.needs_draft else None,
-                          layers=(self.layers.value() or None) if method.uses_layers else None,
+                          params={p.name: read_param(p, self.param_controls[p.name]) for p in method.params},
                           backend=self.backend.currentData())
 
     @property
@@ -154,7 +153,8 @@ class SettingRow(QWidget):
                 self.draft.insertItem(0, spec.draft)
             self.draft.setCurrentText(spec.draft)
         self.k.setValue(min(spec.k, self.k.maximum()))
-        self.layers.setValue(spec.layers or 0)
+        for param in spec.info.params:
+            write_param(param, self.param_controls[param.name], spec.param(param.name))
         self.backend.setCurrentIndex(max(0, self.backend.findData(spec.backend)))
         self._refresh_enabled()
 
@@ -163,12 +163,13 @@ class SettingRow(QWidget):
         self.changed.emit()
 
     def _refresh_enabled(self) -> None:
-        method = method_info(self.method.currentData())
+        method = method_spec(self.method.currentData())
         local = not self.on_server
         self.method.setEnabled(local)
         self.k.setVisible(local)
         self.draft.setVisible(local and method.needs_draft)
-        self.layers.setVisible(local and method.uses_layers)
+        for name, widget in self.param_controls.items():
+            widget.setVisible(local and method.param(name) is not None)
         self.url.setVisible(not local)
 
 
