@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from engine.measure.compare import ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, sweep_summary, \
     with_plain_first
+from engine.core.methods import all_params
 from engine.core.config import SamplingConfig, SpecConfig, check_k
 from engine.measure.divergence import Divergence
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
@@ -34,9 +35,9 @@ from gui.sessions.session_model import SessionModel, Turn
 # every setting of the run, on every exported row (a row read alone says how it was made)
 RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "top_p", "top_k", "seed",
               "max_new_tokens", "strict")
-CSV_FIELDS = ("label", "method", "k", "draft", "layers", "tok_per_s", "speedup", "acceptance_rate",
-              "mean_accepted_length", "theoretical_speedup", "efficiency", "draft_seconds", "verify_seconds",
-              "identical_to_plain", "first_difference", "equality", "figures_from", "tokens", "text") + RUN_FIELDS
+FIGURE_FIELDS = ("tok_per_s", "speedup", "acceptance_rate", "mean_accepted_length", "theoretical_speedup",
+                 "efficiency", "draft_seconds", "verify_seconds", "identical_to_plain", "first_difference",
+                 "equality", "figures_from", "tokens", "text")
 SWEEP_FIELDS = ("method", "k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio") + RUN_FIELDS
 COMPARE, SWEEP = "compare", "sweep"
 
@@ -275,11 +276,16 @@ def run_settings(session: ComparisonSession | None) -> dict:
             "strict": session.strict}
 
 
+def csv_fields() -> tuple[str, ...]:
+    """The CSV's columns: the setting (every registered method's parameters among them), the figures, the run."""
+    return ("label", "method", "k", "draft", *(p.name for p in all_params()), *FIGURE_FIELDS, *RUN_FIELDS)
+
+
 def row_record(row: ComparisonRow) -> dict:
-    """A table row with its setting in full; plain decoding has no k (it drafts nothing)."""
+    """A table row with its setting in full (its method's parameters too); plain decoding has no k (it drafts
+    nothing)."""
     record = row.as_dict()
-    record.update(k=row.spec.k if row.spec.speculative else None, draft=row.spec.draft,
-                  layers=row.spec.param("layers"))
+    record.update(k=row.spec.k if row.spec.speculative else None, draft=row.spec.draft, **row.spec.param_values())
     if row.spec.backend is not None:  # a row on the other backend (the same model loaded there) says so
         record["backend"] = row.spec.backend
     return record
@@ -288,7 +294,7 @@ def row_record(row: ComparisonRow) -> dict:
 def write_rows_csv(rows: list[ComparisonRow], path: str | Path, session: ComparisonSession | None = None) -> None:
     shared = run_settings(session)
     with open(path, "w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(file, fieldnames=csv_fields(), extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             record = row_record(row)

@@ -51,3 +51,14 @@ def test_sweep_rows_and_default_names(tmp_path):
     assert export_name("sweep-png", session, "png", when=0).endswith(".png")
     assert "specscope-csv" not in export_name("csv", session, "csv")
     assert export_folder().is_dir()
+
+
+def test_every_methods_parameters_have_a_csv_column(tmp_path):
+    from engine.core.methods import all_params
+
+    session = run([parse_spec("prompt-lookup:k=2,ngram_max=4")])
+    write_rows_csv(session.rows(), tmp_path / "rows.csv", session)
+    with open(tmp_path / "rows.csv", newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    assert {p.name for p in all_params()} <= set(rows[0])  # a parameter added later gets its column
+    assert rows[1]["ngram_max"] == "4" and rows[1]["ngram_min"] == "1" and rows[0]["ngram_max"] == ""
