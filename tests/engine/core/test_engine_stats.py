@@ -6,36 +6,36 @@ import pytest
 
 from engine.core.events import RoundVerified, target_status
 from engine.core.stats import (StatsAccumulator, efficiency, expected_tokens_per_pass, speedup,
-                          theoretical_speedup)
+                          speedup_from_acceptance)
 
 
 @pytest.mark.parametrize("k, c", [(1, 0.0), (4, 0.0), (4, 0.05), (8, 0.5), (64, 1.0)])
 def test_speedup_with_every_draft_rejected(k, c):
-    assert theoretical_speedup(0.0, k, c) == pytest.approx(1 / (1 + k * c))
+    assert speedup_from_acceptance(0.0, k, c) == pytest.approx(1 / (1 + k * c))
 
 
 @pytest.mark.parametrize("k, c", [(1, 0.0), (4, 0.0), (4, 0.05), (8, 0.5)])
 def test_speedup_with_every_draft_accepted(k, c):
-    assert theoretical_speedup(1.0, k, c) == pytest.approx((k + 1) / (1 + k * c))
-    assert theoretical_speedup(1 - 1e-9, k, c) == pytest.approx((k + 1) / (1 + k * c), rel=1e-6)  # α → 1
+    assert speedup_from_acceptance(1.0, k, c) == pytest.approx((k + 1) / (1 + k * c))
+    assert speedup_from_acceptance(1 - 1e-9, k, c) == pytest.approx((k + 1) / (1 + k * c), rel=1e-6)  # α → 1
 
 
 def test_speedup_formula_in_between():
     alpha, k, c = 0.6, 4, 0.1
     expected = (1 - alpha ** (k + 1)) / ((1 - alpha) * (1 + k * c))
-    assert theoretical_speedup(alpha, k, c) == pytest.approx(expected)
+    assert speedup_from_acceptance(alpha, k, c) == pytest.approx(expected)
     assert expected_tokens_per_pass(alpha, k) == pytest.approx((1 - alpha ** 5) / 0.4)
     assert expected_tokens_per_pass(1.0, k) == k + 1
     # speed-up grows with α
-    assert theoretical_speedup(0.3, k, c) < theoretical_speedup(0.6, k, c) < theoretical_speedup(0.9, k, c)
+    assert speedup_from_acceptance(0.3, k, c) < speedup_from_acceptance(0.6, k, c) < speedup_from_acceptance(0.9, k, c)
 
 
 def test_speedup_with_rounds_that_drafted_nothing():
     alpha, k, c, f = 0.5, 4, 0.1, 0.25
     tokens = f * (1 - alpha ** 5) / (1 - alpha) + (1 - f)
-    assert theoretical_speedup(alpha, k, c, drafting_share=f) == pytest.approx(tokens / (1 + f * k * c))
-    assert theoretical_speedup(alpha, k, c, drafting_share=0.0) == 1.0
-    assert theoretical_speedup(alpha, 0, c) == 1.0
+    assert speedup_from_acceptance(alpha, k, c, drafting_share=f) == pytest.approx(tokens / (1 + f * k * c))
+    assert speedup_from_acceptance(alpha, k, c, drafting_share=0.0) == 1.0
+    assert speedup_from_acceptance(alpha, 0, c) == 1.0
 
 
 def test_measured_speedup_and_efficiency():
@@ -88,7 +88,7 @@ def test_accumulator_on_canned_rounds():
     assert stats.draft_seconds == pytest.approx(0.11) and stats.verify_seconds == pytest.approx(0.9)
     c = (0.11 / 11) / (0.9 / 5)
     assert stats.cost_ratio == pytest.approx(c)
-    assert stats.theoretical_speedup == pytest.approx(theoretical_speedup(6 / 11, 11 / 3, c, 3 / 4))
+    assert stats.theoretical_speedup == pytest.approx(speedup_from_acceptance(6 / 11, 11 / 3, c, 3 / 4))
 
 
 def test_as_dict_has_every_figure():
@@ -124,16 +124,16 @@ def test_theoretical_speedup_on_a_measured_curve():
     curve = CannedCurve()
     # α = 0.5, k = 3: E = 1 + 0.5 + 0.25 + 0.125 = 1.875 tokens a pass; d = 1 ms a drafted token
     # 1.875 × 0.005 / (cost(4) + 3 × 0.001) = 0.009375 / 0.019
-    assert theoretical_speedup(0.5, 3, 0.0, curve=curve, draft_seconds_per_token=0.001) == pytest.approx(
+    assert speedup_from_acceptance(0.5, 3, 0.0, curve=curve, draft_seconds_per_token=0.001) == pytest.approx(
         0.009375 / 0.019)
     # half the rounds drafted: tokens 0.5 × 1.875 + 0.5 = 1.4375 at 0.5 × 0.019 + 0.5 × 0.005 = 0.012 a round
-    assert theoretical_speedup(0.5, 3, 0.0, 0.5, curve=curve, draft_seconds_per_token=0.001) == pytest.approx(
+    assert speedup_from_acceptance(0.5, 3, 0.0, 0.5, curve=curve, draft_seconds_per_token=0.001) == pytest.approx(
         1.4375 * 0.005 / 0.012)
     # the draft cost as a ratio c of one pass (no seconds given): d = c × cost(1) = 0.2 × 0.005
-    assert theoretical_speedup(0.5, 3, 0.2, curve=curve) == pytest.approx(0.009375 / (0.016 + 3 * 0.001))
+    assert speedup_from_acceptance(0.5, 3, 0.2, curve=curve) == pytest.approx(0.009375 / (0.016 + 3 * 0.001))
     # α = 1, k = 4, draft free: 5 tokens for cost(5) / cost(1) = 4 passes' worth
-    assert theoretical_speedup(1.0, 4, 0.0, curve=curve, draft_seconds_per_token=0.0) == pytest.approx(5 / 4)
-    assert theoretical_speedup(0.5, 0, 0.0, curve=curve) == 1.0  # plain decoding
+    assert speedup_from_acceptance(1.0, 4, 0.0, curve=curve, draft_seconds_per_token=0.0) == pytest.approx(5 / 4)
+    assert speedup_from_acceptance(0.5, 0, 0.0, curve=curve) == 1.0  # plain decoding
 
 
 def test_the_fallback_is_free_verification():
@@ -142,9 +142,9 @@ def test_the_fallback_is_free_verification():
         def cost(self, n):
             return 0.005
     for alpha, k, c, f in [(0.6, 4, 0.05, 1.0), (0.3, 2, 0.1, 0.5), (0.9, 7, 0.0, 0.8)]:
-        assert theoretical_speedup(alpha, k, c, f) == pytest.approx(
-            theoretical_speedup(alpha, k, c, f, curve=Flat()))
-    assert theoretical_speedup(0.6, 4, 0.05, curve=CannedCurve()) < theoretical_speedup(0.6, 4, 0.05)
+        assert speedup_from_acceptance(alpha, k, c, f) == pytest.approx(
+            speedup_from_acceptance(alpha, k, c, f, curve=Flat()))
+    assert speedup_from_acceptance(0.6, 4, 0.05, curve=CannedCurve()) < speedup_from_acceptance(0.6, 4, 0.05)
 
 
 def test_the_accumulator_uses_the_curve_it_was_given():
