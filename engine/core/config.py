@@ -169,6 +169,7 @@ def _own_params(info: MethodSpec, given, notes: list[str]) -> tuple[tuple[str, o
         if owner is None:
             raise ConfigError(f"unknown setting {name!r} for method {info.name}")
         if value is not None and value != owner[1].default:
+            owner[1].check(value, owner[0].name)  # a bad value is refused even where it would be ignored
             notes.append(f"{owner[1].cli_flag} is ignored by method {info.name}")
     resolved = {p.name: values.get(p.name, p.default) for p in info.params}
     check_params(info, resolved)

@@ -29,7 +29,7 @@ from engine.measure.prompts import Prompt, load_prompts
 
 REPLIES_FILE = "replies.jsonl"
 HELD_OUT_EVERY = 10  # every 10th Spec-Bench question is held out (never trained on)
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLED_TEMPERATURE = 0.8
 
 

@@ -227,6 +227,9 @@ def test_a_comparison_yields_the_diagnosis_after_a_differing_run_and_its_row_car
 class _IdsEngine(Engine):
     """An engine whose 'prompt' is already ids (generate → generate_ids), so a test picks its exact prompt."""
 
+    def __init__(self, target):
+        super().__init__(target, DraftProvider(target))
+
     def generate(self, conversation, *, system=None, **kwargs):
         return self.generate_ids(conversation, **kwargs)
 
