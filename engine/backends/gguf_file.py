@@ -34,6 +34,7 @@ class GgufHeader:
     n_tensors: int
     data_end: int  # the byte just after the last tensor's data
     file_size: int
+    elements_by_type: dict[int, int]  # ggml tensor type → how many weights are stored in it
 
     @property
     def architecture(self) -> str | None:
@@ -83,16 +84,20 @@ class _Cursor:
         return count
 
 
+def _product(dims: list[int]) -> int:
+    n_elements = 1
+    for dim in dims:
+        n_elements *= dim
+    return n_elements
+
+
 def _tensor_bytes(ggml_type: int, dims: list[int]) -> int:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     try:
         block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
         raise ValueError(f"unknown tensor type {ggml_type}") from None
-    n_elements = 1
-    for dim in dims:
-        n_elements *= dim
-    return n_elements // block_size * type_size
+    return _product(dims) // block_size * type_size
 
 
 def _parse(cursor: _Cursor) -> GgufHeader:
@@ -107,7 +112,7 @@ def _parse(cursor: _Cursor) -> GgufHeader:
     for _ in range(n_kv):
         key = cursor.string()
         metadata[key] = cursor.value(cursor.scalar("<I"))
-    tensors = []
+    tensors, elements_by_type = [], {}
     for _ in range(n_tensors):
         name = cursor.string()
         n_dims = cursor.scalar("<I")
@@ -116,13 +121,14 @@ def _parse(cursor: _Cursor) -> GgufHeader:
         dims = [cursor.scalar("<Q") for _ in range(n_dims)]
         ggml_type, offset = cursor.scalar("<I"), cursor.scalar("<Q")
         tensors.append((name, offset + _tensor_bytes(ggml_type, dims)))
+        elements_by_type[ggml_type] = elements_by_type.get(ggml_type, 0) + _product(dims)
     alignment = int(metadata.get("general.alignment", 32))
     data_start = -(-cursor.at // alignment) * alignment
     last = max(tensors, key=lambda t: t[1], default=("", 0))
     data_end = data_start + last[1]
     if data_end > cursor.size:
         raise _Truncated(f"tensor {last[0]!r} ends at byte {data_end:,} of a {cursor.size:,}-byte file")
-    header = GgufHeader(version, metadata, n_tensors, data_end, cursor.size)
+    header = GgufHeader(version, metadata, n_tensors, data_end, cursor.size, elements_by_type)
     if header.architecture is None:
         raise ValueError("it names no architecture: general.architecture is missing")
     return header

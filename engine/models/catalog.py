@@ -341,39 +341,25 @@ def gguf_facts(path: Path) -> dict:
     facts = read_json_dict(cached)
     if facts is not None:
         return facts
-    from gguf import GGMLQuantizationType, GGUFReader
-    reader = GGUFReader(str(path), "r")
+    from gguf import GGMLQuantizationType
 
-    def value(key, default=None):
-        field = reader.fields.get(key)
-        if field is None:
-            return default
-        try:
-            return field.contents()
-        except Exception:
-            return default
-
-    arch = value("general.architecture")
-    by_type: dict[str, int] = {}
-    n_parameters = 0
-    for tensor in reader.tensors:
-        n_parameters += int(tensor.n_elements)
-        type_name = GGMLQuantizationType(tensor.tensor_type).name
-        by_type[type_name] = by_type.get(type_name, 0) + int(tensor.n_elements)
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    n_heads = value(f"{arch}.attention.head_count")
-    embedding = value(f"{arch}.embedding_length")
+    from engine.backends.gguf_file import read_header
+    header = read_header(path)  # the header only: string arrays (the vocabulary) are counted, not decoded
+    by_type = header.elements_by_type
+    n_heads = header.get("attention.head_count")
+    embedding = header.get("embedding_length")
+    family = header.metadata.get("tokenizer.ggml.model")
     facts = {
-        "architecture": arch,
-        "n_parameters": n_parameters,
-        "dtype": max(by_type, key=by_type.get) if by_type else None,
-        "tokenizer_family": _GGUF_TOKENIZER_FAMILIES.get(value("tokenizer.ggml.model"), value("tokenizer.ggml.model")),
-        "vocab_size": len(tokens.data) if tokens is not None else value(f"{arch}.vocab_size"),
-        "n_layers": value(f"{arch}.block_count"),
-        "n_kv_heads": value(f"{arch}.attention.head_count_kv") or n_heads,
-        "head_dim": value(f"{arch}.attention.key_length") or (embedding // n_heads if embedding and n_heads
-                                                              else None),
-        "context_length": value(f"{arch}.context_length"),
+        "architecture": header.architecture,
+        "n_parameters": sum(by_type.values()),
+        "dtype": GGMLQuantizationType(max(by_type, key=by_type.get)).name if by_type else None,
+        "tokenizer_family": _GGUF_TOKENIZER_FAMILIES.get(family, family),
+        "vocab_size": header.metadata.get("tokenizer.ggml.tokens") or header.get("vocab_size"),
+        "n_layers": header.get("block_count"),
+        "n_kv_heads": header.get("attention.head_count_kv") or n_heads,
+        "head_dim": header.get("attention.key_length") or (embedding // n_heads if embedding and n_heads
+                                                           else None),
+        "context_length": header.get("context_length"),
     }
     facts = {k: (int(v) if isinstance(v, (int, float)) and k != "dtype" and not isinstance(v, bool) else v)
              for k, v in facts.items()}

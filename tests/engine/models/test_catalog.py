@@ -241,3 +241,24 @@ def test_cli_models_list_and_check(hf_cache, folders, capsys):
     assert "split text into different pieces" in err and len(err.strip().splitlines()) == 1
     shutil.rmtree(hf_cache)
     assert main(["models", "list", "--json"]) == 0  # no cache at all is fine
+
+
+@pytest.mark.model
+def test_gguf_facts_from_our_header_reader_match_gguf_py(tmp_path, monkeypatch):
+    """The facts come from engine.backends.gguf_file's header walk (the vocabulary counted, not decoded): the
+    same figures as gguf-py's own reader gives for the built-in model."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    from engine.models.sources import default_model_gguf
+    monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path))  # nothing cached: read the file
+    path = default_model_gguf()
+    facts = catalog.gguf_facts(path)
+    reader = GGUFReader(str(path), "r")
+    by_type: dict[str, int] = {}
+    for tensor in reader.tensors:
+        name = GGMLQuantizationType(tensor.tensor_type).name
+        by_type[name] = by_type.get(name, 0) + int(tensor.n_elements)
+    assert facts["n_parameters"] == sum(by_type.values()) and facts["dtype"] == max(by_type, key=by_type.get)
+    assert facts["vocab_size"] == len(reader.fields["tokenizer.ggml.tokens"].data)
+    assert facts["n_layers"] == int(reader.fields["llama.block_count"].contents())
+    assert facts["context_length"] == int(reader.fields["llama.context_length"].contents())
