@@ -183,10 +183,22 @@ def test_a_folder_that_is_no_head_is_refused(tiny_model, tmp_path):
 def test_a_short_training_run_on_the_built_in_model_beats_early_exit(tmp_path):
     """~3 minutes on 2 cores: replies, features and training; the head's held-out first-position acceptance
     (its card's figure) against early exit's on the same held-out prompts, both printed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.drafters.eagle_head import read_card
     from engine.training.data import read_replies
-    from engine.training.train import train
-    options = TrainOptions(model="default", out=tmp_path, minutes=2.5, max_new_tokens=96, held_out_prompts=3)
-    _, card = train(options, lambda progress: None)
+    # In a process of its own, as `specscope drafter train` runs: the threads that earlier tests' libraries
+    # leave in this one (llama.cpp's OpenMP pool beside torch's) would take its time budget's CPU.
+    code = ("import sys; from pathlib import Path; from engine.training.train import TrainOptions, train; "
+            "train(TrainOptions(model='default', out=Path(sys.argv[1]), minutes=2.5, max_new_tokens=96, "
+            "held_out_prompts=3), lambda progress: None)")
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    card = read_card(tmp_path)
     target = load_model("default", backend="transformers")
     engine, accepted, drafted = local_engine(target), 0, 0
     for record in [r for r in read_replies(tmp_path) if r["held_out"]]:
