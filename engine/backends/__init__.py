@@ -58,6 +58,10 @@ class Runner(Protocol):
     def release(self) -> None:
         """Free the cache's memory between conversations."""
 
+    # Optional (engine.core.engine calls it where a runner has it):
+    #   reserve_rollback(depth): be able to cut depth − 1 tokens off a pass of `depth` (a recurrent state
+    #   keeping per-token snapshots, llama.cpp); rollback_cost() -> dict | None: what a rollback costs there.
+
 
 @dataclass(eq=False)
 class LoadedModel:
@@ -82,7 +86,9 @@ class LoadedModel:
     eos_ids: frozenset[int]
     runner_factory: Callable[[], Runner] = field(repr=False)
     model: object = field(default=None, repr=False)
-    supports_rollback: bool = True  # False for a recurrent state (llama.cpp's Mamba/RWKV): plain decoding only
+    native: object = field(default=None, repr=False)  # the backend's own model object (llama.cpp: its GgufModel)
+    supports_rollback: bool = True  # False for a recurrent state that can't be cut back: plain decoding only
+    rollback_refusal: str = ""  # why not, in the words the user reads, where supports_rollback is False
     device_label: str = ""  # what runs the layers (Backend.device_label), where `device` (the logits') may not say it
 
     def new_runner(self) -> Runner:

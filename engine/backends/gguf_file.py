@@ -35,6 +35,7 @@ class GgufHeader:
     data_end: int  # the byte just after the last tensor's data
     file_size: int
     elements_by_type: dict[int, int]  # ggml tensor type → how many weights are stored in it
+    tensor_names: tuple[str, ...] = ()
 
     @property
     def architecture(self) -> str | None:
@@ -44,6 +45,18 @@ class GgufHeader:
     def get(self, key: str, default=None):
         """A metadata value of this file's architecture, e.g. get("context_length")."""
         return self.metadata.get(f"{self.architecture}.{key}", default)
+
+    @property
+    def nextn_layers(self) -> int:
+        """The multi-token-prediction (nextn) layers it declares (`<arch>.nextn_predict_layers`; 0: none)."""
+        value = self.get("nextn_predict_layers", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    @property
+    def mtp_only(self) -> bool:
+        """An MTP head alone (llama.cpp's converter with --mtp writes `mtp-*.gguf`): nextn layers declared, no
+        trunk block stored."""
+        return self.nextn_layers > 0 and not any(name.startswith("blk.0.") for name in self.tensor_names)
 
 
 class _Cursor:
@@ -128,10 +141,20 @@ def _parse(cursor: _Cursor) -> GgufHeader:
     data_end = data_start + last[1]
     if data_end > cursor.size:
         raise _Truncated(f"tensor {last[0]!r} ends at byte {data_end:,} of a {cursor.size:,}-byte file")
-    header = GgufHeader(version, metadata, n_tensors, data_end, cursor.size, elements_by_type)
+    header = GgufHeader(version, metadata, n_tensors, data_end, cursor.size, elements_by_type,
+                        tuple(name for name, _ in tensors))
     if header.architecture is None:
         raise ValueError("it names no architecture: general.architecture is missing")
     return header
+
+
+def mtp_sidecars(path: Path) -> list[Path]:
+    """MTP head files beside a model, as llama.cpp's converter names them (`mtp-*.gguf`), excluding `path`."""
+    path = Path(path)
+    try:
+        return sorted(p for p in path.parent.glob("mtp-*.gguf") if p.is_file() and p != path)
+    except OSError:
+        return []
 
 
 def read_header(path: Path) -> GgufHeader:

@@ -15,8 +15,9 @@ import ctypes
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -36,6 +37,8 @@ MAX_DEFAULT_CONTEXT = 8192  # the KV cache is allocated up front: a model traine
 MIN_CONTEXT = 16
 _LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level
 _DEVICE_TYPE_CPU = 0  # ggml_backend_dev_type: CPU, GPU, IGPU, ACCEL
+_STATE_PARTIAL = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: a sequence's recurrent state without its KV cache
+EXT_VERSION = "0.3.36"  # the llama-cpp-python whose llama_cpp_ext binds the MTP calls
 
 _state_lock = threading.Lock()
 _library = None
@@ -69,6 +72,24 @@ def library():
             llama_cpp.llama_backend_init()
             _library = llama_cpp
     return _library
+
+
+def _ext():
+    """llama-cpp-python's bindings of llama.cpp's MTP calls (llama_cpp.llama_cpp_ext, bound by C++ symbol name,
+    not a stable API); ConfigError naming the version needed where they are missing."""
+    lib = library()
+    try:
+        from llama_cpp import llama_cpp_ext
+        for name in ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith",
+                     "llama_set_nextn_layer_offset", "llama_get_ctx_other"):
+            getattr(llama_cpp_ext, name)
+        for name in ("llama_model_n_layer_nextn", "LLAMA_CONTEXT_TYPE_MTP"):
+            getattr(lib, name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"MTP drafting on llama.cpp needs llama-cpp-python {EXT_VERSION} (its llama_cpp_ext "
+                          f"bindings: {str(exc)[:80]}); this is {getattr(lib, '__version__', '?')}: "
+                          f"pip install llama-cpp-python=={EXT_VERSION}") from None
+    return llama_cpp_ext
 
 
 def _llama_error(default: str) -> str:
@@ -132,8 +153,17 @@ class GgufModel:
         self.n_gpu_layers = _check_gpu_layers(n_gpu_layers, self.accelerators)
         self.n_threads = _check_threads(n_threads)
         self._check_weights_fit()
+        self.declared_nextn = self.header.nextn_layers
+        if self.header.mtp_only:
+            raise ModelLoadError(f"{self.path.name} is an MTP head alone (llama.cpp's converter writes these as "
+                                 "mtp-*.gguf beside a model), not a model: load its target and use method mtp "
+                                 f"(it is found beside the target, or give it with --draft {self.path.name})")
+        self._check_nextn_tensors()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = self.n_gpu_layers
+        # MTP (nextn) layers are loaded where the file has them, so that method mtp runs without a reload;
+        # they are one decoder block each (about 1/n_layers of the weights)
+        params.load_mtp = self.declared_nextn > 0
         _errors.clear()
         self.handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.handle:
@@ -142,10 +172,26 @@ class GgufModel:
             self._read_facts()
             self.context_length = self._check_context(n_ctx)
             self.tokenizer = LlamaCppTokenizer(lib, self.handle, self.header.metadata, owner=self)
+            self._read_rollback_facts()
             self._spare: LlamaCppRunner | None = LlamaCppRunner(self)  # proves the context fits memory
         except BaseException:
             self._free()
             raise
+
+    def _check_nextn_tensors(self) -> None:
+        """A file that declares nextn layers must carry their tensors (blk.N.nextn.*), unless it is a target
+        whose head was split into a sidecar file, which then declares none."""
+        if not self.declared_nextn:
+            return
+        have = {int(name.split(".")[1]) for name in self.header.tensor_names
+                if name.startswith("blk.") and ".nextn." in name}
+        n_blocks = int(self.header.get("block_count", 0) or 0)
+        wanted = set(range(n_blocks - self.declared_nextn, n_blocks))
+        if not wanted <= have:
+            raise ModelLoadError(
+                f"{self.path.name} declares {self.declared_nextn} MTP (nextn) layer"
+                f"{'s' if self.declared_nextn > 1 else ''} but lacks their tensors (blk.N.nextn.*): a "
+                "conversion cut short or edited; convert it again, or use the file without MTP")
 
     def _check_weights_fit(self) -> None:
         """Before loading: on the CPU the weights (the file, memory-mapped) must fit in the free memory."""
@@ -180,9 +226,39 @@ class GgufModel:
         self.n_parameters = int(lib.llama_model_n_params(handle))
         self.size_bytes = int(lib.llama_model_size(handle))
         self.dtype_label = lib.llama_ftype_name(lib.llama_model_ftype(handle)).decode().removeprefix("all ")
-        # A recurrent state (Mamba, RWKV, hybrids) keeps no per-position history: it cannot be cut back.
-        self.supports_rollback = not (lib.llama_model_is_recurrent(handle) or lib.llama_model_is_hybrid(handle))
+        n_nextn = getattr(lib, "llama_model_n_layer_nextn", None)  # older llama-cpp-python: no MTP at all
+        self.n_nextn = int(n_nextn(handle)) if self.declared_nextn and n_nextn else 0
+        self.n_embd = int(lib.llama_model_n_embd(handle))
+        # A recurrent state (Mamba, RWKV, hybrids such as Qwen 3.5) keeps no per-position history of its own;
+        # llama.cpp keeps per-token snapshots of it (n_rs_seq) for the architectures it knows how to roll back.
+        self.recurrent = bool(lib.llama_model_is_recurrent(handle) or lib.llama_model_is_hybrid(handle))
+        self.supports_rollback = not self.recurrent
+        self.rollback_refusal: str | None = None
         self.device_label = self.accelerators[0] if self.n_gpu_layers and self.accelerators else "CPU"
+
+    def _read_rollback_facts(self) -> None:
+        """A recurrent model speculates where llama.cpp keeps per-token snapshots of its state (a small
+        context asking for one keeps it): a rejected draft is then cut off like a KV cache's tail."""
+        if not self.recurrent:
+            return
+        lib = self.lib
+        params = lib.llama_context_default_params()
+        params.n_ctx = params.n_batch = params.n_ubatch = MIN_CONTEXT
+        params.n_seq_max, params.n_rs_seq, params.no_perf = 1, 1, True
+        probe = lib.llama_init_from_model(self.handle, params)
+        if not probe:
+            raise OutOfMemoryError(f"llama.cpp could not make a context for {self.label} "
+                                   f"({_llama_error('out of memory')})")
+        try:
+            self.supports_rollback = int(lib.llama_n_rs_seq(probe)) > 0
+        finally:
+            lib.llama_free(probe)
+        if not self.supports_rollback:
+            arch = self.header.architecture
+            self.rollback_refusal = (
+                f"{self.label} ({arch}) keeps a recurrent state, and this llama.cpp keeps no per-token "
+                f"snapshots of it for {arch!r} (it does for Qwen 3.5/3.6, Nemotron-H, LFM2 and a few more), so a "
+                "rejected draft can't be rolled back; only plain decoding runs on it")
 
     def kv_cache_bytes(self, n_ctx: int) -> int:
         """What a context of n_ctx tokens allocates for its KV cache (keys and values in llama.cpp's default type)."""
@@ -213,6 +289,13 @@ class GgufModel:
         """A runner with a context (KV cache) of its own; the first one was made while loading."""
         spare, self._spare = self._spare, None
         return spare if spare is not None else LlamaCppRunner(self)
+
+    def recurrent_state_bytes(self) -> int:
+        """What one copy of the recurrent state (one sequence) takes: a snapshot's size."""
+        if not self.recurrent:
+            return 0
+        runner = self._spare or LlamaCppRunner(self)
+        return runner.partial_state_bytes()
 
     def _free(self) -> None:
         """Free the weights. Runners hold a reference to their model, so none is left using them."""
@@ -256,18 +339,63 @@ def _check_gpu_layers(n_gpu_layers: int | None, accelerators: list[str]) -> int:
 
 # ------------------------------------------------------------------ runner
 
+class NextnListener(Protocol):
+    """Who reads the target's hidden states as MTP heads need them (engine.backends.llama_cpp_mtp)."""
+
+    def on_rows(self, start: int, ids: np.ndarray, rows: np.ndarray) -> None:
+        """A pass fed `ids` at positions start…; `rows` (len(ids), n_embd) are their last hidden states
+        (llama.cpp's nextn embeddings), valid only during the call: copy what must be kept."""
+
+    def on_close(self) -> None:
+        """The runner's context is about to be freed (a context linked to it must go first)."""
+
+
+@dataclass(slots=True)
+class RollbackCost:
+    """What rolling back a recurrent state costs on one runner (the Speculation panel shows it)."""
+
+    kind: str  # how it is done
+    snapshot_bytes: int  # one copy of the recurrent state
+    snapshots: int  # kept per token by llama.cpp (n_rs_seq), 0 where a checkpoint is restored instead
+    restores: int = 0  # rollbacks that restored a checkpoint and recomputed the kept tokens
+    restore_seconds: float = 0.0
+    refills: int = 0  # rollbacks past every checkpoint: the context recomputed from its start
+
+    @property
+    def mean_restore_ms(self) -> float | None:
+        return 1000 * self.restore_seconds / self.restores if self.restores else None
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "snapshot_bytes": self.snapshot_bytes, "snapshots": self.snapshots,
+                "mean_restore_ms": self.mean_restore_ms, "restores": self.restores, "refills": self.refills}
+
+
 class LlamaCppRunner:
     """One llama.cpp context on a GgufModel: its KV cache and the ids in it (engine.backends' Runner).
 
     forward() returns a view of llama.cpp's logits buffer, valid until the next call on this runner: use
-    it at once, or clone what must be kept."""
+    it at once, or clone what must be kept.
 
-    def __init__(self, model: GgufModel) -> None:
+    A recurrent or hybrid model (Qwen 3.5, Nemotron-H, …) is rolled back two ways. The verifying target asks
+    for per-token snapshots of its state (`reserve_rollback(k + 1)`, llama.cpp's n_rs_seq): cutting a rejected
+    draft off the last pass is then as cheap as for a KV cache. Anything else (a draft model that fed its
+    guesses one by one) restores the recurrent state saved at the last sync() (a checkpoint) and recomputes
+    the kept tokens after it; a rollback past the checkpoint recomputes from the start."""
+
+    def __init__(self, model: GgufModel, *, rollback_depth: int | None = None) -> None:
         self.model = model
         self.context_length = model.context_length
         self.device = torch.device("cpu")  # where the logits are, whatever device runs the layers
         self.ids: list[int] = []
         self._ctx = None
+        # per-token snapshots asked for (reserve_rollback); none: a checkpoint at each sync instead
+        self._wanted_depth = (rollback_depth or 0) if model.recurrent else 0
+        self.rollback_depth = 0  # the snapshots llama.cpp keeps for this context
+        self._listener: NextnListener | None = None
+        self._last_pass = 0  # tokens in the last llama_decode: snapshots cover only those
+        self._snapshot_pending = False  # a snapshot rollback is consumed by the next decode
+        self._checkpoint: tuple[int, ctypes.Array, int] | None = None  # (length, state bytes, size)
+        self.cost: RollbackCost | None = None
         self._open()
 
     def _open(self) -> None:
@@ -278,12 +406,14 @@ class LlamaCppRunner:
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = model.n_threads
         params.no_perf = True
+        params.n_rs_seq = self._wanted_depth
         _errors.clear()
         ctx = lib.llama_init_from_model(model.handle, params)
         if not ctx:
             raise OutOfMemoryError(f"llama.cpp could not make a context of {self.context_length:,} tokens for "
                                    f"{model.label} ({_llama_error('out of memory')}); use a shorter context")
         self._ctx, self._memory = ctx, lib.llama_get_memory(ctx)
+        self.rollback_depth = int(lib.llama_n_rs_seq(ctx)) if model.recurrent else 0
         self._n_batch = int(params.n_batch)
         self._batch = lib.llama_batch_init(self._n_batch, 0, 1)
         batch = self._batch
@@ -294,6 +424,53 @@ class LlamaCppRunner:
         for i in range(self._n_batch):
             batch.seq_id[i][0] = 0  # one sequence
         self.ids = []
+        self._last_pass, self._snapshot_pending, self._checkpoint = 0, False, None
+        if self._listener is not None:
+            _ext().llama_set_embeddings_nextn(ctx, True, False)  # every fed position's row, not just logits'
+        if model.recurrent and self.cost is None:
+            kind = (f"per-token snapshots of the recurrent state (llama.cpp n_rs_seq = {self.rollback_depth})"
+                    if self.rollback_depth else "a checkpoint of the recurrent state, then the kept tokens "
+                    "recomputed")
+            self.cost = RollbackCost(kind, self.partial_state_bytes(), self.rollback_depth)
+
+    @property
+    def context(self):
+        """The llama_context (opened if it was released): an MTP context links to it."""
+        if self._ctx is None:
+            self._open()
+        return self._ctx
+
+    def record_nextn(self, listener: NextnListener | None) -> None:
+        """Hand every pass's last hidden states to `listener` (None: stop). Empties the cache, so that every
+        cached position's state was seen."""
+        if listener is self._listener:
+            return
+        self.release()
+        self._listener = listener
+
+    def reserve_rollback(self, depth: int) -> None:
+        """Be able to cut `depth` − 1 tokens off the last pass of `depth` (a verification of k = depth − 1
+        drafts). A recurrent model's context is made again with that many snapshots if it has fewer (its
+        cache is then refilled by the next sync); nothing to do for a KV cache."""
+        if not self.model.recurrent or not self.model.supports_rollback or depth <= self._wanted_depth:
+            return
+        self.release()
+        self._wanted_depth = depth
+        self.cost = None
+
+    def partial_state_bytes(self) -> int:
+        """The size of the recurrent state of one sequence (a checkpoint's, a snapshot's)."""
+        if self._ctx is None:
+            return 0
+        return int(self.model.lib.llama_state_seq_get_size_ext(self._ctx, 0, _STATE_PARTIAL))
+
+    def rollback_cost(self) -> dict | None:
+        """What a rollback costs here (RollbackCost as a dict); None for a KV cache (nothing to say)."""
+        if self.cost is None:
+            return None
+        if self._ctx is not None and self.ids:
+            self.cost.snapshot_bytes = self.partial_state_bytes()  # an empty cache's would be its header's
+        return self.cost.as_dict()
 
     def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         """Feed new_ids after the cached ones; float32 logits (n_logits, vocab) of the last n_logits
@@ -309,7 +486,14 @@ class LlamaCppRunner:
             raise ValueError(f"token ids must be from 0 to {self.model.vocab_size - 1}")
         if self._ctx is None:
             self._open()
-        start = len(self.ids)
+        self._feed(ids, n_logits)
+        self.ids.extend(int(i) for i in new_ids)
+        logits = self.model.lib.llama_get_logits(self._ctx)
+        return torch.from_numpy(np.ctypeslib.as_array(logits, shape=(n_logits, self.model.vocab_size)))
+
+    def _feed(self, ids: np.ndarray, n_logits: int) -> None:
+        """Decode `ids` after the cached positions (self.ids is not changed here)."""
+        start, n = len(self.ids), len(ids)
         # The rows asked for come from a batch of just those positions, the ids before them are fed in
         # chunks of n_batch without logits: llama.cpp's kernels round differently for large batches, so this
         # keeps a position's logits independent of how much was fed with it (a prompt fed whole or synced
@@ -318,13 +502,11 @@ class LlamaCppRunner:
         bounds = [(b, min(b + self._n_batch, head)) for b in range(0, head, self._n_batch)] + [(head, n)]
         try:
             for begin, end in bounds:
-                self._decode(ids[begin:end], start + begin, n_logits if end == n else 0)
+                if end > begin:
+                    self._decode(ids[begin:end], start + begin, n_logits if end == n else 0)
         except BaseException:
             self._forget_from(start)
             raise
-        self.ids.extend(int(i) for i in new_ids)
-        logits = self.model.lib.llama_get_logits(self._ctx)
-        return torch.from_numpy(np.ctypeslib.as_array(logits, shape=(n_logits, self.model.vocab_size)))
 
     def _decode(self, ids: np.ndarray, position: int, n_outputs: int) -> None:
         m = len(ids)
@@ -342,10 +524,18 @@ class LlamaCppRunner:
         if status != 0:
             raise SpecScopeError(f"llama.cpp failed to decode a batch (status {status}: "
                                  f"{_llama_error('no reason given')})")
+        self._last_pass, self._snapshot_pending = m, False
+        if self._listener is not None:
+            rows = _ext().llama_get_embeddings_nextn(self._ctx)
+            if not rows:
+                raise SpecScopeError(f"llama.cpp gave no hidden states for {self.model.label}'s MTP head")
+            self._listener.on_rows(position, ids, np.ctypeslib.as_array(rows, shape=(m, self.model.n_embd)))
 
     def _forget_from(self, length: int) -> None:
         """After a failed pass: drop whatever part of it reached the cache."""
-        if self._ctx is not None and not self.model.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+        if self._ctx is None:
+            return
+        if self.model.recurrent or not self.model.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
             self.reset()
 
     def rollback(self, length: int) -> None:
@@ -354,20 +544,66 @@ class LlamaCppRunner:
             return
         if length < 0:
             raise ValueError(f"cannot roll back to a negative length ({length})")
-        if self._ctx is not None and not self.model.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
-            raise ConfigError(f"llama.cpp cannot roll back the memory of {self.model.label} (a recurrent state "
-                              "keeps no per-token history), which speculative decoding needs; use method none")
-        del self.ids[length:]
+        if self._ctx is None:
+            del self.ids[length:]
+            return
+        if not self.model.recurrent:
+            if not self.model.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+                raise SpecScopeError(f"llama.cpp could not roll back the KV cache of {self.model.label}")
+            del self.ids[length:]
+            return
+        self._rollback_recurrent(length)
+
+    def _rollback_recurrent(self, length: int) -> None:
+        lib, drop = self.model.lib, len(self.ids) - length
+        # a snapshot llama.cpp kept during the last pass (one rollback per pass; not to before the pass)
+        if (not self._snapshot_pending and drop <= min(self.rollback_depth, self._last_pass - 1)
+                and lib.llama_memory_seq_rm(self._memory, 0, length, -1)):
+            self._snapshot_pending = True
+            del self.ids[length:]
+            return
+        started = time.perf_counter()
+        kept = self.ids[:length]
+        if self._checkpoint is not None and self._checkpoint[0] <= length and self._restore_checkpoint():
+            base = self._checkpoint[0]
+            self.cost.restores += 1
+        else:
+            lib.llama_memory_clear(self._memory, False)
+            base = 0
+            self.cost.refills += 1
+        self.ids = kept[:base]
+        self._last_pass, self._snapshot_pending = 0, False
+        if length > base:
+            self._feed(np.asarray(kept[base:], dtype=np.int32), 0)
+            self.ids = kept
+        self.cost.restore_seconds += time.perf_counter() - started
+
+    def _take_checkpoint(self) -> None:
+        """Save the recurrent state as it stands (after a sync: committed positions only)."""
+        lib = self.model.lib
+        size = int(lib.llama_state_seq_get_size_ext(self._ctx, 0, _STATE_PARTIAL))
+        buffer = self._checkpoint[1] if self._checkpoint and len(self._checkpoint[1]) >= size else \
+            (ctypes.c_uint8 * size)()
+        written = int(lib.llama_state_seq_get_data_ext(self._ctx, buffer, size, 0, _STATE_PARTIAL))
+        self._checkpoint = (len(self.ids), buffer, written) if written else None
+
+    def _restore_checkpoint(self) -> bool:
+        """The recurrent state back as the checkpoint saved it, the attention cache cut to its length."""
+        lib = self.model.lib
+        length, buffer, size = self._checkpoint
+        if not lib.llama_state_seq_set_data_ext(self._ctx, buffer, size, 0, _STATE_PARTIAL):
+            self._checkpoint = None
+            return False
+        return bool(lib.llama_memory_seq_rm(self._memory, 0, length, -1))
 
     def sync(self, context_ids: list[int]) -> list[int]:
         """Roll back to the common prefix with context_ids (always leaving the last id out); return the ids
-        still to feed. A memory that can't be cut back is emptied instead."""
+        still to feed. A recurrent state without snapshots is checkpointed here for the next rollback."""
         keep = min(common_prefix_length(self.ids, context_ids), len(context_ids) - 1)
-        if keep < len(self.ids):
-            if self.model.supports_rollback or keep == 0:
-                self.rollback(keep)
-            else:
-                self.reset()
+        self.rollback(keep)
+        if self.model.recurrent and not self.rollback_depth and self._ctx is not None and self.ids and \
+                not self._snapshot_pending:
+            self._take_checkpoint()  # what this runner's next rollback restores (a draft model's)
         return context_ids[len(self.ids):]
 
     def reset(self) -> None:
@@ -375,12 +611,16 @@ class LlamaCppRunner:
         if self._ctx is not None:
             self.model.lib.llama_memory_clear(self._memory, False)
         self.ids = []
+        self._last_pass, self._snapshot_pending, self._checkpoint = 0, False, None
 
     def release(self) -> None:
         """Free the context and its KV cache; the next forward() makes a new one."""
         ctx, self._ctx = self._ctx, None
         self.ids = []
+        self._checkpoint = None
         if ctx:
+            if self._listener is not None:
+                self._listener.on_close()
             self.model.lib.llama_batch_free(self._batch)
             self.model.lib.llama_free(ctx)
 
@@ -420,5 +660,6 @@ def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, 
         device=torch.device("cpu"), dtype=None, dtype_label=gguf.dtype_label,
         load_seconds=time.perf_counter() - started, converted_now=False, n_layers=gguf.n_layers,
         context_length=gguf.context_length, vocab_size=gguf.vocab_size, n_parameters=gguf.n_parameters,
-        eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None,
-        supports_rollback=gguf.supports_rollback, device_label=backend_named(BACKEND).device_label(gguf.device_label))
+        eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None, native=gguf,
+        supports_rollback=gguf.supports_rollback, rollback_refusal=gguf.rollback_refusal or "",
+        device_label=backend_named(BACKEND).device_label(gguf.device_label))

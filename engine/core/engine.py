@@ -81,7 +81,8 @@ class Engine:
     def validate(self, spec: SpecConfig) -> None:
         """Raise ConfigError/ModelLoadError/TokenizerMismatchError for a spec this target can't run."""
         if spec.speculative and not self.target.supports_rollback:
-            raise ConfigError(f"{self.target.label} keeps a recurrent state that cannot be rolled back past a "
+            raise ConfigError(self.target.rollback_refusal or
+                              f"{self.target.label} keeps a recurrent state that cannot be rolled back past a "
                               "rejected draft; only plain decoding runs on it")
         self.drafts.validate(spec)
 
@@ -133,6 +134,9 @@ class Engine:
         if self._active is not None:
             self._active.close()
         self.validate(spec)
+        reserve = getattr(self.runner, "reserve_rollback", None)  # a recurrent state's per-token snapshots
+        if reserve is not None and spec.speculative:
+            reserve(spec.k + 1)
         drafter = self.drafter(spec)
         self._active = self._loop(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
                                   cancel or threading.Event(), drafter)

@@ -1,16 +1,22 @@
 """Method `mtp`: the target's own multi-token-prediction layers draft (DeepSeek-V3, arXiv 2412.19437 §2.2;
-GLM-4.5, Qwen 3.5 and others ship them in the checkpoint). MTP layer i reads the target's last hidden state
-chained through layers 0…i−1 and the embedding of the token i+1 ahead, and predicts the token i+2 ahead; the
-layers run chained, one drafted token each, as transformers' `generate(use_mtp=True)` runs them. So k is at
-most the number of MTP layers (a model with one MTP layer drafts one token a round).
+GLM-4.5/5, Qwen 3.5/3.6, Qwen3-Next, Step-3.5, MiMo-V2 and others ship them). An MTP layer reads the target's
+last hidden state and the embedding of the next token, and predicts the token after it.
 
-The layers and their weights are transformers' `MtpModel` (loaded from the target's checkpoint, sharing its
-embedding and head); the loop, the verification and the events are ours. The drafter keeps the MTP layers'
-own KV cache (`MtpCache`) in step with our rollbacks: an entry of layer i at position p read the tokens up to
-p+i+1, so it stays valid while those tokens are still the context; the rest is recomputed each round.
+Two backends, two drafters:
+- llama.cpp (`LlamaMtpDrafter`): a GGUF with nextn layers inside (`<arch>.nextn_predict_layers`) or an
+  `mtp-*.gguf` head beside it, run by llama.cpp's MTP context (engine.backends.llama_cpp_mtp) as its own
+  `--spec-type draft-mtp` runs it. One head re-applies itself for k > 1; chained heads (Step-3.5) draft one
+  token each, so k ≤ heads there. Qwen 3.5/3.6 are hybrid (linear attention): their target rolls back through
+  llama.cpp's per-token state snapshots.
+- transformers (`MtpDrafter`): transformers' `MtpModel` (loaded from the target's checkpoint, sharing its
+  embedding and head), layers chained as `generate(use_mtp=True)` runs them, so k ≤ MTP layers. It serves the
+  architectures `MtpModel` converts (DeepSeek-V3, GLM-4.5 MoE, Mellum, Step-3.7, …); for Qwen 3.5/3.6 and
+  Qwen3-Next transformers drops the `mtp.*` weights on load, so they are refused there with the way out (their
+  GGUF on llama.cpp). The drafter keeps the MTP layers' own KV cache (`MtpCache`) in step with our rollbacks: an
+  entry of layer i at position p read the tokens up to p+i+1, so it stays valid while those tokens are still
+  the context; the rest is recomputed each round.
 
-Transformers backend only. Touches the target's torch modules read-only, the target runner's hidden states
-(`TransformersRunner.record_outputs`) and its own MTP cache.
+Touches the target's weights read-only, the target runner's hidden states and the MTP head's own cache.
 """
 
 from __future__ import annotations
@@ -29,16 +35,28 @@ if TYPE_CHECKING:
 NAME = "mtp"
 
 
+# transformers 5.24 drops these models' `mtp.*` weights on load (MtpModel does not convert them)
+_NO_TRANSFORMERS_MTP = ("qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
+
+
 def mtp_layer_count(target: LoadedModel) -> int:
     """How many MTP layers the target's config declares (0: none)."""
     if target.model is None:
         return 0
-    return int(getattr(target.model.config.get_text_config(), "num_mtp_layers", None) or 0)
+    config = target.model.config.get_text_config()
+    return int(getattr(config, "num_mtp_layers", None) or getattr(config, "mtp_num_hidden_layers", None) or 0)
 
 
-def check_mtp(target: LoadedModel, k: int) -> int:
-    """Refuse `mtp` for a target without MTP layers, on another backend, or with k beyond its layers."""
+def check_mtp(target: LoadedModel, k: int, draft: str | None = None) -> int:
+    """Refuse `mtp` for a target without MTP layers, on another backend, or with k beyond chained layers."""
     check_backend(NAME, target.backend)
+    if target.backend == "llama.cpp":
+        return _llama_head(target, draft).n_heads if k <= 1 else _check_llama_k(_llama_head(target, draft), k)
+    model_type = getattr(target.model.config, "model_type", "") if target.model is not None else ""
+    if model_type in _NO_TRANSFORMERS_MTP:
+        raise ConfigError(f"method {NAME}: transformers does not load {target.label}'s MTP layers ({model_type}: "
+                          "its mtp.* weights are dropped); run its GGUF on llama.cpp, where they draft "
+                          "(--backend llama.cpp), or use another method")
     layers = mtp_layer_count(target)
     if layers < 1:
         raise ConfigError(f"method {NAME} needs a model that carries multi-token-prediction layers; {target.label} "
@@ -155,20 +173,98 @@ class MtpDrafter:
         self._seen = []
 
 
-def build(spec, target: LoadedModel, draft, target_runner: Runner | None) -> MtpDrafter:
+# ------------------------------------------------------------------ llama.cpp
+
+_heads: dict[tuple, object] = {}  # (target, sidecar) → MtpHead: checked once, shared by check and build
+
+
+def _llama_head(target: LoadedModel, draft: str | None):
+    """The target's MTP head on llama.cpp (its own layers, the sidecar beside it or `draft`), loaded once."""
+    from engine.backends.llama_cpp_mtp import MtpHead
+    key = (id(target.native), draft)
+    head = _heads.get(key)
+    if head is None or head.target is not target.native:
+        head = MtpHead(target.native, draft)
+        _heads.clear()  # one target at a time: an earlier one's head (and a sidecar's weights) go
+        _heads[key] = head
+    return head
+
+
+def _check_llama_k(head, k: int) -> int:
+    if head.chained and k > head.n_heads:
+        raise ConfigError(f"method {NAME}: {head.label} chains {head.n_heads} MTP heads, one drafted token each, "
+                          f"so k is at most {head.n_heads}, got k={k}")
+    return head.n_heads
+
+
+class LlamaMtpDrafter:
+    """Drafts with the target's MTP head on llama.cpp, from the hidden states of the target runner."""
+
+    name = NAME
+    free_to_propose = False  # every drafted token is a pass of the MTP layer
+
+    def __init__(self, target: LoadedModel, target_runner: Runner, draft: str | None) -> None:
+        from engine.backends.llama_cpp_mtp import MtpContext
+        self.head = _llama_head(target, draft)
+        self.context = MtpContext(self.head, target_runner)
+        where = f"{self.head.sidecar.name} beside the model" if self.head.sidecar else "inside the model"
+        self.note = (f"MTP on llama.cpp: {self.head.n_heads} chained heads ({where}), one drafted token each"
+                     if self.head.chained else
+                     f"MTP on llama.cpp: 1 head ({where}), re-applied on its own guess for each drafted "
+                     "token after the first")
+        self._sampling = SamplingConfig()
+        self._generator: torch.Generator | None = None
+
+    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self._sampling = sampling
+        self._generator = generator
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        import torch
+
+        from engine.core.sampling import probabilities, sample
+        if k < 1 or len(context_ids) < 2:
+            return Proposal.empty()
+        rows: list[torch.Tensor] = []
+
+        def pick(logits: torch.Tensor) -> int:
+            if self._sampling.greedy:
+                rows.append(logits)
+                return int(torch.argmax(logits))
+            probs = probabilities(logits, self._sampling)
+            rows.append(probs)
+            return int(sample(probs, self._generator))
+
+        ids, _ = self.context.draft(context_ids, k, pick)
+        if not ids:
+            return Proposal.empty()
+        stacked = torch.stack(rows)
+        return Proposal(ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+
+    def observe(self, n_accepted: int) -> None:
+        pass  # the next propose() catches the head's cache up with what the target kept
+
+    def release(self) -> None:
+        self.context.release()
+        _heads.clear()
+
+
+def build(spec, target: LoadedModel, draft, target_runner: Runner | None):
     if target_runner is None:
         raise ValueError(f"{NAME} drafts from the target's runner; pass target_runner")
+    if target.backend == "llama.cpp":
+        return LlamaMtpDrafter(target, target_runner, spec.draft)
     return MtpDrafter(target, target_runner)
 
 
 METHOD = MethodSpec(
     name=NAME, label="MTP heads (the model drafts for itself)",
-    description="The target's own multi-token-prediction layers draft, chained as transformers runs them: one "
-                "token per MTP layer, so k is at most the number of MTP layers (DeepSeek-V3, GLM-4.5: 1).",
-    backends=("transformers",),
-    why_not="llama-cpp-python binds llama.cpp's MTP context, but feeding it the target's hidden state is not "
-            "wired here yet",
-    check=lambda spec, target, draft: check_mtp(target, spec.k), build=build, needs_target_runner=True,
+    description="The target's own multi-token-prediction layers draft (Qwen 3.5/3.6, GLM, DeepSeek-V3, Step-3.5 "
+                "GGUFs on llama.cpp; DeepSeek-V3, GLM-4.5 on transformers).",
+    reads_head=True, draft_help="on llama.cpp, an MTP head file (mtp-*.gguf); empty: the model's own layers or "
+                                "the mtp-*.gguf beside it",
+    check=lambda spec, target, draft: check_mtp(target, spec.k, spec.draft), build=build,
+    needs_target_runner=True, cache_params=(),
     # transformers drafts one token per MTP layer (and loads them on every call)
     hf_generate_kwargs=lambda spec, engine: {"use_mtp": True},
     own_settings=lambda entry, pairs: {"max_k": entry.n_mtp_layers},

@@ -19,7 +19,7 @@ from engine.backends import llama_cpp as backend  # noqa: E402
 from engine.core.chat import IncrementalDetokenizer, normalize_conversation, prompt_ids  # noqa: E402
 from engine.core.errors import (ConfigError, DefaultModelMissingError, ModelLoadError, OutOfMemoryError,  # noqa: E402
                            PromptTooLongError)
-from gguf_testkit import quantize, write_tiny_gguf  # noqa: E402
+from tests.fixtures.tiny_gguf import quantize, write_tiny_gguf  # noqa: E402
 
 CONVERSATIONS = {
     "single": [{"role": "user", "content": "What is the capital of Japan?"}],
@@ -404,23 +404,28 @@ def test_compat_tells_two_gguf_vocabularies_apart(tiny_q8, builtin_llama):
 
 @pytest.fixture(scope="session")
 def tiny_mamba(tmp_path_factory, tiny_tokenizer):
-    from gguf_testkit import write_tiny_mamba_gguf
+    from tests.fixtures.tiny_gguf import write_tiny_mamba_gguf
     return backend.load_gguf(write_tiny_mamba_gguf(tmp_path_factory.mktemp("mamba") / "mamba.gguf", tiny_tokenizer),
                              label="tiny mamba")
 
 
-def test_a_recurrent_state_is_refused_a_rollback_and_resynced_whole(tiny_mamba):
-    assert not tiny_mamba.supports_rollback
+def test_a_recurrent_state_without_snapshots_rolls_back_by_recomputing(tiny_mamba):
+    """llama.cpp keeps no per-token snapshots of a Mamba's state: the model refuses speculation as a target
+    (saying why), and its runner rolls back from the checkpoint taken at the last sync (or from the start)."""
+    assert not tiny_mamba.supports_rollback and "no per-token snapshots" in tiny_mamba.rollback_refusal
     runner = tiny_mamba.new_runner()
-    first = runner.forward([1, 2, 3, 4], 1).clone()
-    with pytest.raises(ConfigError, match="cannot roll back the memory of tiny mamba.*use method none") as info:
-        runner.rollback(2)
-    assert "\n" not in str(info.value) and runner.ids == [1, 2, 3, 4]
-    assert runner.sync([1, 2, 3, 9]) == [1, 2, 3, 9] and runner.ids == []  # emptied, fed again whole
+    assert runner.sync([1, 2, 3, 4, 5]) == [1, 2, 3, 4, 5]
     runner.forward([1, 2, 3, 4], 1)
-    assert runner.sync([1, 2, 3, 4, 5]) == [5]  # growing needs no rollback
-    runner.reset()
-    assert torch.equal(runner.forward([1, 2, 3, 4], 1), first)
+    runner.sync([1, 2, 3, 4, 5])  # the checkpoint: 4 positions
+    runner.forward([5, 6, 7], 1)
+    runner.rollback(5)  # back into the pass: the checkpoint restored, 5 fed again
+    assert runner.ids == [1, 2, 3, 4, 5] and runner.cost.restores == 1
+    runner.rollback(2)  # before the checkpoint: from the start
+    assert runner.ids == [1, 2] and runner.cost.refills == 1
+    after = runner.forward([9], 1).clone()
+    fresh = tiny_mamba.new_runner()
+    assert torch.allclose(fresh.forward([1, 2, 9], 1), after, atol=1e-5)
+    assert runner.rollback_cost()["snapshot_bytes"] > 1000 and runner.rollback_cost()["snapshots"] == 0
 
 
 def test_weights_that_do_not_fit_are_refused_before_loading(tiny_q8_gguf, monkeypatch):

@@ -18,7 +18,7 @@ from engine.models.load import load_model  # noqa: E402
 from engine.core.sampling import probabilities  # noqa: E402
 from engine.runtime import local_engine  # noqa: E402
 from engine_testkit import PROMPTS, check_round_invariants, run, save_tiny_model  # noqa: E402
-from gguf_testkit import quantize, write_tiny_gguf  # noqa: E402
+from tests.fixtures.tiny_gguf import quantize, write_tiny_gguf  # noqa: E402
 
 N_NEW = 48
 # Ten kinds of prompt for the built-in model (the engine suite's five, and five more), each giving 48+ tokens:
@@ -255,14 +255,14 @@ def test_the_started_event_names_the_backend_and_device(tiny_target):
 
 
 def test_a_recurrent_model_runs_plain_decoding_only(tmp_path, tiny_tokenizer):
-    from gguf_testkit import write_tiny_mamba_gguf
+    from tests.fixtures.tiny_gguf import write_tiny_mamba_gguf
     mamba = load_model(str(write_tiny_mamba_gguf(tmp_path / "mamba.gguf", tiny_tokenizer)), device="cpu")
     assert mamba.backend == "llama.cpp" and not mamba.supports_rollback
     engine = local_engine(mamba)
     _, _, first = run(engine, "hello world", max_new_tokens=12)
     _, _, again = run(engine, "hello world", max_new_tokens=12)  # synced by emptying and refeeding
     assert len(first.output_ids) == 12 and again.output_ids == first.output_ids
-    with pytest.raises(ConfigError, match="cannot be rolled back past a rejected draft"):
+    with pytest.raises(ConfigError, match="keeps no per-token snapshots of it for 'mamba'.*plain decoding"):
         engine.generate("hello", spec=SpecConfig("prompt-lookup", k=3))
 
 

@@ -13,7 +13,7 @@ from engine.measure.divergence import MISMATCH, NEAR_TIE, diagnose  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
 from engine.runtime import local_engine  # noqa: E402
 from engine_testkit import PROMPTS, run, save_tiny_model  # noqa: E402
-from gguf_testkit import quantize, write_tiny_gguf  # noqa: E402
+from tests.fixtures.tiny_gguf import quantize, write_tiny_gguf  # noqa: E402
 from test_divergence import WrongAfterVerification  # noqa: E402
 
 PL = SpecConfig("prompt-lookup", k=32)  # batches of up to 33: where this K-quant rounds differently

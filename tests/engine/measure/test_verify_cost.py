@@ -35,7 +35,7 @@ def tiny_gguf_model(tmp_path, tiny_dir, tiny_tokenizer):
     from transformers import LlamaForCausalLM
 
     from engine.models.load import load_model
-    from gguf_testkit import write_tiny_gguf
+    from tests.fixtures.tiny_gguf import write_tiny_gguf
     hf = LlamaForCausalLM.from_pretrained(tiny_dir)
     path = write_tiny_gguf(tmp_path / "tiny.gguf", hf, tiny_tokenizer)
     return load_model(str(path), device="cpu", backend="llama.cpp")
