@@ -44,6 +44,7 @@ _state_lock = threading.Lock()
 _library = None
 _log_callback = None  # llama.cpp calls it from C: it must stay referenced, or the process crashes
 _errors: collections.deque[str] = collections.deque(maxlen=32)
+_bindings = None  # llama_cpp.llama_cpp_ext once checked (mtp_bindings)
 
 
 def library():
@@ -74,9 +75,12 @@ def library():
     return _library
 
 
-def _ext():
+def mtp_bindings():
     """llama-cpp-python's bindings of llama.cpp's MTP calls (llama_cpp.llama_cpp_ext, bound by C++ symbol name,
     not a stable API); ConfigError naming the version needed where they are missing."""
+    global _bindings
+    if _bindings is not None:
+        return _bindings
     lib = library()
     try:
         from llama_cpp import llama_cpp_ext
@@ -89,7 +93,8 @@ def _ext():
         raise ConfigError(f"MTP drafting on llama.cpp needs llama-cpp-python {EXT_VERSION} (its llama_cpp_ext "
                           f"bindings: {str(exc)[:80]}); this is {getattr(lib, '__version__', '?')}: "
                           f"pip install llama-cpp-python=={EXT_VERSION}") from None
-    return llama_cpp_ext
+    _bindings = llama_cpp_ext
+    return _bindings
 
 
 def _llama_error(default: str) -> str:
@@ -426,7 +431,7 @@ class LlamaCppRunner:
         self.ids = []
         self._last_pass, self._snapshot_pending, self._checkpoint = 0, False, None
         if self._listener is not None:
-            _ext().llama_set_embeddings_nextn(ctx, True, False)  # every fed position's row, not just logits'
+            mtp_bindings().llama_set_embeddings_nextn(ctx, True, False)  # every fed position's row, not just logits'
         if model.recurrent and self.cost is None:
             kind = (f"per-token snapshots of the recurrent state (llama.cpp n_rs_seq = {self.rollback_depth})"
                     if self.rollback_depth else "a checkpoint of the recurrent state, then the kept tokens "
@@ -526,7 +531,7 @@ class LlamaCppRunner:
                                  f"{_llama_error('no reason given')})")
         self._last_pass, self._snapshot_pending = m, False
         if self._listener is not None:
-            rows = _ext().llama_get_embeddings_nextn(self._ctx)
+            rows = mtp_bindings().llama_get_embeddings_nextn(self._ctx)
             if not rows:
                 raise SpecScopeError(f"llama.cpp gave no hidden states for {self.model.label}'s MTP head")
             self._listener.on_rows(position, ids, np.ctypeslib.as_array(rows, shape=(m, self.model.n_embd)))

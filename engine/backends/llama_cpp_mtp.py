@@ -26,67 +26,30 @@ import numpy as np
 import torch
 
 from engine.backends import common_prefix_length
-from engine.backends.gguf_file import mtp_sidecars, read_header
-from engine.backends.llama_cpp import (GgufModel, LlamaCppRunner, OutOfMemoryError, _errors, _ext, _llama_error,
+from engine.backends.gguf_file import (MTP_ARCHITECTURES, ONE_HEAD_ARCHITECTURES, fitting_sidecar, mtp_mismatch,
+                                       mtp_shape, read_header)
+from engine.backends.llama_cpp import (GgufModel, LlamaCppRunner, OutOfMemoryError, _errors, mtp_bindings, _llama_error,
                                        _memory_check_on, N_BATCH)
 from engine.core.errors import ConfigError, ModelLoadError, SpecScopeError
 
-# llama.cpp builds an MTP graph for these architectures (src/models/*.cpp, LLM_GRAPH_TYPE_DECODER_MTP) …
-MTP_ARCHITECTURES = frozenset({
-    "qwen35", "qwen35moe", "qwen3next", "glm4moe", "glm-dsa", "glm5-next", "deepseek2", "deepseek32", "deepseek4",
-    "step35", "mimo2", "hy-v3", "bailingmoe3", "cohere2moe", "nemotron_h_moe"})
-# … and of these it runs exactly one MTP block (GGML_ASSERT(n_layer_nextn == 1)): more would abort the process
-ONE_HEAD_ARCHITECTURES = frozenset({
-    "qwen35", "qwen35moe", "qwen3next", "glm4moe", "glm-dsa", "deepseek2", "deepseek32", "deepseek4",
-    "bailingmoe3", "cohere2moe", "nemotron_h_moe"})
 ROW_MARGIN = 256  # hidden states kept behind the head's cache, for a rollback that reaches back into it
-
-
-def _vocab_length(header) -> int | None:
-    value = header.metadata.get("tokenizer.ggml.tokens")
-    return value if isinstance(value, int) else None
 
 
 def find_sidecar(target: GgufModel) -> Path | None:
     """An MTP head file beside the target that fits it (same architecture, width and vocabulary)."""
-    fitting = []
-    for path in mtp_sidecars(target.path):
-        try:
-            header = read_header(path)
-        except ModelLoadError:
-            continue
-        if header.mtp_only and _sidecar_mismatch(target, path, header) is None:
-            fitting.append(path)
-    # the converter names it after the model: prefer the one that shares most of the target's name
-    return max(fitting, key=lambda p: len(_shared_prefix(p.stem.removeprefix("mtp-"), target.path.stem)),
-               default=None)
-
-
-def _shared_prefix(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[n].lower() == b[n].lower():
-        n += 1
-    return a[:n]
+    return fitting_sidecar(target.path, mtp_shape(target.header))
 
 
 def _sidecar_mismatch(target: GgufModel, path: Path, header) -> str | None:
     """Why the MTP file at `path` is not for `target` (None: it fits)."""
-    theirs, ours = header.architecture, target.header.architecture
-    if theirs != ours:
-        return f"it is for a {theirs!r} model, {target.label} is {ours!r}"
-    if header.get("embedding_length") != target.header.get("embedding_length"):
-        return (f"its hidden size is {header.get('embedding_length')}, {target.label}'s is "
-                f"{target.header.get('embedding_length')}")
-    if _vocab_length(header) != _vocab_length(target.header):
-        return f"its vocabulary has {_vocab_length(header)} tokens, {target.label}'s has {_vocab_length(target.header)}"
-    return None
+    return mtp_mismatch(mtp_shape(header), mtp_shape(target.header), target.label)
 
 
 class MtpHead:
     """The MTP layers one target drafts with: its own (loaded with it) or a sidecar file's (loaded here)."""
 
     def __init__(self, target: GgufModel, sidecar: str | Path | None = None) -> None:
-        self.ext = _ext()
+        self.ext = mtp_bindings()
         self.target = target
         self.lib = target.lib
         self.sidecar: Path | None = None

@@ -180,7 +180,9 @@ _heads: dict[tuple, object] = {}  # (target, sidecar) → MtpHead: checked once,
 
 def _llama_head(target: LoadedModel, draft: str | None):
     """The target's MTP head on llama.cpp (its own layers, the sidecar beside it or `draft`), loaded once."""
+    from engine.backends.llama_cpp import mtp_bindings
     from engine.backends.llama_cpp_mtp import MtpHead
+    mtp_bindings()  # the bindings, checked every time: one line naming the version where they are missing
     key = (id(target.native), draft)
     head = _heads.get(key)
     if head is None or head.target is not target.native:
@@ -257,17 +259,47 @@ def build(spec, target: LoadedModel, draft, target_runner: Runner | None):
     return MtpDrafter(target, target_runner)
 
 
+# ------------------------------------------------------------------ a catalog entry that drafts for itself
+
+def _on_llama_cpp(entry) -> bool:
+    """A GGUF's MTP layers draft on llama.cpp (transformers would load it dequantized, with none usable)."""
+    return entry.path.suffix.lower() == ".gguf"
+
+
+def own_words(entry) -> str | None:
+    """What the model list and the settings panel say of a catalog entry whose MTP layers (inside it, or an
+    mtp-*.gguf head beside a GGUF) draft for it; None where it has none that would run."""
+    n = entry.n_mtp_layers
+    if not n:
+        return None
+    layers = f"{n} MTP layer{'s' if n > 1 else ''}"
+    if not _on_llama_cpp(entry):
+        if entry.model_type in _NO_TRANSFORMERS_MTP:
+            return None  # transformers drops them (check_mtp says so, with the way out)
+        return f"drafts for itself: {layers} (method {NAME}, k ≤ {n})"
+    from engine.backends.gguf_file import MTP_ARCHITECTURES, ONE_HEAD_ARCHITECTURES
+    if entry.architecture not in MTP_ARCHITECTURES or (n > 1 and entry.architecture in ONE_HEAD_ARCHITECTURES):
+        return None  # llama.cpp has no MTP graph for it, or runs one layer of its kind: mtp would be refused
+    where = f" in {entry.mtp_sidecar.name}" if entry.mtp_sidecar is not None else ""
+    return f"drafts for itself: {layers}{where} (llama.cpp{f', chained, k ≤ {n}' if n > 1 else ''})"
+
+
+def own_settings(entry) -> dict:
+    """k capped at the layers where they chain, one drafted token each (transformers; several heads on
+    llama.cpp); one head on llama.cpp re-applies itself, so any k."""
+    chained = not _on_llama_cpp(entry) or entry.n_mtp_layers > 1
+    return {"max_k": entry.n_mtp_layers} if chained else {}
+
+
 METHOD = MethodSpec(
     name=NAME, label="MTP heads (the model drafts for itself)",
     description="The target's own multi-token-prediction layers draft (Qwen 3.5/3.6, GLM, DeepSeek-V3, Step-3.5 "
                 "GGUFs on llama.cpp; DeepSeek-V3, GLM-4.5 on transformers).",
     reads_head=True, draft_help="on llama.cpp, an MTP head file (mtp-*.gguf); empty: the model's own layers or "
-                                "the mtp-*.gguf beside it",
+                                "the mtp-*.gguf beside it", head_file="mtp-*.gguf",
     check=lambda spec, target, draft: check_mtp(target, spec.k, spec.draft), build=build,
     needs_target_runner=True, cache_params=(),
     # transformers drafts one token per MTP layer (and loads them on every call)
     hf_generate_kwargs=lambda spec, engine: {"use_mtp": True},
-    own_settings=lambda entry, pairs: {"max_k": entry.n_mtp_layers},
-    own_drafter=lambda entry, pairs: (f"drafts for itself: {entry.n_mtp_layers} MTP layer"
-                                      f"{'s' if entry.n_mtp_layers > 1 else ''} (method {NAME}, "
-                                      f"k ≤ {entry.n_mtp_layers})") if entry.n_mtp_layers else None)
+    own_settings=lambda entry, pairs: own_settings(entry),
+    own_drafter=lambda entry, pairs: own_words(entry))

@@ -1,0 +1,103 @@
+"""llama-server as the oracle for the 2026 models (tests/fixtures/tiny_gguf.py): on the tiny Qwen 3.5-style
+hybrid, our plain output equals llama-server's own greedy output for the same prompt ids (`/completion`,
+temperature 0), and our `mtp` (k = 3) equals llama-server's `--spec-type draft-mtp` output, with the MTP head
+inside the GGUF and in an mtp-*.gguf beside it; llama-server drafts and accepts the same numbers of tokens as
+we do. Prints both sides' tokens/s and time per verification (a figure, not a test: machines are noisy).
+Skipped where llama-server is not built (packaging/install.sh builds it)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.request
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+from engine.core.config import SpecConfig  # noqa: E402
+from engine.models.load import load_model  # noqa: E402
+from engine.runtime import local_engine  # noqa: E402
+from llama_server_kit import SKIP_REASON, LlamaServer, find_llama_server  # noqa: E402
+from tests.fixtures.tiny_gguf import build  # noqa: E402
+
+pytestmark = pytest.mark.skipif(find_llama_server() is None, reason=SKIP_REASON)
+N_NEW = 48
+K = 3
+
+
+@pytest.fixture(autouse=True)
+def engine_threads_for_torch():
+    """torch on the engine's thread count, as the app and the CLI set it (engine.runtime): a second torch thread
+    beside llama.cpp's on 2 cores turns every softmax into a scheduler wait, and the figures would say so."""
+    import torch
+
+    from engine.host import engine_threads
+    before = torch.get_num_threads()
+    torch.set_num_threads(engine_threads())
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mtp-oracle")
+    (inside,) = build("qwen35-mtp", folder / "inside" / "tiny-qwen35-mtp.gguf")
+    target, sidecar = build("qwen35-mtp-sidecar", folder / "split" / "tiny-qwen35.gguf")
+    return {"inside": inside, "split": target, "sidecar": sidecar, "folder": folder}
+
+
+def prompts() -> list[list[int]]:
+    rng = random.Random(7)
+    return [[rng.randrange(3, 390) for _ in range(rng.randrange(6, 20))] for _ in range(4)]
+
+
+def complete(server: LlamaServer, ids: list[int]) -> dict:
+    body = json.dumps({"prompt": ids, "n_predict": N_NEW, "temperature": 0, "return_tokens": True,
+                       "cache_prompt": False, "ignore_eos": True}).encode()
+    request = urllib.request.Request(server.url + "/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read())
+
+
+def ours(engine, ids: list[int], spec: SpecConfig):
+    events = list(engine.generate_ids(ids, spec=spec, max_new_tokens=N_NEW))
+    return events[-1]
+
+
+@pytest.mark.parametrize("where", ["inside", "split"])
+def test_mtp_output_and_drafts_equal_llama_servers_draft_mtp(files, tmp_path, where):
+    extra = ("--spec-type", "draft-mtp", "--spec-draft-n-max", str(K), "--spec-draft-n-min", "0")
+    if where == "split":
+        extra += ("-md", str(files["sidecar"]))
+    engine = local_engine(load_model(str(files[where]), device="cpu"))
+    server_seconds = our_seconds = 0.0
+    server_rounds = our_rounds = produced = 0
+    with LlamaServer(files[where], extra, log_dir=tmp_path, threads=1) as server:
+        for ids in prompts():
+            reply = complete(server, ids)
+            plain = ours(engine, ids, SpecConfig())
+            started = time.perf_counter()
+            spec = ours(engine, ids, SpecConfig("mtp", k=K))
+            our_seconds += time.perf_counter() - started
+            assert list(plain.output_ids) == reply["tokens"] == list(spec.output_ids)
+            timings = reply["timings"]
+            assert (spec.stats.drafted_tokens, spec.stats.accepted_tokens) == \
+                (timings["draft_n"], timings["draft_n_accepted"])
+            server_seconds += (timings["prompt_ms"] + timings["predicted_ms"]) / 1000
+            server_rounds += N_NEW - timings["draft_n_accepted"]
+            our_rounds += spec.stats.target_passes
+            produced += N_NEW
+    print(f"\nmtp k={K} ({where}), {produced} tokens, 1 thread: SpecScope {produced / our_seconds:.0f} tok/s, "
+          f"{1000 * our_seconds / our_rounds:.2f} ms a verification; llama-server {produced / server_seconds:.0f} "
+          f"tok/s, {1000 * server_seconds / server_rounds:.2f} ms; ours ÷ theirs "
+          f"{(produced / our_seconds) / (produced / server_seconds):.2f}")
+
+
+def test_plain_output_equals_llama_servers_greedy_output(files, tmp_path):
+    engine = local_engine(load_model(str(files["split"]), device="cpu"))
+    with LlamaServer(files["split"], (), log_dir=tmp_path, threads=1) as server:
+        for ids in prompts():
+            assert list(ours(engine, ids, SpecConfig()).output_ids) == complete(server, ids)["tokens"]
