@@ -3,7 +3,9 @@ dequantized once into safetensors) and their Runner, the one place that knows th
 
 A `TransformersRunner` pairs a causal LM with its DynamicCache and the token ids that cache holds, so any new
 context is synced by its common prefix: a rejected draft, a new chat turn or a regenerated reply only
-recomputes what changed. Early exit (a view of the target's first layers) runs on this backend only.
+recomputes what changed. A hybrid model's linear-attention states (Qwen 3.5, Qwen3-Next) can't be cropped:
+they are snapshotted before each pass and restored instead (engine.backends.hybrid_cache). Early exit (a view
+of the target's first layers) runs on this backend only.
 
 Touches torch, transformers and the file system (a GGUF's converted-model folder, engine.backends.source);
 imported only when a model loads on it (engine.backends.Backend.load), never at engine import time.
@@ -28,6 +30,7 @@ from transformers import DynamicCache
 
 from engine.backends import LoadedModel, backend_named, sync_by_prefix
 from engine.backends.device import dtype_label
+from engine.backends.hybrid_cache import HybridRollback, linear_layers, restore
 from engine.backends.source import ModelSource, check_gguf, converted_folder, weight_files
 from engine.core.chat import eos_ids
 from engine.core.errors import ModelLoadError, OutOfMemoryError
@@ -107,7 +110,11 @@ class TransformersRunner:
     """A causal LM, its KV cache and the ids in it (engine.backends.Runner). One generation at a time.
 
     On request (`record_outputs`) it also keeps what MTP heads and Gemma 4 assistants draft from: the last
-    layer's hidden state of every cached position (`hidden`) and the last pass's shared key/value states."""
+    layer's hidden state of every cached position (`hidden`) and the last pass's shared key/value states.
+
+    A cache with linear-attention layers (a hybrid model) is rolled back by `HybridRollback`: their states are
+    cloned before each pass; a rollback into a pass restores the clone from before it, crops the attention
+    layers to match and feeds the kept tokens of that pass again (`rollback_cost()` says what that costs)."""
 
     def __init__(self, model, config=None) -> None:
         self.model = model
@@ -121,6 +128,7 @@ class TransformersRunner:
         self.hidden: HiddenRows | None = None  # kept only once a drafter asked (record_outputs)
         self._keep_shared_kv = False
         self._shared_kv: tuple[dict, int] | None = None  # the last pass's shared K/V and the length after it
+        self._hybrid: HybridRollback | None = None  # set by the first cache that has linear-attention layers
 
     def record_outputs(self, *, shared_kv: bool = False) -> None:
         """From now on keep the last layer's hidden states (and, with `shared_kv`, the last pass's shared
@@ -146,6 +154,8 @@ class TransformersRunner:
         self._shared_kv = None
         if self.hidden is not None:
             self.hidden = HiddenRows()
+        if self._hybrid is not None:
+            self._hybrid.clear()
 
     def release(self) -> None:
         self.reset()
@@ -153,6 +163,10 @@ class TransformersRunner:
     def rollback(self, length: int) -> None:
         """Keep the first `length` cached positions."""
         if length > len(self.ids):
+            return
+        if self._hybrid is not None:
+            with torch.no_grad():  # not inference mode: a state restored outside it stays writable by any pass
+                self._rollback_hybrid(length)
             return
         if not can_crop(self.cache, len(self.ids) - length):
             self.reset()  # a sliding window no longer holds what the rollback needs: recompute from scratch
@@ -172,30 +186,76 @@ class TransformersRunner:
         and return the ids still to be fed."""
         return sync_by_prefix(self, context_ids)
 
+    def _rollback_hybrid(self, length: int) -> None:
+        """Rollback with linear-attention layers: back to the latest snapshot at or before `length` (the
+        attention layers cropped to it), then the kept ids after it fed again; past every snapshot (or a
+        sliding window's reach), the kept ids recomputed from an empty cache. Either way `ids` ends at `length`."""
+        hybrid = self._hybrid
+        snapshot = hybrid.restore_point(length)
+        if self.cache is None or length == len(self.ids):
+            if self.cache is not None:
+                self.cache.crop(0)  # trims the recorded past (conv inputs, a sliding window), as crop_cache does
+            return
+        started = time.perf_counter()
+        refill = snapshot is None or not can_crop(self.cache, len(self.ids) - snapshot.length)
+        if refill:
+            kept = self.ids[:length]
+            self.reset()
+            self._new_cache()
+        else:
+            kept = self.ids[snapshot.length:length]
+            restore(self.cache, snapshot, len(self.ids))
+            del self.ids[snapshot.length:]
+            if self.hidden is not None:
+                self.hidden.truncate(length)  # the kept positions' rows are already right
+        if kept:
+            out = self._pass(kept, 1, outputs=refill and self.hidden is not None)
+            self.ids.extend(kept)
+            if refill and self.hidden is not None:
+                self._keep_outputs(out)
+        if kept or not refill:  # back to an empty cache is no refill
+            hybrid.count(started, self.device, refill)
+
+    def rollback_cost(self) -> dict | None:
+        """What a rollback costs here: {kind, snapshot_bytes, mean_restore_ms, restores, snapshots, refills} for a
+        hybrid model's cache (engine.backends.hybrid_cache.HybridRollback.cost); None for a plain KV cache."""
+        return self._hybrid.cost() if self._hybrid is not None else None
+
     def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         """Feed `new_ids` after the cached ones; return float32 logits of the last `n_logits` positions."""
         if self.cache is None:
-            self.cache = DynamicCache(config=self.config)
-            # sliding-window and linear-attention layers keep their past until the next crop, so that a
-            # rejected draft can be rolled back instead of recomputing the whole context
-            self.cache.activate_past_recording()
-        input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
-        kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
-        if self._takes_logits_to_keep:
-            kwargs["logits_to_keep"] = n_logits
-        if self.hidden is not None:
-            kwargs["output_hidden_states"] = -1  # only the last layer's, as transformers' MTP generator asks
-            if self._keep_shared_kv:
-                kwargs["return_shared_kv_states"] = True
-        try:
-            out = self.model(input_ids=input_ids, **kwargs)
-        except BaseException:
-            self.reset()  # the cache may hold part of this pass: start clean next time
-            raise
+            self._new_cache()
+        if self._hybrid is not None:
+            self._hybrid.before_pass(self.cache, len(self.ids))
+        out = self._pass(new_ids, n_logits, outputs=self.hidden is not None)
         self.ids.extend(new_ids)
         if self.hidden is not None:
             self._keep_outputs(out)
         return out.logits[0, -n_logits:].float()
+
+    def _new_cache(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+        # sliding-window and linear-attention layers keep their past until the next crop, so that a rejected
+        # draft can be rolled back instead of recomputing the whole context
+        self.cache.activate_past_recording()
+        if self._hybrid is None and (layers := linear_layers(self.cache)):
+            self._hybrid = HybridRollback(layers)
+
+    def _pass(self, new_ids: list[int], n_logits: int, *, outputs: bool):
+        """One pass of the model over `new_ids` into the cache (`outputs`: with what record_outputs keeps)."""
+        input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
+        kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
+        if self._takes_logits_to_keep:
+            kwargs["logits_to_keep"] = n_logits
+        if outputs:
+            kwargs["output_hidden_states"] = -1  # only the last layer's, as transformers' MTP generator asks
+            if self._keep_shared_kv:
+                kwargs["return_shared_kv_states"] = True
+        try:
+            return self.model(input_ids=input_ids, **kwargs)
+        except BaseException:
+            self.reset()  # the cache may hold part of this pass: start clean next time
+            raise
 
     def _keep_outputs(self, out) -> None:
         self.hidden.append(out.hidden_states[-1][0], len(self.ids))
