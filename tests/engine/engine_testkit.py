@@ -162,3 +162,27 @@ def check_round_invariants(rounds, finished) -> None:
     assert stats.rounds == stats.target_passes == len(rounds)
     assert stats.drafted_tokens == sum(len(r.draft_ids) for r in rounds)
     assert stats.accepted_tokens == sum(r.n_accepted for r in rounds)
+
+
+def save_tiny_hybrid_model(folder: Path, tokenizer, seed: int = 0, noise: float = 0.0, **config) -> Path:
+    """Like save_tiny_model, a float32 tiny Qwen 3.5 text model: 3 Gated DeltaNet (linear-attention) layers and
+    1 full-attention layer (the second, so that a 2-layer early exit has both kinds)."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    values = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=4, intermediate_size=128,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_value_heads=4,
+                  linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                  linear_conv_kernel_dim=4, max_position_embeddings=256,
+                  layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.eos_token_id, tie_word_embeddings=False)
+    values.update(config)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**values)).eval()
+    if noise:
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * noise)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
