@@ -198,7 +198,9 @@ class MtpContext:
             raise OutOfMemoryError(f"llama.cpp could not make the MTP context for {target.label} "
                                    f"({_llama_error('out of memory')})")
         self._ctx, self._memory = ctx, lib.llama_get_memory(ctx)
-        self.ext.llama_set_embeddings_nextn(ctx, True, True)  # its output state, for the next step's input
+        # its output states, for the next step's input: every row's (a masked read gives the first row of a pass
+        # of several, not the row with logits), read by batch index
+        self.ext.llama_set_embeddings_nextn(ctx, True, False)
         self._n_batch = int(params.n_batch)
         self._batch = lib.llama_batch_init(self._n_batch, self.width, 1)
         self._tokens = (lib.llama_token * self._n_batch)()  # a batch carries the tokens and their states
@@ -232,6 +234,7 @@ class MtpContext:
         for i, state in enumerate(states):
             self._states[i] = state
         self._batch.n_tokens = m
+        self._last_row = m - 1  # the batch index of the row with logits (and an output state)
         if self.head.chained:
             self.ext.llama_set_nextn_layer_offset(self._ctx, head)
         started = time.perf_counter()
@@ -256,19 +259,21 @@ class MtpContext:
     def _state_before(self, position: int) -> np.ndarray:
         return self._zero if position == 0 else self.rows.row(position - 1)
 
-    def _catch_up(self, context_ids: list[int], n_cached: int) -> None:
-        """Entries 0…n_cached−1 in the head's cache, for the context the target holds (its ids but the last)."""
-        valid = min(common_prefix_length(self._seen, context_ids[:n_cached]), n_cached)
+    def _catch_up(self, context_ids: list[int], upto: int) -> bool:
+        """Entries 0…upto−1 in the head's cache, for `context_ids` (the target holds its ids but the last, so
+        upto ≤ len(context_ids)). True when the last pass ran entry upto − 1 (its logits are there to read)."""
+        valid = min(common_prefix_length(self._seen, context_ids[:upto]), upto)
         if valid < len(self._seen):
             self._cut(valid)
-        if valid < n_cached and not self.rows.has(max(valid - 1, 0), n_cached - 1):
+        n_cached = len(context_ids) - 1
+        if valid < upto and not self.rows.has(max(valid - 1, 0), upto - 2):
             # the target was cut back behind the states kept (a chat edited far back): run it again
             self.runner.reset()
             self.runner.forward(context_ids[:n_cached], 1)
             self._cut(0)
             valid = 0
-        for begin in range(valid, n_cached, self._n_batch):
-            end = min(begin + self._n_batch, n_cached)
+        for begin in range(valid, upto, self._n_batch):
+            end = min(begin + self._n_batch, upto)
             tokens = context_ids[begin:end]
             states = [self._state_before(p) for p in range(begin, end)]
             heads = range(self.head.n_heads) if self.head.chained else (0,)
@@ -278,6 +283,7 @@ class MtpContext:
                 self._decode(tokens, begin, states, head=head)
             self._seen.extend(tokens)
         self.rows.trim(n_cached - ROW_MARGIN)
+        return valid < upto
 
     def draft(self, context_ids: list[int], k: int, pick: Callable[[torch.Tensor], int]
               ) -> tuple[list[int], list[torch.Tensor]]:
@@ -288,9 +294,15 @@ class MtpContext:
             raise RuntimeError("the target runner is not synced to the context the MTP head drafts after")
         if self._ctx is None:
             self._open()
-        self._catch_up(context_ids, n_cached)
         if self.head.chained:
+            self._catch_up(context_ids, n_cached)
             return self._draft_chained(context_ids, min(k, self.head.n_heads), pick)
+        # one head: the entry at the last position (committed tokens only: it stays) drafts the first token,
+        # run in the same pass as the entries the head's cache lacks
+        if not self._catch_up(context_ids, n_cached + 1):
+            self._cut(n_cached)
+            self._decode([context_ids[-1]], n_cached, [self._state_before(n_cached)])
+            self._seen.append(context_ids[-1])
         return self._draft_reapplied(context_ids, k, pick)
 
     def _logits(self) -> torch.Tensor:
@@ -305,19 +317,15 @@ class MtpContext:
         return np.ctypeslib.as_array(state, shape=(self.width,)).copy()
 
     def _draft_reapplied(self, context_ids, k, pick):
-        """One head: its entry at the last position drafts, then it runs again on its own guess and state."""
+        """One head: its entry at the last position has drafted; it runs again on its own guess and state."""
         n = len(context_ids) - 1
-        token, state = context_ids[-1], self._state_before(n)
         ids, rows = [], []
         for step in range(k):
-            self._decode([token], n + step, [state])
+            if step:
+                self._decode([ids[-1]], n + step, [self._output_state(self._last_row)])
             logits = self._logits()
-            token = pick(logits)
-            ids.append(token)
+            ids.append(pick(logits))
             rows.append(logits)
-            if step + 1 < k:
-                state = self._output_state(0)
-        self._seen.append(context_ids[-1])  # the entry at n reads committed tokens: it stays
         self._cut(n + 1)
         return ids, rows
 
