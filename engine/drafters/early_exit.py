@@ -78,9 +78,24 @@ def check_facts(spec, facts: ModelFacts) -> None:
     check_layers(spec.param("layers"), facts.n_layers)
 
 
+def check_attention_in_view(target: LoadedModel, layers: int) -> None:
+    """A hybrid target's first layers must include a full-attention one: transformers' cache asks every view for
+    its length through an attention layer, and a view of linear-attention layers only has none."""
+    types = getattr(target.model.config.get_text_config(), "layer_types", None) if target.model is not None \
+        else None
+    if not types or any(kind != "linear_attention" for kind in types[:layers]):
+        return
+    first = next((i for i, kind in enumerate(types) if kind != "linear_attention"), None)
+    fix = f"use layers ≥ {first + 1}" if first is not None and first + 1 < len(types) else "use another method"
+    raise ConfigError(f"{NAME}: the first {layers} layer{'s' if layers > 1 else ''} of {target.label} "
+                      f"{'are' if layers > 1 else 'is'} linear attention only, which transformers can't run as a "
+                      f"model of its own; {fix}")
+
+
 def check(spec, target: LoadedModel, draft: LoadedModel | None) -> None:
     check_backend(NAME, target.backend)
     check_facts(spec, ModelFacts(n_layers=target.n_layers, backend=target.backend))
+    check_attention_in_view(target, spec.param("layers") or default_layers(target.n_layers))
 
 
 def build(spec, target: LoadedModel, draft, target_runner) -> EarlyExitDrafter:

@@ -12,6 +12,7 @@ import torch
 
 from engine.core.config import SpecConfig
 from engine.core.drafting import Proposal
+from engine.core.errors import ConfigError
 from engine.models.load import load_model
 from engine.runtime import local_engine
 from engine_testkit import check_round_invariants, factory_for, run, save_tiny_hybrid_model
@@ -201,3 +202,14 @@ def test_full_acceptance_and_rejection_at_the_first_token(hybrid_model, baseline
     assert {r.n_accepted for r in drafted} <= {0, 4, len(drafted[-1].draft_ids)}
     cost = engine.runner.rollback_cost()
     assert cost["snapshot_bytes"] > 0 and cost["restores"] >= sum(r.n_accepted == 0 for r in drafted)
+
+
+def test_early_exit_over_linear_attention_layers_only_is_refused(hybrid_model):
+    """The tiny hybrid's layer 0 is linear attention: a one-layer early exit has no attention layer, which
+    transformers' cache can't run; two layers (linear, full) can."""
+    engine = local_engine(hybrid_model)
+    with pytest.raises(ConfigError, match="early-exit: the first 1 layer of .* is linear attention only.*use "
+                                          "layers ≥ 2") as info:
+        engine.validate(SpecConfig("early-exit", k=2, params={"layers": 1}))
+    assert "\n" not in str(info.value)
+    engine.validate(SpecConfig("early-exit", k=2, params={"layers": 2}))
