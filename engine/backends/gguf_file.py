@@ -2,6 +2,10 @@
 tensor data ends. The llama.cpp backend checks a file with it before llama.cpp sees it, so a truncated or
 corrupt download is a one-line error naming what is missing rather than whatever llama.cpp makes of it.
 
+It also knows, from headers alone, the multi-token-prediction (nextn) heads llama.cpp runs: which
+architectures it has an MTP graph for, and which `mtp-*.gguf` head beside a model fits it (the catalog and
+engine.backends.llama_cpp_mtp ask the same question here).
+
 Reads the file only (memory-mapped); touches nothing else. The layout is the GGUF specification's
 (ggml/docs/gguf.md): magic, version, counts, key/value pairs, tensor infos, aligned tensor data.
 """
@@ -12,6 +16,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from engine.backends.source import gguf_problem
 from engine.core.errors import ModelLoadError
@@ -21,6 +26,15 @@ MAX_DIMS = 4
 # GGUF value types → struct format (8: string, 9: array, read apart)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+
+# llama.cpp builds an MTP graph for these architectures (src/models/*.cpp, LLM_GRAPH_TYPE_DECODER_MTP) …
+MTP_ARCHITECTURES = frozenset({
+    "qwen35", "qwen35moe", "qwen3next", "glm4moe", "glm-dsa", "glm5-next", "deepseek2", "deepseek32", "deepseek4",
+    "step35", "mimo2", "hy-v3", "bailingmoe3", "cohere2moe", "nemotron_h_moe"})
+# … and of these it runs exactly one MTP block (GGML_ASSERT(n_layer_nextn == 1)): more would abort the process
+ONE_HEAD_ARCHITECTURES = frozenset({
+    "qwen35", "qwen35moe", "qwen3next", "glm4moe", "glm-dsa", "deepseek2", "deepseek32", "deepseek4",
+    "bailingmoe3", "cohere2moe", "nemotron_h_moe"})
 
 
 class _Truncated(Exception):
@@ -155,6 +169,51 @@ def mtp_sidecars(path: Path) -> list[Path]:
         return sorted(p for p in path.parent.glob("mtp-*.gguf") if p.is_file() and p != path)
     except OSError:
         return []
+
+
+def mtp_shape(header: GgufHeader) -> dict:
+    """What an MTP head and its target must share: architecture, hidden size and vocabulary length."""
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    return {"architecture": header.architecture, "embedding_length": header.get("embedding_length"),
+            "n_tokens": tokens if isinstance(tokens, int) else None}
+
+
+def mtp_mismatch(head: Mapping, target: Mapping, target_label: str) -> str | None:
+    """Why an MTP head of shape `head` is not for the target of shape `target` (None: it fits); each a mapping
+    holding mtp_shape's keys (mtp_shape itself, or facts cached with them)."""
+    for key, words in (("architecture", "it is for a {!r} model, {} is {!r}"),
+                       ("embedding_length", "its hidden size is {}, {}'s is {}"),
+                       ("n_tokens", "its vocabulary has {} tokens, {}'s has {}")):
+        if head.get(key) != target.get(key):
+            return words.format(head.get(key), target_label, target.get(key))
+    return None
+
+
+def _head_of(path: Path) -> dict | None:
+    """mtp_shape of the file at `path` when it is an MTP head alone (None: not one, or unreadable)."""
+    try:
+        header = read_header(path)
+    except ModelLoadError:
+        return None
+    return mtp_shape(header) if header.mtp_only else None
+
+
+def shared_name(a: str, b: str) -> int:
+    """How many leading characters two file names share (case aside): a head is named after its model."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n].lower() == b[n].lower():
+        n += 1
+    return n
+
+
+def fitting_sidecar(path: Path, target: Mapping, head_of=_head_of) -> Path | None:
+    """The `mtp-*.gguf` head beside the model at `path` (of shape `target`, mtp_shape) that fits it, the one
+    sharing most of its name where several do; `head_of(file)` gives a file's head shape (None: not a head),
+    read from its header unless a caller has it cached."""
+    path = Path(path)
+    fitting = [p for p in mtp_sidecars(path)
+               if (shape := head_of(p)) is not None and mtp_mismatch(shape, target, path.name) is None]
+    return max(fitting, key=lambda p: shared_name(p.stem.removeprefix("mtp-"), path.stem), default=None)
 
 
 def read_header(path: Path) -> GgufHeader:

@@ -114,6 +114,8 @@ class MethodSpec:
     params: tuple[ParamSpec, ...] = ()
     needs_draft: bool = False  # needs a separate draft model (`draft=` / --draft)
     reads_head: bool = False  # `draft=` / --draft names a trained head folder, not a model (optional)
+    head_file: str = ""  # a reads_head method whose head is one file: its name pattern (mtp: "mtp-*.gguf");
+    # "": a head folder
     backends: tuple[str, ...] = ("transformers", "llama.cpp")  # the backends that can serve it
     why_not: str = ""  # why the other backends can't, said when one is refused
     cache_params: tuple[str, ...] = ()  # the parameters whose change needs a new drafter (draft always does)
@@ -215,7 +217,7 @@ def implied_method() -> str:
 
 def head_method() -> str:
     """The name of the method whose draft names a trained head folder."""
-    return next(m.name for m in methods() if m.reads_head)
+    return next(m.name for m in methods() if m.reads_head and not m.head_file)
 
 
 def speculative_methods() -> tuple[MethodSpec, ...]:

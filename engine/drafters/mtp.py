@@ -261,6 +261,10 @@ def build(spec, target: LoadedModel, draft, target_runner: Runner | None):
 
 # ------------------------------------------------------------------ a catalog entry that drafts for itself
 
+# llama.cpp keeps no per-token snapshots of their recurrent state (its probe at load says so): plain decoding only
+_PLAIN_ONLY_ON_LLAMA_CPP = ("qwen3next",)
+
+
 def _on_llama_cpp(entry) -> bool:
     """A GGUF's MTP layers draft on llama.cpp (transformers would load it dequantized, with none usable)."""
     return entry.path.suffix.lower() == ".gguf"
@@ -278,8 +282,9 @@ def own_words(entry) -> str | None:
             return None  # transformers drops them (check_mtp says so, with the way out)
         return f"drafts for itself: {layers} (method {NAME}, k ≤ {n})"
     from engine.backends.gguf_file import MTP_ARCHITECTURES, ONE_HEAD_ARCHITECTURES
-    if entry.architecture not in MTP_ARCHITECTURES or (n > 1 and entry.architecture in ONE_HEAD_ARCHITECTURES):
-        return None  # llama.cpp has no MTP graph for it, or runs one layer of its kind: mtp would be refused
+    if entry.architecture not in MTP_ARCHITECTURES or entry.architecture in _PLAIN_ONLY_ON_LLAMA_CPP \
+            or (n > 1 and entry.architecture in ONE_HEAD_ARCHITECTURES):
+        return None  # no MTP graph for it, no rollback, or one layer of its kind run: mtp would be refused
     where = f" in {entry.mtp_sidecar.name}" if entry.mtp_sidecar is not None else ""
     return f"drafts for itself: {layers}{where} (llama.cpp{f', chained, k ≤ {n}' if n > 1 else ''})"
 

@@ -57,6 +57,7 @@ class CatalogEntry:
     complete: bool = True  # False for a download that has not finished (or lost files)
     problem: str | None = None  # why it cannot be used, in plain words; None when usable
     n_mtp_layers: int = 0  # multi-token-prediction layers its config declares: it drafts for itself (mtp)
+    mtp_sidecar: Path | None = None  # a GGUF without them inside: the mtp-*.gguf head beside it that fits it
     repo_id: str | None = None  # hub-cache entries
     revision: str | None = None  # hub-cache entries: the snapshot's commit
 
@@ -326,13 +327,14 @@ def _describe_folder(folder: Path, *, name: str, label: str, kind: str, with_tok
 
 
 # GGUF: reading the header with gguf's reader costs seconds on a big vocabulary, so the facts are cached in
-# SpecScope's cache folder, keyed by path, size and modification time.
+# SpecScope's cache folder, keyed by path, size and modification time (and FACTS_VERSION: what they hold).
 
 _GGUF_TOKENIZER_FAMILIES = {"gpt2": "BPE", "llama": "BPE", "bert": "WordPiece", "t5": "Unigram"}
+FACTS_VERSION = 2  # 2: the MTP facts (nextn layers, a head alone, the shape a head must share)
 
 
 def _gguf_facts_file(path: Path) -> Path:
-    return cache_root() / "facts" / f"{path.stem}-{file_stamp(path)}.json"
+    return cache_root() / "facts" / f"{path.stem}-{file_stamp(path)}-v{FACTS_VERSION}.json"
 
 
 def gguf_facts(path: Path) -> dict:
@@ -343,7 +345,7 @@ def gguf_facts(path: Path) -> dict:
         return facts
     from gguf import GGMLQuantizationType
 
-    from engine.backends.gguf_file import read_header
+    from engine.backends.gguf_file import mtp_shape, read_header
     header = read_header(path)  # the header only: string arrays (the vocabulary) are counted, not decoded
     by_type = header.elements_by_type
     n_heads = header.get("attention.head_count")
@@ -360,6 +362,9 @@ def gguf_facts(path: Path) -> dict:
         "head_dim": header.get("attention.key_length") or (embedding // n_heads if embedding and n_heads
                                                            else None),
         "context_length": header.get("context_length"),
+        "nextn_layers": header.nextn_layers,  # multi-token-prediction layers declared (inside, or a head alone)
+        "mtp_only": header.mtp_only,  # an mtp-*.gguf head alone: no model of its own
+        **mtp_shape(header),  # architecture, embedding_length, n_tokens: what a head and its target share
     }
     facts = {k: (int(v) if isinstance(v, (int, float)) and k != "dtype" and not isinstance(v, bool) else v)
              for k, v in facts.items()}
@@ -384,13 +389,59 @@ def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> 
         return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path),
                             weights_format="gguf", complete=False,
                             problem=f"{path.name} could not be read as GGUF ({type(exc).__name__})", **extra)
+    n_mtp, sidecar, problem = facts.get("nextn_layers", 0), None, None
+    if facts.get("mtp_only"):  # a head alone: it drafts for another model, and is no model to load
+        n_mtp, problem = 0, _head_problem(path, facts)
+    elif not n_mtp:
+        sidecar = _fitting_sidecar(path, facts)
+        n_mtp = gguf_facts(sidecar).get("nextn_layers", 0) if sidecar is not None else 0
     return CatalogEntry(name=name, label=label, kind=kind, path=path, architecture=facts.get("architecture"),
                         model_type=facts.get("architecture"), n_parameters=facts.get("n_parameters"),
                         size_bytes=_size(path), dtype=facts.get("dtype"),
                         tokenizer_family=facts.get("tokenizer_family"), vocab_size=facts.get("vocab_size"),
                         n_layers=facts.get("n_layers"), n_kv_heads=facts.get("n_kv_heads"),
                         head_dim=facts.get("head_dim"), context_length=facts.get("context_length"),
-                        weights_format="gguf", **extra)
+                        n_mtp_layers=n_mtp, mtp_sidecar=sidecar, weights_format="gguf", problem=problem, **extra)
+
+
+def _head_shape(path: Path) -> dict | None:
+    """An MTP head's facts (cached; they hold its engine.backends.gguf_file.mtp_shape); None: not a head alone."""
+    try:
+        facts = gguf_facts(path)
+    except Exception:  # an unreadable file beside the model is no head for it
+        return None
+    return facts if facts.get("mtp_only") else None
+
+
+def _fitting_sidecar(path: Path, facts: dict) -> Path | None:
+    """The mtp-*.gguf head beside the GGUF at `path` that fits it (as llama.cpp's MTP head finds it)."""
+    from engine.backends.gguf_file import fitting_sidecar
+    return fitting_sidecar(path, facts, head_of=_head_shape)
+
+
+def _head_problem(path: Path, facts: dict) -> str:
+    """What an mtp-*.gguf head alone says in the list: whose head it is, and what to load instead."""
+    from engine.backends.gguf_file import mtp_mismatch, shared_name
+    targets = []
+    try:
+        beside = sorted(p for p in path.parent.glob("*.gguf") if p.is_file() and p != path)
+    except OSError:
+        beside = []
+    for other in beside:
+        try:
+            theirs = gguf_facts(other)
+        except Exception:  # unreadable: not its target
+            continue
+        if not theirs.get("mtp_only") and not theirs.get("nextn_layers") \
+                and mtp_mismatch(facts, theirs, other.name) is None:
+            targets.append(other)
+    layers = facts.get("nextn_layers", 0)
+    what = f"an MTP head ({layers} nextn layer{'s' if layers != 1 else ''}) for"
+    if targets:
+        target = max(targets, key=lambda p: shared_name(path.stem.removeprefix("mtp-"), p.stem))
+        return f"{what} {target.name}, not a model to chat with; load {target.name} (method mtp drafts with this)"
+    return (f"{what} a {facts.get('architecture')} model, not a model to chat with; load its target (this file "
+            "beside it, or named as method mtp's draft)")
 
 
 # ---------------------------------------------------------------- where an entry runs
@@ -411,6 +462,7 @@ def entry_as_dict(entry: CatalogEntry) -> dict:
     """JSON-ready facts (for `specscope models list --json`; its memory: MemoryEstimate.as_dict)."""
     out = {name: getattr(entry, name) for name in entry.__slots__}
     out["path"] = str(entry.path)
+    out["mtp_sidecar"] = None if entry.mtp_sidecar is None else str(entry.mtp_sidecar)
     out["usable"] = entry.usable
     own = own_drafter(entry)
     out["own_drafter"] = None if own is None else {"method": own[0], "words": own[1]}

@@ -14,6 +14,7 @@ returns). No state beyond its widgets.
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -39,6 +40,20 @@ def add_method_items(combo: QComboBox, methods=None) -> None:
             continue
         combo.addItem(method.label, method.name)
         combo.setItemData(combo.count() - 1, method.description, Qt.ItemDataRole.ToolTipRole)
+
+
+def head_placeholder(method) -> str:
+    """What the draft field shows, empty, for a method that reads a head: a folder, or its head file's pattern."""
+    if not method.reads_head:
+        return ""
+    return f"{'an ' + method.head_file + ' head' if method.head_file else 'a head folder'} (empty: the model's own)"
+
+
+def _is_head(path: Path, head_file: str) -> bool:
+    """A head folder (head_file ""), or an existing file whose name matches `head_file` (case aside)."""
+    if not head_file:
+        return path.is_dir()
+    return fnmatch(path.name.lower(), head_file.lower()) and path.is_file()
 
 
 def build_sampling_box(panel) -> QGroupBox:
@@ -277,11 +292,12 @@ class ControlsPanel(QWidget):
         self.revalidate()
 
     def draft_name(self) -> str | None:
-        """The draft model, when the method uses one; for a method that reads a trained head (eagle), the head
-        folder typed there when it is one (else None: the engine looks for the model's own head)."""
+        """The draft model, when the method uses one; for a method that reads a head, the head typed there when
+        it is one: a folder (eagle), or an existing file its MethodSpec's head_file pattern names (mtp:
+        mtp-*.gguf); else None: the engine looks for the model's own head (a draft model named there is not one)."""
         method, text = method_spec(self.method_name()), self.draft.currentText().strip()
         if method.reads_head:
-            return text if text and Path(text).expanduser().is_dir() else None
+            return text if text and _is_head(Path(text).expanduser(), method.head_file) else None
         return (text or None) if method.needs_draft else None
 
     def values(self) -> dict:
@@ -360,7 +376,8 @@ class ControlsPanel(QWidget):
     def set_own_drafter(self, entry: catalog.CatalogEntry | None) -> None:
         """The loaded target's catalog entry (None: unknown): when it drafts for itself (engine.models.catalog's
         own_drafter), its method comes first in the list with a one-line note, and unless a method was
-        chosen it is selected, k capped at the MTP layers (mtp) or the assistant draft filled in."""
+        chosen it is selected, k capped at the MTP layers where they chain (mtp: MethodSpec.own_settings) or the
+        assistant draft filled in."""
         own = catalog.own_drafter(entry) if entry is not None else None
         if own is None and not self.own_note.text():
             return  # nothing was offered: nothing changes
@@ -450,8 +467,7 @@ class ControlsPanel(QWidget):
     def _refresh_enabled(self) -> None:
         method = method_spec(self.method_name())
         self.draft.setEnabled(method.needs_draft or method.reads_head)
-        self.draft.lineEdit().setPlaceholderText("a head folder (empty: the model's own)" if method.reads_head
-                                                 else "")
+        self.draft.lineEdit().setPlaceholderText(head_placeholder(method))
         self.k.setEnabled(method.speculative)
         self.adaptive.setEnabled(method.speculative)
         for name, widget in self.param_controls.items():  # only the method's own parameters show

@@ -91,3 +91,11 @@ def test_a_method_no_backend_of_the_model_serves_is_refused_with_the_reason(llam
 def test_an_explicit_backend_is_kept():
     assert resolve_backend(GGUF, "none", "transformers") == BackendChoice("transformers")
     assert resolve_backend(FOLDER, None, "llama.cpp") == BackendChoice("llama.cpp")  # its load says why not
+
+
+def test_mtp_under_auto_runs_a_gguf_on_llama_cpp_and_a_folder_on_transformers(llama_installed):
+    """A GGUF's MTP layers draft on llama.cpp (transformers would load it dequantized, none of them usable);
+    a Hugging Face folder's on transformers (MtpModel). An explicit backend is the user's."""
+    assert resolve_backend(GGUF, "mtp") == BackendChoice("llama.cpp")
+    assert resolve_backend(FOLDER, "mtp") == BackendChoice("transformers")
+    assert resolve_backend(GGUF, "mtp", "transformers") == BackendChoice("transformers")  # check_mtp says why not
