@@ -237,6 +237,7 @@ class GgufModel:
         # A recurrent state (Mamba, RWKV, hybrids such as Qwen 3.5) keeps no per-position history of its own;
         # llama.cpp keeps per-token snapshots of it (n_rs_seq) for the architectures it knows how to roll back.
         self.recurrent = bool(lib.llama_model_is_recurrent(handle) or lib.llama_model_is_hybrid(handle))
+        self.state_bytes = 0  # one sequence's recurrent state (a snapshot's size), measured once
         self.supports_rollback = not self.recurrent
         self.rollback_refusal: str | None = None
         self.device_label = self.accelerators[0] if self.n_gpu_layers and self.accelerators else "CPU"
@@ -256,6 +257,7 @@ class GgufModel:
                                    f"({_llama_error('out of memory')})")
         try:
             self.supports_rollback = int(lib.llama_n_rs_seq(probe)) > 0
+            self.state_bytes = _state_bytes_after_one_token(lib, probe)
         finally:
             lib.llama_free(probe)
         if not self.supports_rollback:
@@ -295,13 +297,6 @@ class GgufModel:
         spare, self._spare = self._spare, None
         return spare if spare is not None else LlamaCppRunner(self)
 
-    def recurrent_state_bytes(self) -> int:
-        """What one copy of the recurrent state (one sequence) takes: a snapshot's size."""
-        if not self.recurrent:
-            return 0
-        runner = self._spare or LlamaCppRunner(self)
-        return runner.partial_state_bytes()
-
     def _free(self) -> None:
         """Free the weights. Runners hold a reference to their model, so none is left using them."""
         self._spare = None
@@ -314,6 +309,16 @@ class GgufModel:
             self._free()
         except Exception:  # interpreter shutdown: the library may be gone already
             pass
+
+
+def _state_bytes_after_one_token(lib, ctx) -> int:
+    """The size of one sequence's recurrent state in `ctx`, once a token has made it exist."""
+    batch = lib.llama_batch_get_one((lib.llama_token * 1)(0), 1)
+    if lib.llama_decode(ctx, batch) != 0:
+        return 0
+    size = int(lib.llama_state_seq_get_size_ext(ctx, 0, _STATE_PARTIAL))
+    lib.llama_memory_clear(lib.llama_get_memory(ctx), False)
+    return size
 
 
 def _memory_check_on() -> bool:
@@ -432,11 +437,17 @@ class LlamaCppRunner:
         self._last_pass, self._snapshot_pending, self._checkpoint = 0, False, None
         if self._listener is not None:
             mtp_bindings().llama_set_embeddings_nextn(ctx, True, False)  # every fed position's row, not just logits'
-        if model.recurrent and self.cost is None:
-            kind = (f"per-token snapshots of the recurrent state (llama.cpp n_rs_seq = {self.rollback_depth})"
-                    if self.rollback_depth else "a checkpoint of the recurrent state, then the kept tokens "
-                    "recomputed")
-            self.cost = RollbackCost(kind, self.partial_state_bytes(), self.rollback_depth)
+        if model.recurrent:
+            self._describe_cost(self.rollback_depth)
+
+    def _describe_cost(self, depth: int) -> None:
+        """How this runner rolls back (kept across contexts: its counts are the runner's)."""
+        kind = (f"per-token snapshots of the recurrent state (llama.cpp n_rs_seq = {depth})" if depth else
+                "a checkpoint of the recurrent state, then the kept tokens recomputed")
+        if self.cost is None:
+            self.cost = RollbackCost(kind, self.model.state_bytes, depth)
+        else:
+            self.cost.kind, self.cost.snapshots = kind, depth
 
     @property
     def context(self):
@@ -461,21 +472,11 @@ class LlamaCppRunner:
             return
         self.release()
         self._wanted_depth = depth
-        self.cost = None
-
-    def partial_state_bytes(self) -> int:
-        """The size of the recurrent state of one sequence (a checkpoint's, a snapshot's)."""
-        if self._ctx is None:
-            return 0
-        return int(self.model.lib.llama_state_seq_get_size_ext(self._ctx, 0, _STATE_PARTIAL))
+        self._describe_cost(depth)  # what the next context (made on the next forward) keeps
 
     def rollback_cost(self) -> dict | None:
         """What a rollback costs here (RollbackCost as a dict); None for a KV cache (nothing to say)."""
-        if self.cost is None:
-            return None
-        if self._ctx is not None and self.ids:
-            self.cost.snapshot_bytes = self.partial_state_bytes()  # an empty cache's would be its header's
-        return self.cost.as_dict()
+        return None if self.cost is None else self.cost.as_dict()
 
     def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         """Feed new_ids after the cached ones; float32 logits (n_logits, vocab) of the last n_logits
@@ -654,6 +655,10 @@ def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, 
     if not source.gguf_file:
         raise ModelLoadError(f"{name} is not a .gguf file; the llama.cpp backend runs GGUF models only (use "
                              "--backend transformers for Hugging Face folders and hub ids)")
+    from engine.backends import llama_cpp_assistant
+    if llama_cpp_assistant.is_assistant_file(source.file):  # no context of its own: a draft of method assistant
+        return llama_cpp_assistant.load(name, source, device=device, progress=progress, n_threads=n_threads,
+                                        n_gpu_layers=n_gpu_layers)
     if n_gpu_layers is None and device.type == "cpu":
         n_gpu_layers = 0
     if progress is not None:

@@ -24,7 +24,7 @@ from engine.core.errors import ConfigError, PromptTooLongError
 from engine.core.events import Event, GenerationFinished, GenerationStarted
 from engine.core.loop import Generation, Verdict, commit_round, room_left, verify_pass
 from engine.core.sampling import make_generator
-from engine.core.stats import StatsAccumulator, VerifyCost
+from engine.core.stats import StatsAccumulator, VerifyCost, describe_rollback
 
 Status = Callable[[str], None]
 
@@ -145,11 +145,14 @@ class Engine:
     def _loop(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter):
         """The generation: a started event, one event per round until a stop, a finished event."""
         state = self._begin(prompt, spec, sampling, drafter)
+        rollback_cost = getattr(self.runner, "rollback_cost", None)  # a recurrent state's (else None)
+        before = rollback_cost() if rollback_cost is not None else None
         yield GenerationStarted(
             spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
             device=self.target.device_label or str(self.target.device), dtype=self.target.dtype_label,
             greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
-            max_new_tokens=max_new_tokens, warnings=spec.warnings + ((drafter.note,) if drafter.note else ()))
+            max_new_tokens=max_new_tokens, warnings=spec.warnings + ((drafter.note,) if drafter.note else ()),
+            rollback=describe_rollback(before) if spec.speculative else "")
         try:
             while state.stop_reason is None:
                 room = room_left(state, cancel, max_new_tokens, self.target.context_length)
@@ -164,6 +167,12 @@ class Engine:
         except torch.OutOfMemoryError:
             self._out_of_memory(state)
         state.stats.set_elapsed(time.perf_counter() - state.started)
+        after = rollback_cost() if before is not None else None
+        if after is not None:
+            state.stats.set_rollbacks(after["restores"] - before["restores"],
+                                      1e-3 * ((after["mean_restore_ms"] or 0) * after["restores"]
+                                              - (before["mean_restore_ms"] or 0) * before["restores"]),
+                                      after["refills"] - before["refills"])
         yield GenerationFinished(stop_reason=state.stop_reason, text=state.text, output_ids=tuple(state.output),
                                  stats=state.stats.snapshot(), error=state.error)
 

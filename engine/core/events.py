@@ -48,6 +48,7 @@ class GenerationStarted:
     reused_prefix_tokens: int  # prompt tokens whose KV cache was kept from the previous message
     max_new_tokens: int
     warnings: tuple[str, ...] = ()
+    rollback: str = ""  # how a rejected draft is cut off a recurrent state, and what that costs (else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,6 +175,11 @@ class GenerationStats(_Rates):
     per_position_acceptance: tuple[float, ...]  # position 1…max drafted: accepted / drafted there
     accept_length_histogram: tuple[int, ...]  # rounds that drafted, by n_accepted 0…max
     verify_cost_seconds: tuple[float, ...] = ()  # the target's measured cost curve, where known (engine.measure.verify_cost)
+    # a recurrent state's rollbacks that restored a checkpoint and recomputed (restores, their seconds) or
+    # recomputed the context from its start (refills); 0 where rollbacks are cuts (a KV cache, snapshots)
+    rollback_restores: int = 0
+    rollback_seconds: float = 0.0
+    rollback_refills: int = 0
 
     @property
     def decode_tokens(self) -> int:
@@ -220,6 +225,7 @@ class StatsAccumulator:
         self._drafted_at: list[int] = []
         self._accepted_at: list[int] = []
         self._histogram: list[int] = []
+        self.rollback_restores, self.rollback_seconds, self.rollback_refills = 0, 0.0, 0
 
     def add_round(self, event) -> None:
         """Take one RoundVerified (duck-typed so that stats need not import events)."""
@@ -251,6 +257,9 @@ class StatsAccumulator:
     def set_elapsed(self, seconds: float) -> None:
         self.elapsed_seconds = max(self.elapsed_seconds, seconds)
 
+    def set_rollbacks(self, restores: int, seconds: float, refills: int) -> None:
+        self.rollback_restores, self.rollback_seconds, self.rollback_refills = restores, seconds, refills
+
     def snapshot(self) -> GenerationStats:
         per_position = tuple(a / d if d else 0.0 for a, d in zip(self._accepted_at, self._drafted_at))
         histogram = self._histogram + [0] * max(0, len(self._drafted_at) + 1 - len(self._histogram))
@@ -261,7 +270,21 @@ class StatsAccumulator:
             elapsed_seconds=self.elapsed_seconds, draft_seconds=self.draft_seconds,
             verify_seconds=self.verify_seconds, per_position_acceptance=per_position,
             accept_length_histogram=tuple(histogram) if self.drafting_rounds else (),
-            verify_cost_seconds=self.verify_cost_seconds)
+            verify_cost_seconds=self.verify_cost_seconds, rollback_restores=self.rollback_restores,
+            rollback_seconds=self.rollback_seconds, rollback_refills=self.rollback_refills)
+
+
+def describe_rollback(cost: dict | None) -> str:
+    """A runner's rollback_cost() as one line for the Speculation panel ("" for a KV cache)."""
+    if not cost:
+        return ""
+    size = cost.get("snapshot_bytes") or 0
+    weight = f"{size / 2**20:.1f} MB" if size >= 2**20 else f"{size / 2**10:.1f} kB"
+    if cost.get("snapshots"):
+        return (f"Recurrent state: llama.cpp keeps {cost['snapshots']} per-token snapshots of it ({weight} each), "
+                "so a rejected draft is cut off like a KV cache's tail")
+    return (f"Recurrent state ({weight}): a rejected draft restores the snapshot taken before the pass and "
+            "recomputes the kept tokens")
 
 
 @dataclass(frozen=True, slots=True)

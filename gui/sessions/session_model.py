@@ -93,10 +93,11 @@ class LiveStats:
     def __init__(self) -> None:
         self.reset(k=0, method=plain_method().name, model="")
 
-    def reset(self, k: int, method: str, model: str) -> None:
+    def reset(self, k: int, method: str, model: str, rollback: str = "") -> None:
         self.k = k
         self.method = method
         self.model = model
+        self.rollback = rollback  # how a recurrent state is rolled back, and its cost (engine's words; "": free)
         self.accumulator = StatsAccumulator(k)
         self.final: GenerationStats | None = None
         self.acceptance_cumulative = RingSeries()  # x: tokens committed, y: acceptance rate (0…1)
@@ -208,7 +209,7 @@ class SessionModel:
         turn = Turn(role="assistant", spec_label=event.spec_label, model=event.model, warnings=event.warnings)
         self.turns.append(turn)
         self._current = turn
-        self.live.reset(k=event.k, method=event.method, model=event.model)
+        self.live.reset(k=event.k, method=event.method, model=event.model, rollback=event.rollback)
         return turn
 
     def apply_round(self, event: RoundVerified) -> list[DisplayToken]:

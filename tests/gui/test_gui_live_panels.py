@@ -63,3 +63,29 @@ def test_a_panel_added_to_the_list_is_fed_themed_and_cleared(make_window, send_a
     window.new_chat()
     assert toy.clears == clears + 2
     assert toy.snapshots[-1].figures.committed_tokens == 0 and toy.text() == "0 tokens"
+
+
+def test_the_rollback_note_says_what_undoing_a_draft_costs_and_hides_for_a_kv_cache(qtbot):
+    import dataclasses
+
+    from engine.core.stats import StatsAccumulator, describe_rollback
+    from gui.sessions.session_model import LiveStats
+    from gui.views.live.rollback import RollbackNote
+    note = RollbackNote(theme.LIGHT)
+    qtbot.addWidget(note)
+    live = LiveStats()
+    snapshot = LiveSnapshot(live=live, figures=None, baseline_tok_per_s=None)
+    note.update_from(snapshot)
+    assert note.isHidden()  # a KV cache: nothing to say
+    live.reset(k=3, method="prompt-lookup", model="tiny-hybrid", rollback=describe_rollback(
+        {"kind": "", "snapshot_bytes": 18_432, "snapshots": 4, "restores": 0, "refills": 0, "mean_restore_ms": None}))
+    note.update_from(snapshot)
+    assert not note.isHidden()
+    assert note.label.text() == ("Recurrent state: llama.cpp keeps 4 per-token snapshots of it (18.0 kB each), so a "
+                                 "rejected draft is cut off like a KV cache's tail.")
+    live.finish(dataclasses.replace(StatsAccumulator(3).snapshot(), rollback_restores=4, rollback_seconds=0.01,
+                                    rollback_refills=1))
+    note.update_from(snapshot)
+    assert note.label.text().endswith("This reply: 4 restores (2.5 ms each), 1 recomputed from the start.")
+    note.clear()
+    assert note.isHidden()

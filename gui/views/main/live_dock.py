@@ -17,6 +17,7 @@ from gui import theme
 from gui.views.live.cost_curve import CostCurveView
 from gui.views.live.panel import LivePanel, LiveSnapshot
 from gui.views.live.plots import LivePlots
+from gui.views.live.rollback import RollbackNote
 from gui.views.live.stats import StatsStrip
 
 REFRESH_MS = 50  # at most 20 redraws a second
@@ -24,6 +25,7 @@ REFRESH_MS = 50  # at most 20 redraws a second
 LIVE_PANELS = (
     StatsStrip,  # tok/s, acceptance, mean accepted length, speed-ups, draft vs verify time
     CostCurveView,  # what verifying n tokens costs against one on this machine
+    RollbackNote,  # what undoing a rejected draft costs where the model keeps a recurrent state
     LivePlots,  # acceptance, tok/s, acceptance by position, accepted tokens per round
 )
 

@@ -108,10 +108,11 @@ def test_a_hybrid_target_speculates_losslessly(models, baselines, files, method)
     repeat = prompt(1) * 3  # prompt lookup finds matches
     base = run(engine, repeat, max_new_tokens=N_NEW)[2]
     for ids, baseline in ((repeat, base), (prompt(2), baselines["hybrid"][2])):
-        _, rounds, finished = run(engine, ids, spec=spec, max_new_tokens=N_NEW)
+        started, rounds, finished = run(engine, ids, spec=spec, max_new_tokens=N_NEW)
         assert_equal(finished, baseline, spec.label())
         check_round_invariants(rounds, finished)
         assert finished.stats.drafted_tokens > 0
+        assert started.rollback.startswith("Recurrent state: llama.cpp keeps 4 per-token snapshots of it (")
     cost = engine.runner.rollback_cost()
     assert cost["snapshots"] == 4 and cost["snapshot_bytes"] > 10_000  # k + 1 per-token snapshots
     if spec.method == "draft-model":

@@ -11,6 +11,7 @@ import torch
 
 from engine.core.config import SamplingConfig, SpecConfig, check_backend
 from engine.core.errors import ConfigError
+from engine.drafters.mtp import check_mtp
 from engine.models.load import load_model
 from engine.runtime import local_engine
 from engine_testkit import check_round_invariants, run
@@ -144,9 +145,19 @@ def test_a_checkpoint_without_mtp_weights_is_refused(tmp_path, tiny_tokenizer):
         local_engine(model).generate_ids(prompt_ids(model), spec=SpecConfig(method="mtp", k=1))
 
 
-def test_mtp_on_llama_cpp_is_refused_with_the_reason():
-    with pytest.raises(ConfigError, match="transformers backend.*MTP context"):
-        check_backend("mtp", "llama.cpp")
+def test_mtp_runs_on_both_backends_and_qwen35_on_transformers_is_sent_to_llama_cpp(tiny_model):
+    """mtp is served on llama.cpp too (tests/engine/backends/test_llama_cpp_mtp.py runs it); a Qwen 3.5 / 3.6 or
+    Qwen3-Next model on transformers is refused with the way out: transformers drops their mtp.* weights."""
+    import dataclasses
+    import types
+    check_backend("mtp", "llama.cpp")
+    check_backend("mtp", "transformers")
+    config = types.SimpleNamespace(model_type="qwen3_5", get_text_config=lambda: config)
+    qwen = dataclasses.replace(tiny_model, label="Qwen3.6-27B", model=types.SimpleNamespace(config=config))
+    with pytest.raises(ConfigError, match="transformers does not load Qwen3.6-27B's MTP layers .*run its GGUF on "
+                                          "llama.cpp.*--backend llama.cpp") as info:
+        check_mtp(qwen, 1)
+    assert "\n" not in str(info.value)
 
 
 def test_the_catalog_marks_a_model_that_drafts_for_itself(tmp_path, tiny_tokenizer, tiny_dir):
