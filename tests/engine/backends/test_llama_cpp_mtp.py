@@ -302,3 +302,21 @@ def test_a_llama_cpp_python_without_the_mtp_bindings_is_named(models, monkeypatc
     monkeypatch.setattr(backend, "_bindings", None)
     with pytest.raises(ConfigError, match="needs llama-cpp-python 0.3.36 .* pip install llama-cpp-python==0.3.36"):
         local_engine(models["inside"]).validate(SpecConfig("mtp", k=2))
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("head-as-model", "is an MTP head alone"),
+    ("no-head", "has none inside (qwen35.nextn_predict_layers) and no mtp-*.gguf head lies beside it"),
+    ("model-as-head", "is not an MTP head file"),
+    ("head-as-draft", "is an MTP head alone"),
+])
+def test_the_cli_says_each_bad_mtp_input_in_one_line_and_exits_2(files, capsys, case, fragment):
+    from engine.cli.main import main
+    argv = {"head-as-model": ["--model", str(files["sidecar"])],
+            "no-head": ["--model", str(files["hybrid"]), "--method", "mtp", "--k", "2"],
+            "model-as-head": ["--model", str(files["split"]), "--method", "mtp", "--draft", str(files["hybrid"])],
+            "head-as-draft": ["--model", str(files["hybrid"]), "--method", "draft-model", "--draft",
+                              str(files["sidecar"])]}[case]
+    code = main(["generate", *argv, "--max-new-tokens", "4", "hi"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and fragment in err and "\n" not in err and "Traceback" not in err
