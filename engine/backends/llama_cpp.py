@@ -584,9 +584,12 @@ class LlamaCppRunner:
             self.ids = kept
         self.cost.restore_seconds += time.perf_counter() - started
 
-    def _take_checkpoint(self) -> None:
-        """Save the recurrent state as it stands (after a sync: committed positions only)."""
+    def checkpoint(self) -> None:
+        """Save the recurrent state as it stands, for the next rollback that reaches back before the last pass
+        (sync() does it for a runner without snapshots: after a sync the cache holds committed positions only)."""
         lib = self.model.lib
+        if not self.model.recurrent or self._ctx is None or self._snapshot_pending:
+            return
         size = int(lib.llama_state_seq_get_size_ext(self._ctx, 0, _STATE_PARTIAL))
         buffer = self._checkpoint[1] if self._checkpoint and len(self._checkpoint[1]) >= size else \
             (ctypes.c_uint8 * size)()
@@ -609,7 +612,7 @@ class LlamaCppRunner:
         self.rollback(keep)
         if self.model.recurrent and not self.rollback_depth and self._ctx is not None and self.ids and \
                 not self._snapshot_pending:
-            self._take_checkpoint()  # what this runner's next rollback restores (a draft model's)
+            self.checkpoint()  # what this runner's next rollback restores (a draft model's)
         return context_ids[len(self.ids):]
 
     def reset(self) -> None:

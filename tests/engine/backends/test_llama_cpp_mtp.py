@@ -320,3 +320,15 @@ def test_the_cli_says_each_bad_mtp_input_in_one_line_and_exits_2(files, capsys, 
     code = main(["generate", *argv, "--max-new-tokens", "4", "hi"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and fragment in err and "\n" not in err and "Traceback" not in err
+
+
+def test_the_verify_cost_curve_of_a_hybrid_is_measured_with_its_snapshots(models):
+    """As the verifying target runs (k + 1 snapshots written by each pass); every rollback restores the
+    checkpoint taken after the context, none recomputes the context."""
+    from engine.measure.verify_cost import measure
+    model = models["hybrid"]
+    runner = model.new_runner()
+    runner.reserve_rollback(5)
+    cost = measure(runner, model.vocab_size, 4, repeats=2)
+    assert len(cost.seconds) == 4 and all(s > 0 for s in cost.seconds)
+    assert runner.rollback_cost()["refills"] == 0 and runner.rollback_cost()["snapshots"] == 5
