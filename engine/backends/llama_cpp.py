@@ -658,6 +658,10 @@ def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, 
     if not source.gguf_file:
         raise ModelLoadError(f"{name} is not a .gguf file; the llama.cpp backend runs GGUF models only (use "
                              "--backend transformers for Hugging Face folders and hub ids)")
+    from engine.backends import llama_cpp_assistant
+    if llama_cpp_assistant.is_assistant_file(source.file):  # no context of its own: a draft of method assistant
+        return llama_cpp_assistant.load(name, source, device=device, progress=progress, n_threads=n_threads,
+                                        n_gpu_layers=n_gpu_layers)
     if n_gpu_layers is None and device.type == "cpu":
         n_gpu_layers = 0
     if progress is not None:

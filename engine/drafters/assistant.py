@@ -5,9 +5,12 @@ target's shared key/value states, and each step reads the embedding of the last 
 (the target's for the first step, its own projected one after), always at the position of the context's last
 token. So it skips the prefill entirely and k is bounded only by MAX_K.
 
-Transformers backend only; the target must be a Gemma 4 (or Gemma 3n) model that returns shared K/V states.
-Touches the assistant's torch module, the target's input embedding (read-only) and the target runner's kept
-outputs (`TransformersRunner.record_outputs(shared_kv=True)`), never the target's cache.
+- transformers (`AssistantDrafter`): the target must be a Gemma 4 (or Gemma 3n) model that returns shared K/V
+  states. Touches the assistant's torch module, the target's input embedding (read-only) and the target runner's
+  kept outputs (`TransformersRunner.record_outputs(shared_kv=True)`), never the target's cache.
+- llama.cpp (`LlamaAssistantDrafter`): the assistant's GGUF (`gemma4-assistant`, loaded as the draft with no
+  runner of its own) in an MTP context sharing the Gemma 4 target's KV cache, as llama.cpp's draft-mtp runs it
+  (engine.backends.llama_cpp_assistant). Touches that context and the target runner's hidden states.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ def is_assistant(model: LoadedModel) -> bool:
 def check_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
     """Refuse a draft that isn't a Gemma 4 assistant, or a target of another family (with what to use)."""
     check_backend(NAME, target.backend)
+    if target.backend == "llama.cpp":
+        check_llama_assistant(target, draft)
+        return
     if draft is None or not is_assistant(draft):
         kind = "no draft" if draft is None else type(draft.model).__name__ if draft.model is not None else \
             draft.backend
@@ -118,9 +124,79 @@ class AssistantDrafter:
         pass  # the K/V states are the target runner's
 
 
-def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None) -> AssistantDrafter:
+# ------------------------------------------------------------------ llama.cpp
+
+def check_llama_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
+    """On llama.cpp: the draft must be a Gemma 4 assistant GGUF, the target a Gemma 4 GGUF whose cache it can
+    read (the size it was made for)."""
+    from engine.backends.llama_cpp_assistant import ASSISTANT_ARCHITECTURE, TARGET_ARCHITECTURES, AssistantWeights
+    if draft is None or not isinstance(draft.native, AssistantWeights):
+        header = getattr(draft.native, "header", None) if draft is not None else None
+        kind = "no draft" if draft is None else \
+            f"{draft.label} (a {header.architecture!r} model)" if header is not None else draft.label
+        raise ConfigError(f"method {NAME} on llama.cpp needs a Gemma 4 assistant GGUF as --draft "
+                          f"({ASSISTANT_ARCHITECTURE}, converted from google/gemma-4-…-it-assistant), got {kind}; "
+                          "use draft-model for other drafts")
+    architecture = target.native.header.architecture
+    if architecture not in TARGET_ARCHITECTURES:
+        raise ConfigError(f"{draft.label} is a Gemma 4 assistant: it drafts only for a Gemma 4 target, and "
+                          f"{target.label} is a {architecture!r} model")
+    problem = draft.native.mismatch(target.native)
+    if problem:
+        raise ConfigError(problem)
+
+
+class LlamaAssistantDrafter:
+    """Drafts k tokens per round with a Gemma 4 assistant GGUF reading the llama.cpp target runner's cache."""
+
+    name = NAME
+    free_to_propose = False  # every drafted token is a pass of the assistant
+    note = ("Gemma 4 assistant on llama.cpp: it reads the target's KV cache (shared memory), one pass per drafted "
+            "token at the last token's position")
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
+        from engine.backends.llama_cpp_assistant import AssistantContext
+        check_llama_assistant(target, draft)
+        self.context = AssistantContext(draft.native, target.native, target_runner)
+        self._sampling = SamplingConfig()
+        self._generator: torch.Generator | None = None
+
+    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self._sampling = sampling
+        self._generator = generator
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        import torch
+
+        from engine.core.sampling import probabilities, sample
+        if k < 1 or len(context_ids) < 2:
+            return Proposal.empty()
+        rows: list[torch.Tensor] = []
+
+        def pick(logits: torch.Tensor) -> int:
+            if self._sampling.greedy:
+                rows.append(logits)
+                return int(torch.argmax(logits))
+            probs = probabilities(logits, self._sampling)
+            rows.append(probs)
+            return int(sample(probs, self._generator))
+
+        ids, _ = self.context.draft(context_ids, k, pick)
+        stacked = torch.stack(rows)
+        return Proposal(ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+
+    def observe(self, n_accepted: int) -> None:
+        pass  # no state of its own: the next round reads the target's cache and states again
+
+    def release(self) -> None:
+        self.context.release()  # the weights are the draft model's
+
+
+def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None):
     if target_runner is None:
         raise ValueError(f"{NAME} drafts from the target's runner; pass target_runner")
+    if target.backend == "llama.cpp":
+        return LlamaAssistantDrafter(target, draft, target_runner)
     return AssistantDrafter(target, draft, target_runner)
 
 
@@ -146,10 +222,10 @@ def own_assistant_settings(entry, pairs) -> dict:
 
 METHOD = MethodSpec(
     name=NAME, label="Gemma 4 assistant",
-    description="A Gemma 4 assistant (--draft google/gemma-4-…-assistant) drafts from the target's own KV cache and "
-                "last hidden state, one token per pass at a fixed position; any k.",
-    needs_draft=True, backends=("transformers",),
-    why_not="the assistant reads the target's key/value tensors, which only the transformers backend exposes",
+    description="A Gemma 4 assistant (--draft google/gemma-4-…-assistant, or its GGUF on llama.cpp) drafts from the "
+                "target's own KV cache and last hidden state, one token per pass at a fixed position; any k.",
+    needs_draft=True, backends=("transformers", "llama.cpp"),
+    why_not="the assistant reads the target's key/value cache, which the transformers and llama.cpp backends share",
     check=lambda spec, target, draft: check_assistant(target, draft), build=build, needs_target_runner=True,
     hf_generate_kwargs=hf_kwargs, own_drafter=own_assistant, own_settings=own_assistant_settings,
-    draft_help="a Gemma 4 assistant drafter")
+    draft_help="a Gemma 4 assistant drafter (on llama.cpp: its GGUF, gemma4-assistant)")
