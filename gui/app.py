@@ -208,6 +208,9 @@ def demo_loader(name, progress=None, **_options):
     return DemoEngine()
 
 
+OWN_DRAFTER_WAIT_MS = 5000  # the longest a scripted run waits for the model's own drafter to be looked up
+
+
 class ScriptedRun:
     """Send one prompt once the model is ready; on the reply, screenshot, print stats, quit."""
 
@@ -215,12 +218,26 @@ class ScriptedRun:
         self.app, self.window, self.args = app, window, args
         self.exit_code = EXIT_OK
         self._sent = False
+        # without --method, the method the settings pick for the model (its own drafter) once it is known
+        self._waiting_for_own = not getattr(args, "method", None)
+        self._ready = False
         window.model_ready.connect(self._send)
+        window.own_drafter_looked_up.connect(self._own_looked_up)
         window.reply_finished.connect(self._finished)
         window.request_failed.connect(self._failed)
 
-    def _send(self, _info) -> None:
-        if self._sent:
+    def _own_looked_up(self, _entry=None) -> None:
+        self._waiting_for_own = False
+        if self._ready:
+            self._send(None)
+
+    def _send(self, info) -> None:
+        from PySide6.QtCore import QTimer
+        if info is not None:
+            self._ready = True
+            if self._waiting_for_own:  # its catalog entry is read on a thread: a look-up that fails mustn't hang
+                QTimer.singleShot(OWN_DRAFTER_WAIT_MS, self._own_looked_up)
+        if self._sent or not self._ready or self._waiting_for_own:
             return
         self._sent = True
         if not self.window.send(self.args.prompt):
@@ -350,7 +367,6 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
               "for scripted runs set QT_QPA_PLATFORM=offscreen", file=sys.stderr)
         return EXIT_USAGE
 
-    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from gui import theme

@@ -41,6 +41,7 @@ class DraftLists:
         self.window.controls.set_own_drafter(None)
         self.lookups.own_job = None
         if self.closed or not is_local_backend(info.backend):
+            self.window.own_drafter_looked_up.emit(None)
             return
         from engine.models.catalog import describe_name
 
@@ -68,6 +69,7 @@ class DraftLists:
         controls = self.window.controls
         if self.lookups.is_own(job_id):
             controls.set_own_drafter(result)
+            self.window.own_drafter_looked_up.emit(result)
         if self.lookups.is_choices(job_id):
             controls.set_draft_choices(list(result.names), target_aliases=set(result.target_aliases),
                                        note=result.note, download=result.download)

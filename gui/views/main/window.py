@@ -46,6 +46,7 @@ class MainWindow(QMainWindow):
     model_ready = Signal(object)  # ModelInfo
     baseline_measured = Signal(float)
     draft_choices_shown = Signal(object)  # gui.sessions.models.DraftChoices
+    own_drafter_looked_up = Signal(object)  # the loaded target's catalog entry (None: not looked up)
     conversation_opened = Signal(int)
     consent_answered = Signal(str, str, bool)  # model, kind (remote-code | pickle), answer
     # asks, queued to the worker thread
