@@ -167,7 +167,7 @@ class Backend:
 REGISTRY: tuple[Backend, ...] = (  # in BACKENDS' order; the first is where anything runs when nothing else can
     Backend("transformers", "engine.backends.transformers", "transformers", "pip install transformers",
             runs_folders=True, gguf="converted", kv_bytes_per_value=None, checks_memory=False),
-    Backend("llama.cpp", "engine.backends.llama_cpp", "llama_cpp", "pip install llama-cpp-python==0.3.36",
+    Backend("llama.cpp", "engine.backends.llama_cpp_entry", "llama_cpp", "pip install llama-cpp-python==0.3.36",
             runs_folders=False, gguf="native", kv_bytes_per_value=2, checks_memory=True,  # F16 keys and values
             device_words="llama.cpp · {where}"),
 )

@@ -651,17 +651,13 @@ def load_gguf(path: str | Path, *, n_ctx: int | None = None, n_threads: int | No
 def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, progress=None,
          trust_remote_code: bool = False, n_ctx: int | None = None, n_threads: int | None = None,
          n_gpu_layers: int | None = None) -> LoadedModel:
-    """This backend's entry point (engine.backends.Backend.load): a .gguf source (or the built-in model) as a
+    """A GGUF model (engine.backends.llama_cpp_entry.load, the backend's entry point, sends it here): a .gguf source (or the built-in model) as a
     LoadedModel whose runners are llama.cpp contexts. Layers go to the GPU unless `device` is the CPU; `dtype`
     does not apply (the weights stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
     started = time.perf_counter()
     if not source.gguf_file:
         raise ModelLoadError(f"{name} is not a .gguf file; the llama.cpp backend runs GGUF models only (use "
                              "--backend transformers for Hugging Face folders and hub ids)")
-    from engine.backends import llama_cpp_assistant
-    if llama_cpp_assistant.is_assistant_file(source.file):  # no context of its own: a draft of method assistant
-        return llama_cpp_assistant.load(name, source, device=device, progress=progress, n_threads=n_threads,
-                                        n_gpu_layers=n_gpu_layers)
     if n_gpu_layers is None and device.type == "cpu":
         n_gpu_layers = 0
     if progress is not None:

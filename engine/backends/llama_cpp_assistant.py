@@ -123,7 +123,7 @@ class AssistantWeights:
 
 def load(name: str, source: "ModelSource", *, device: torch.device, progress=None, n_threads: int | None = None,
          n_gpu_layers: int | None = None, **ignored) -> LoadedModel:
-    """A Gemma 4 assistant GGUF as a LoadedModel (engine.backends.llama_cpp.load hands these over): `native` is
+    """A Gemma 4 assistant GGUF as a LoadedModel (engine.backends.llama_cpp_entry.load sends these here): `native` is
     its AssistantWeights, and it makes no runner of its own (method assistant drafts with it)."""
     started = time.perf_counter()
     if n_gpu_layers is None and device.type == "cpu":

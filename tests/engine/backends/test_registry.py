@@ -35,7 +35,7 @@ def llama_installed(monkeypatch):
 
 def test_the_registry_names_are_the_configs_backends():
     assert tuple(b.name for b in REGISTRY) == BACKENDS == config.BACKENDS
-    assert backend_named("llama.cpp").module == "engine.backends.llama_cpp"
+    assert backend_named("llama.cpp").module == "engine.backends.llama_cpp_entry"
     with pytest.raises(ModelLoadError, match="unknown backend 'onnx'; use auto or transformers, llama.cpp"):
         backend_named("onnx")
 
