@@ -37,6 +37,11 @@ ONE_HEAD_ARCHITECTURES = frozenset({
     "bailingmoe3", "cohere2moe", "nemotron_h_moe"})
 
 
+# a Gemma 4 assistant drafter's GGUF, and the targets whose KV cache llama.cpp lets it read (shared memory)
+ASSISTANT_ARCHITECTURE = "gemma4-assistant"
+ASSISTANT_TARGETS = frozenset({"gemma4"})
+
+
 class _Truncated(Exception):
     """The header runs past the end of the file."""
 

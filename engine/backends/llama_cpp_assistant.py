@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from engine.backends import LoadedModel, backend_named
-from engine.backends.gguf_file import read_header
+from engine.backends.gguf_file import ASSISTANT_ARCHITECTURE, ASSISTANT_TARGETS, read_header
 from engine.backends.llama_cpp import (BACKEND, GgufModel, LlamaCppRunner, OutOfMemoryError, _check_gpu_layers,
                                        _check_threads, _errors, _llama_error, _memory_check_on, accelerators, library,
                                        mtp_bindings)
@@ -41,8 +41,7 @@ from engine.host import free_memory
 if TYPE_CHECKING:
     from engine.backends.source import ModelSource
 
-ASSISTANT_ARCHITECTURE = "gemma4-assistant"
-TARGET_ARCHITECTURES = frozenset({"gemma4"})  # the targets whose cache llama.cpp lets an assistant read
+TARGET_ARCHITECTURES = ASSISTANT_TARGETS  # the targets whose cache llama.cpp lets an assistant read
 _N_BATCH = 8  # an assistant pass is one token
 
 

@@ -209,13 +209,20 @@ def hf_kwargs(spec, engine) -> dict:
 
 
 def own_assistant(entry, pairs) -> str | None:
-    """Words for a model with a known assistant drafter of its family (engine.models.pairs)."""
+    """Words for a model with its assistant's GGUF beside it (llama.cpp), or a known assistant drafter of its
+    family (engine.models.pairs)."""
+    assistant = getattr(entry, "assistant_file", None)
+    if assistant is not None:
+        return f"drafts with its assistant {assistant.name} (method {NAME}, llama.cpp)"
     pair = next((p for p in pairs if p.method == NAME), None)
     return None if pair is None else f"drafts with its assistant {pair.draft} (method {NAME})"
 
 
 def own_assistant_settings(entry, pairs) -> dict:
-    """The known assistant of the model's family as the draft."""
+    """The assistant beside the model, else the known assistant of its family, as the draft."""
+    assistant = getattr(entry, "assistant_file", None)
+    if assistant is not None:
+        return {"draft": str(assistant)}
     pair = next((p for p in pairs if p.method == NAME), None)
     return {} if pair is None else {"draft": pair.draft}
 

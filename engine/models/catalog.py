@@ -18,6 +18,7 @@ from typing import Iterable
 
 from engine.backends import resolve_backend
 from engine.backends.device import DTYPE_NAMES
+from engine.backends.gguf_file import ASSISTANT_ARCHITECTURE, ASSISTANT_TARGETS, shared_name
 from engine.backends.source import (ModelSource, converted_folder, file_stamp, gguf_problem, read_json_dict,
                                     weight_files)
 from engine.core.errors import SpecScopeError
@@ -58,6 +59,7 @@ class CatalogEntry:
     problem: str | None = None  # why it cannot be used, in plain words; None when usable
     n_mtp_layers: int = 0  # multi-token-prediction layers its config declares: it drafts for itself (mtp)
     mtp_sidecar: Path | None = None  # a GGUF without them inside: the mtp-*.gguf head beside it that fits it
+    assistant_file: Path | None = None  # a Gemma 4 GGUF: the gemma4-assistant GGUF beside it that fits it
     repo_id: str | None = None  # hub-cache entries
     revision: str | None = None  # hub-cache entries: the snapshot's commit
 
@@ -389,9 +391,13 @@ def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> 
         return CatalogEntry(name=name, label=label, kind=kind, path=path, size_bytes=_size(path),
                             weights_format="gguf", complete=False,
                             problem=f"{path.name} could not be read as GGUF ({type(exc).__name__})", **extra)
-    n_mtp, sidecar, problem = facts.get("nextn_layers", 0), None, None
+    n_mtp, sidecar, problem, assistant = facts.get("nextn_layers", 0), None, None, None
     if facts.get("mtp_only"):  # a head alone: it drafts for another model, and is no model to load
         n_mtp, problem = 0, _head_problem(path, facts)
+    elif facts.get("architecture") == ASSISTANT_ARCHITECTURE:  # a drafter, no model to chat with
+        problem = _assistant_problem(path, facts)
+    elif facts.get("architecture") in ASSISTANT_TARGETS:
+        assistant = _fitting_assistant(path, facts)
     elif not n_mtp:
         sidecar = _fitting_sidecar(path, facts)
         n_mtp = gguf_facts(sidecar).get("nextn_layers", 0) if sidecar is not None else 0
@@ -401,7 +407,45 @@ def _describe_gguf(path: Path, *, name: str, label: str, kind: str, **extra) -> 
                         tokenizer_family=facts.get("tokenizer_family"), vocab_size=facts.get("vocab_size"),
                         n_layers=facts.get("n_layers"), n_kv_heads=facts.get("n_kv_heads"),
                         head_dim=facts.get("head_dim"), context_length=facts.get("context_length"),
-                        n_mtp_layers=n_mtp, mtp_sidecar=sidecar, weights_format="gguf", problem=problem, **extra)
+                        n_mtp_layers=n_mtp, mtp_sidecar=sidecar, assistant_file=assistant, weights_format="gguf",
+                        problem=problem, **extra)
+
+
+def _beside(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.parent.glob("*.gguf") if p.is_file() and p != path)
+    except OSError:
+        return []
+
+
+def _assistant_pairs(path: Path, facts: dict, want: frozenset[str]) -> list[Path]:
+    """The GGUFs beside `path` of architecture `want` (an assistant's targets, a target's assistants) with the
+    same vocabulary: a Gemma 4 assistant and its target share the tokenizer."""
+    found = []
+    for other in _beside(path):
+        try:
+            theirs = gguf_facts(other)
+        except Exception:  # unreadable: no partner
+            continue
+        if theirs.get("architecture") in want and theirs.get("vocab_size") == facts.get("vocab_size"):
+            found.append(other)
+    return found
+
+
+def _fitting_assistant(path: Path, facts: dict) -> Path | None:
+    found = _assistant_pairs(path, facts, frozenset({ASSISTANT_ARCHITECTURE}))
+    return max(found, key=lambda p: shared_name(p.stem, path.stem), default=None)
+
+
+def _assistant_problem(path: Path, facts: dict) -> str:
+    """What a Gemma 4 assistant GGUF says in the list: it drafts for a Gemma 4 model, and which one lies beside it."""
+    targets = _assistant_pairs(path, facts, ASSISTANT_TARGETS)
+    if targets:
+        target = max(targets, key=lambda p: shared_name(p.stem, path.stem))
+        return (f"a Gemma 4 assistant drafter for {target.name}, not a model to chat with; load {target.name} "
+                "(method assistant drafts with this)")
+    return ("a Gemma 4 assistant drafter, not a model to chat with; load its Gemma 4 target and use method "
+            "assistant with this file as the draft")
 
 
 def _head_shape(path: Path) -> dict | None:
@@ -463,6 +507,7 @@ def entry_as_dict(entry: CatalogEntry) -> dict:
     out = {name: getattr(entry, name) for name in entry.__slots__}
     out["path"] = str(entry.path)
     out["mtp_sidecar"] = None if entry.mtp_sidecar is None else str(entry.mtp_sidecar)
+    out["assistant_file"] = None if entry.assistant_file is None else str(entry.assistant_file)
     out["usable"] = entry.usable
     own = own_drafter(entry)
     out["own_drafter"] = None if own is None else {"method": own[0], "words": own[1]}

@@ -147,3 +147,22 @@ def test_models_list_says_which_ggufs_draft_for_themselves(ggufs, capsys):
                                                       "words": "drafts for itself: 1 MTP layer (llama.cpp)"}
     head = rows["mtp-tiny-qwen35.gguf"]
     assert not head["usable"] and head["own_drafter"] is None and head["problem"].startswith("an MTP head")
+
+
+def test_a_gemma4_gguf_with_its_assistant_beside_it_drafts_with_it(tmp_path, tiny_tokenizer, capsys):
+    """A Gemma 4 GGUF offers the gemma4-assistant GGUF beside it (method assistant, the file as its draft); the
+    assistant file itself is listed as a drafter for that model, not as a model to chat with."""
+    target, assistant = build("gemma4-assistant", tmp_path / "tiny-gemma4.gguf", tiny_tokenizer)
+    entry = catalog.describe_path(target)
+    assert entry.assistant_file == assistant and entry.problem is None
+    assert catalog.own_drafter(entry) == ("assistant", f"drafts with its assistant {assistant.name} (method "
+                                                       "assistant, llama.cpp)")
+    assert method_spec("assistant").own_settings(entry, []) == {"draft": str(assistant)}
+    alone = catalog.describe_path(assistant)
+    assert alone.problem == (f"a Gemma 4 assistant drafter for {target.name}, not a model to chat with; load "
+                             f"{target.name} (method assistant drafts with this)")
+    assert catalog.own_drafter(alone) is None
+    lone = tmp_path / "alone"
+    lone.mkdir()
+    moved = Path(shutil.copy(assistant, lone / assistant.name))
+    assert "load its Gemma 4 target" in catalog.describe_path(moved).problem
