@@ -48,3 +48,36 @@ class Drafter(Protocol):
 
     def release(self) -> None:
         """Free caches (memory) between conversations."""
+
+
+class PickingDrafter:
+    """A base for drafters that choose each drafted token from logits of their own: the argmax when greedy, else
+    a draw with the generation's settings; the Proposal carries the distribution each token was chosen from
+    (the rejection rule needs it), softmaxed once for a greedy draft."""
+
+    def __init__(self) -> None:
+        self._sampling = SamplingConfig()
+        self._generator: torch.Generator | None = None
+
+    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self._sampling = sampling
+        self._generator = generator
+
+    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """A drafted token and the row to keep for it (the logits themselves when greedy: clone them first
+        where the caller's buffer is reused)."""
+        import torch
+
+        from engine.core.sampling import probabilities, sample
+        if self._sampling.greedy:
+            return int(torch.argmax(logits)), logits
+        probs = probabilities(logits, self._sampling)
+        return int(sample(probs, self._generator)), probs
+
+    def proposal(self, ids: list[int], rows: list[torch.Tensor]) -> Proposal:
+        """The drafted ids with the rows pick() kept for them."""
+        import torch
+        if not ids:
+            return Proposal.empty()
+        stacked = torch.stack(rows)
+        return Proposal(ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)

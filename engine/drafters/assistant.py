@@ -15,16 +15,11 @@ token. So it skips the prefill entirely and k is bounded only by MAX_K.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from engine.backends import LoadedModel, Runner
-from engine.core.config import SamplingConfig, check_backend
-from engine.core.drafting import Proposal
+from engine.core.config import check_backend
+from engine.core.drafting import PickingDrafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec
-
-if TYPE_CHECKING:
-    import torch
 
 NAME = "assistant"
 
@@ -58,7 +53,7 @@ def check_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
                           f"{target.label} has {hidden}: use the assistant of this model size")
 
 
-class AssistantDrafter:
+class AssistantDrafter(PickingDrafter):
     """Drafts k tokens per round with a Gemma 4 assistant over the target runner's shared K/V states."""
 
     name = NAME
@@ -66,18 +61,13 @@ class AssistantDrafter:
     note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
+        super().__init__()
         check_assistant(target, draft)
         self.assistant = draft.model
         self.embed = target.model.get_input_embeddings()
         self.target_runner = target_runner
         target_runner.record_outputs(shared_kv=True)
         self.device = target.device
-        self._sampling = SamplingConfig()
-        self._generator: torch.Generator | None = None
-
-    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self._sampling = sampling
-        self._generator = generator
 
     def _inputs(self, context_ids: list[int]):
         """The target's states the first step reads: its hidden state at the last cached position and its
@@ -93,7 +83,6 @@ class AssistantDrafter:
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         import torch
 
-        from engine.core.sampling import probabilities, sample
         if k < 1 or len(context_ids) < 2:
             return Proposal.empty()
         hidden, shared_kv = self._inputs(context_ids)
@@ -104,18 +93,11 @@ class AssistantDrafter:
             embedding = self.embed(torch.tensor([[token]], device=self.device))
             out = self.assistant(inputs_embeds=torch.cat([embedding, hidden], dim=-1), position_ids=position,
                                  shared_kv_states=shared_kv, use_cache=False)
-            logits = out.logits[0, -1].float()
-            if self._sampling.greedy:
-                token = int(torch.argmax(logits))
-                rows.append(logits)
-            else:
-                probs = probabilities(logits, self._sampling)
-                token = int(sample(probs, self._generator))
-                rows.append(probs)
+            token, row = self.pick(out.logits[0, -1].float())
             draft_ids.append(token)
+            rows.append(row)
             hidden = out.last_hidden_state
-        stacked = torch.stack(rows)
-        return Proposal(draft_ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+        return self.proposal(draft_ids, rows)
 
     def observe(self, n_accepted: int) -> None:
         pass  # no state of its own: the next round reads the target's states again
@@ -146,7 +128,7 @@ def check_llama_assistant(target: LoadedModel, draft: LoadedModel | None) -> Non
         raise ConfigError(problem)
 
 
-class LlamaAssistantDrafter:
+class LlamaAssistantDrafter(PickingDrafter):
     """Drafts k tokens per round with a Gemma 4 assistant GGUF reading the llama.cpp target runner's cache."""
 
     name = NAME
@@ -156,34 +138,24 @@ class LlamaAssistantDrafter:
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
         from engine.backends.llama_cpp_assistant import AssistantContext
+        super().__init__()
         check_llama_assistant(target, draft)
         self.context = AssistantContext(draft.native, target.native, target_runner)
-        self._sampling = SamplingConfig()
-        self._generator: torch.Generator | None = None
-
-    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self._sampling = sampling
-        self._generator = generator
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         import torch
 
-        from engine.core.sampling import probabilities, sample
         if k < 1 or len(context_ids) < 2:
             return Proposal.empty()
         rows: list[torch.Tensor] = []
 
         def pick(logits: torch.Tensor) -> int:
-            if self._sampling.greedy:
-                rows.append(logits)
-                return int(torch.argmax(logits))
-            probs = probabilities(logits, self._sampling)
-            rows.append(probs)
-            return int(sample(probs, self._generator))
+            token, row = self.pick(logits)
+            rows.append(row)
+            return token
 
         ids, _ = self.context.draft(context_ids, k, pick)
-        stacked = torch.stack(rows)
-        return Proposal(ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+        return self.proposal(ids, rows)
 
     def observe(self, n_accepted: int) -> None:
         pass  # no state of its own: the next round reads the target's cache and states again

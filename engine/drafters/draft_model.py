@@ -10,15 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner
-from engine.core.config import SamplingConfig
-from engine.core.drafting import Proposal
+from engine.core.drafting import PickingDrafter, Proposal
 from engine.core.methods import MethodSpec
 
 if TYPE_CHECKING:
     import torch
 
 
-class RunnerDrafter:
+class RunnerDrafter(PickingDrafter):
     """Drafts k tokens one forward pass at a time with its own runner (cache synced by common prefix)."""
 
     name = "draft-model"
@@ -26,40 +25,23 @@ class RunnerDrafter:
     note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, runner: Runner, name: str | None = None) -> None:
+        super().__init__()
         self.runner = runner
         if name:
             self.name = name
-        self._sampling = SamplingConfig()
-        self._generator: torch.Generator | None = None
-
-    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self._sampling = sampling
-        self._generator = generator
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
-        import torch
-
-        from engine.core.sampling import probabilities, sample
         runner = self.runner
         feed = runner.sync(context_ids)
         draft_ids: list[int] = []
         rows: list[torch.Tensor] = []
         for step in range(k):
-            logits = runner.forward(feed, 1)[-1]
-            if self._sampling.greedy:
-                token = int(torch.argmax(logits))
-                rows.append(logits.clone())  # kept past the next pass (a runner may reuse its buffer)
-            else:
-                probs = probabilities(logits, self._sampling)
-                token = int(sample(probs, self._generator))
-                rows.append(probs)
+            # the row is kept past the next pass: a runner may reuse its logits buffer
+            token, row = self.pick(runner.forward(feed, 1)[-1].clone())
             draft_ids.append(token)
+            rows.append(row)
             feed = [token]
-        if not draft_ids:
-            return Proposal.empty()
-        stacked = torch.stack(rows)
-        p_draft = torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked
-        return Proposal(draft_ids, p_draft)
+        return self.proposal(draft_ids, rows)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() syncs the cache by common prefix, rolling back rejected positions

@@ -21,16 +21,11 @@ Touches the target's weights read-only, the target runner's hidden states and th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from engine.backends import LoadedModel, Runner, common_prefix_length
-from engine.core.config import SamplingConfig, check_backend
-from engine.core.drafting import Proposal
+from engine.core.config import check_backend
+from engine.core.drafting import PickingDrafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec
-
-if TYPE_CHECKING:
-    import torch
 
 NAME = "mtp"
 
@@ -84,7 +79,7 @@ def load_mtp_model(target: LoadedModel):
     return mtp.eval()
 
 
-class MtpDrafter:
+class MtpDrafter(PickingDrafter):
     """Drafts k ≤ (MTP layers) tokens per round from the target's last hidden states (engine.backends Runner
     recording them), one chained MTP layer per token."""
 
@@ -93,6 +88,7 @@ class MtpDrafter:
     note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, target: LoadedModel, target_runner: Runner) -> None:
+        super().__init__()
         self.n_layers = check_mtp(target, 1)
         self.mtp = load_mtp_model(target)
         self._mtp_config = target.model.config.get_mtp_config()
@@ -101,18 +97,12 @@ class MtpDrafter:
         target_runner.record_outputs()
         self.device = target.device
         self._seen: list[int] = []  # the context + drafts the MTP cache entries were computed with
-        self._sampling = SamplingConfig()
-        self._generator: torch.Generator | None = None
 
     def _new_cache(self):
         from transformers.cache_utils import MtpCache
         cache = MtpCache(config=self._mtp_config)
         cache.activate_past_recording()  # sliding MTP layers can then be rolled back too
         return cache
-
-    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self._sampling = sampling
-        self._generator = generator
 
     def _layer_length(self, layer: int) -> int:
         return int(self.cache.get_seq_length(layer)) if layer < len(self.cache.layers) else 0
@@ -126,16 +116,6 @@ class MtpDrafter:
         for layer in range(min(k, len(self.cache.layers))):
             self.cache.layers[layer].crop(-(self._layer_length(layer) - start))
         return start
-
-    def _pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
-        """A drafted token and the row it was drawn from (logits when greedy: softmaxed once, later)."""
-        import torch
-
-        from engine.core.sampling import probabilities, sample
-        if self._sampling.greedy:
-            return int(torch.argmax(logits)), logits
-        probs = probabilities(logits, self._sampling)
-        return int(sample(probs, self._generator)), probs
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         import torch
@@ -157,13 +137,12 @@ class MtpDrafter:
             positions = torch.arange(start + layer + 1, n_cached + layer + 1, device=self.device).unsqueeze(0)
             hidden = self.mtp.forward_layer(layer, hidden, positions, self.cache, input_ids=tokens)
             logits = self.mtp._project_to_logits(hidden[:, -1:, :])[0, -1].float()
-            token, row = self._pick(logits)
+            token, row = self.pick(logits)
             draft_ids.append(token)
             rows.append(row)
             sequence.append(token)
         self._seen = sequence
-        stacked = torch.stack(rows)
-        return Proposal(draft_ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+        return self.proposal(draft_ids, rows)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() compares the new context with what the MTP cache saw
@@ -199,7 +178,7 @@ def _check_llama_k(head, k: int) -> int:
     return head.n_heads
 
 
-class LlamaMtpDrafter:
+class LlamaMtpDrafter(PickingDrafter):
     """Drafts with the target's MTP head on llama.cpp, from the hidden states of the target runner."""
 
     name = NAME
@@ -207,6 +186,7 @@ class LlamaMtpDrafter:
 
     def __init__(self, target: LoadedModel, target_runner: Runner, draft: str | None) -> None:
         from engine.backends.llama_cpp_mtp import MtpContext
+        super().__init__()
         self.head = _llama_head(target, draft)
         self.context = MtpContext(self.head, target_runner)
         where = f"{self.head.sidecar.name} beside the model" if self.head.sidecar else "inside the model"
@@ -214,34 +194,21 @@ class LlamaMtpDrafter:
                      if self.head.chained else
                      f"MTP on llama.cpp: 1 head ({where}), re-applied on its own guess for each drafted "
                      "token after the first")
-        self._sampling = SamplingConfig()
-        self._generator: torch.Generator | None = None
-
-    def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self._sampling = sampling
-        self._generator = generator
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         import torch
 
-        from engine.core.sampling import probabilities, sample
         if k < 1 or len(context_ids) < 2:
             return Proposal.empty()
         rows: list[torch.Tensor] = []
 
         def pick(logits: torch.Tensor) -> int:
-            if self._sampling.greedy:
-                rows.append(logits)
-                return int(torch.argmax(logits))
-            probs = probabilities(logits, self._sampling)
-            rows.append(probs)
-            return int(sample(probs, self._generator))
+            token, row = self.pick(logits)
+            rows.append(row)
+            return token
 
         ids, _ = self.context.draft(context_ids, k, pick)
-        if not ids:
-            return Proposal.empty()
-        stacked = torch.stack(rows)
-        return Proposal(ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+        return self.proposal(ids, rows)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() catches the head's cache up with what the target kept
