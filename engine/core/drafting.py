@@ -81,3 +81,18 @@ class PickingDrafter:
             return Proposal.empty()
         stacked = torch.stack(rows)
         return Proposal(ids, torch.softmax(stacked, dim=-1) if self._sampling.greedy else stacked)
+
+    def proposal_from(self, draft, context_ids: list[int], k: int) -> Proposal:
+        """Up to k tokens from `draft(context_ids, k, choose)`, a loop that runs a head and asks `choose(logits)`
+        for each token (llama.cpp's MTP and assistant contexts), each chosen by pick()."""
+        if k < 1 or len(context_ids) < 2:
+            return Proposal.empty()
+        rows: list[torch.Tensor] = []
+
+        def choose(logits: torch.Tensor) -> int:
+            token, row = self.pick(logits)
+            rows.append(row)
+            return token
+
+        ids, _ = draft(context_ids, k, choose)
+        return self.proposal(ids, rows)

@@ -143,19 +143,7 @@ class LlamaAssistantDrafter(PickingDrafter):
         self.context = AssistantContext(draft.native, target.native, target_runner)
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
-        import torch
-
-        if k < 1 or len(context_ids) < 2:
-            return Proposal.empty()
-        rows: list[torch.Tensor] = []
-
-        def pick(logits: torch.Tensor) -> int:
-            token, row = self.pick(logits)
-            rows.append(row)
-            return token
-
-        ids, _ = self.context.draft(context_ids, k, pick)
-        return self.proposal(ids, rows)
+        return self.proposal_from(self.context.draft, context_ids, k)
 
     def observe(self, n_accepted: int) -> None:
         pass  # no state of its own: the next round reads the target's cache and states again

@@ -196,19 +196,7 @@ class LlamaMtpDrafter(PickingDrafter):
                      "token after the first")
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
-        import torch
-
-        if k < 1 or len(context_ids) < 2:
-            return Proposal.empty()
-        rows: list[torch.Tensor] = []
-
-        def pick(logits: torch.Tensor) -> int:
-            token, row = self.pick(logits)
-            rows.append(row)
-            return token
-
-        ids, _ = self.context.draft(context_ids, k, pick)
-        return self.proposal(ids, rows)
+        return self.proposal_from(self.context.draft, context_ids, k)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() catches the head's cache up with what the target kept
