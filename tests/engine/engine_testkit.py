@@ -186,3 +186,43 @@ def save_tiny_hybrid_model(folder: Path, tokenizer, seed: int = 0, noise: float 
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+class SteeredDrafter:
+    """A real drafter whose proposals are replaced by turns: the target's own continuation (accepted whole),
+    a wrong first token (rejected at position 0), or its own guess. Its inner drafter proposes every round, so
+    its state follows the engine's as it would unsteered."""
+
+    def __init__(self, inner, continuation: list[int], prompt_length: int, vocab: int) -> None:
+        self.inner, self.continuation, self.prompt_length, self.vocab = inner, continuation, prompt_length, vocab
+        self.name, self.free_to_propose, self.note = inner.name, False, None
+        self.turn = 0
+
+    def begin(self, sampling, generator):
+        self.inner.begin(sampling, generator)
+
+    def propose(self, context_ids, k):
+        proposal = self.inner.propose(context_ids, k)
+        done = len(context_ids) - self.prompt_length
+        own = self.continuation[done:done + k]
+        self.turn += 1
+        if self.turn % 3 == 1 and len(own) == k:
+            ids = own
+        elif self.turn % 3 == 2:
+            ids = [(own[0] + 1) % self.vocab] + own[1:] if own else proposal.ids
+        else:
+            return proposal
+        return type(proposal)(ids, None)
+
+    def observe(self, n_accepted):
+        self.inner.observe(n_accepted)
+
+    def release(self):
+        self.inner.release()
+
+
+def random_prompt(seed: int, n: int = 8, vocab: int = 390) -> list[int]:
+    """n random ids of the tiny vocabulary (past its special tokens), the same for a seed."""
+    import random
+    rng = random.Random(seed)
+    return [rng.randrange(3, vocab) for _ in range(n)]

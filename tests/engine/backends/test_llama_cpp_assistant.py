@@ -7,8 +7,6 @@ installed."""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
@@ -21,7 +19,7 @@ from engine.core.errors import ConfigError  # noqa: E402
 from engine.drafters import make_drafter  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
 from engine.runtime import local_engine  # noqa: E402
-from engine_testkit import check_round_invariants, run  # noqa: E402
+from engine_testkit import SteeredDrafter, check_round_invariants, random_prompt, run  # noqa: E402
 from tests.fixtures.tiny_gguf import GEMMA4_SHAPE, write_gemma4_assistant, write_qwen35_gguf  # noqa: E402
 
 N_NEW = 40
@@ -48,9 +46,7 @@ def draft(files):
     return load_model(str(files["assistant"]), device="cpu")
 
 
-def prompt(seed: int, n: int = 8) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(3, 390) for _ in range(n)]
+prompt = random_prompt
 
 
 @pytest.fixture(scope="module")
@@ -120,37 +116,6 @@ def test_a_target_context_made_again_is_filled_again(target, files, baselines):
 
 # ------------------------------------------------------------------ the target stays exact
 
-class SteeredAssistant:
-    """The real assistant drafter, its proposal replaced by turns: the target's own continuation (accepted
-    whole), a wrong first token (rejected at position 0) or the assistant's own guess."""
-
-    def __init__(self, inner, continuation: list[int], prompt_length: int, vocab: int) -> None:
-        self.inner, self.continuation, self.prompt_length, self.vocab = inner, continuation, prompt_length, vocab
-        self.name, self.free_to_propose, self.note = inner.name, False, None
-        self.turn = 0
-
-    def begin(self, sampling, generator):
-        self.inner.begin(sampling, generator)
-
-    def propose(self, context_ids, k):
-        proposal = self.inner.propose(context_ids, k)
-        done = len(context_ids) - self.prompt_length
-        own = self.continuation[done:done + k]
-        self.turn += 1
-        if self.turn % 3 == 1 and len(own) == k:
-            ids = own
-        elif self.turn % 3 == 2:
-            ids = [(own[0] + 1) % self.vocab] + own[1:] if own else proposal.ids
-        else:
-            return proposal
-        return type(proposal)(ids, None)
-
-    def observe(self, n_accepted):
-        self.inner.observe(n_accepted)
-
-    def release(self):
-        self.inner.release()
-
 
 def test_full_acceptance_and_rejection_at_zero_leave_the_target_exact(target, draft, files, baselines):
     ids = prompt(1)
@@ -158,7 +123,7 @@ def test_full_acceptance_and_rejection_at_zero_leave_the_target_exact(target, dr
     made = []
 
     def factory(spec, target, draft, target_runner=None):
-        made.append(SteeredAssistant(make_drafter(spec, target, draft, target_runner=target_runner), continuation,
+        made.append(SteeredDrafter(make_drafter(spec, target, draft, target_runner=target_runner), continuation,
                                      len(ids), target.vocab_size))
         return made[-1]
 

@@ -22,7 +22,7 @@ from engine.core.errors import ConfigError, ModelLoadError  # noqa: E402
 from engine.drafters import make_drafter  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
 from engine.runtime import local_engine  # noqa: E402
-from engine_testkit import check_round_invariants, run  # noqa: E402
+from engine_testkit import SteeredDrafter, check_round_invariants, random_prompt, run  # noqa: E402
 from tests.fixtures.tiny_gguf import QWEN35_SHAPE, write_qwen35_gguf, write_qwen35_sidecar  # noqa: E402
 
 N_NEW = 40
@@ -45,9 +45,7 @@ def models(files):
     return {name: load_model(str(files[name]), device="cpu") for name in ("inside", "split", "hybrid")}
 
 
-def prompt(seed: int, n: int = 8) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(3, 390) for _ in range(n)]
+prompt = random_prompt
 
 
 @pytest.fixture(scope="module")
@@ -122,37 +120,6 @@ def test_a_hybrid_target_speculates_losslessly(models, baselines, files, method)
 
 # ------------------------------------------------------------------ both contexts stay exact
 
-class SteeredMtp:
-    """The real MTP drafter, its proposal replaced by turns: the target's own continuation (accepted whole),
-    a wrong first token (rejected at position 0) or the head's own guess."""
-
-    def __init__(self, inner, continuation: list[int], prompt_length: int, vocab: int) -> None:
-        self.inner, self.continuation, self.prompt_length, self.vocab = inner, continuation, prompt_length, vocab
-        self.name, self.free_to_propose, self.note = inner.name, False, None
-        self.turn = 0
-
-    def begin(self, sampling, generator):
-        self.inner.begin(sampling, generator)
-
-    def propose(self, context_ids, k):
-        proposal = self.inner.propose(context_ids, k)  # the head's cache is caught up either way
-        done = len(context_ids) - self.prompt_length
-        own = self.continuation[done:done + k]
-        self.turn += 1
-        if self.turn % 3 == 1 and len(own) == k:
-            ids = own
-        elif self.turn % 3 == 2:
-            ids = [(own[0] + 1) % self.vocab] + own[1:] if own else proposal.ids
-        else:
-            return proposal
-        return type(proposal)(ids, None)
-
-    def observe(self, n_accepted):
-        self.inner.observe(n_accepted)
-
-    def release(self):
-        self.inner.release()
-
 
 @pytest.mark.parametrize("where", ["inside", "split"])
 def test_full_acceptance_and_rejection_at_zero_leave_both_contexts_exact(models, baselines, where):
@@ -162,7 +129,7 @@ def test_full_acceptance_and_rejection_at_zero_leave_both_contexts_exact(models,
     made = []
 
     def factory(spec, target, draft, target_runner=None):
-        made.append(SteeredMtp(make_drafter(spec, target, draft, target_runner=target_runner), continuation,
+        made.append(SteeredDrafter(make_drafter(spec, target, draft, target_runner=target_runner), continuation,
                                len(ids), model.vocab_size))
         return made[-1]
 
