@@ -10,25 +10,14 @@ both, and the model's verify-cost curve (measured with its recurrent-state snaps
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 WIDE = dict(n_embd=1024, n_ff=3072, n_head=8, head_dim=128, n_head_kv=2, d_state=128, n_group=2, dt_rank=8,
             n_layer=8)
-
-
-def complete(server, ids: list[int], n_new: int) -> dict:
-    body = json.dumps({"prompt": ids, "n_predict": n_new, "temperature": 0, "return_tokens": True,
-                       "cache_prompt": False, "ignore_eos": True}).encode()
-    request = urllib.request.Request(server.url + "/completion", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=600) as reply:
-        return json.loads(reply.read())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.measure.verify_cost import measure
     from engine.models.load import load_model
     from engine.runtime import local_engine
-    from llama_server_kit import LlamaServer, find_llama_server
+    from llama_server_kit import LlamaServer, complete_ids, find_llama_server
     if find_llama_server() is None:
         print("no llama-server: run packaging/install.sh")
         return 1
@@ -73,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             our_passes = their_passes = 0
             same, counts = True, []
             for ids in prompts:
-                reply = complete(server, ids, args.new)
+                reply = complete_ids(server, ids, args.new, timeout=600)
                 started = time.perf_counter()
                 finished = list(engine.generate_ids(ids, spec=spec, max_new_tokens=args.new))[-1]
                 ours += time.perf_counter() - started

@@ -130,3 +130,40 @@ class LlamaServer:
     def get(self, endpoint: str) -> str:
         with urllib.request.urlopen(self.url + endpoint, timeout=30) as reply:
             return reply.read().decode()
+
+
+def complete_ids(server: LlamaServer, ids: list[int], n_new: int, timeout: float = 60) -> dict:
+    """llama-server's greedy `/completion` of prompt ids (temperature 0, no prompt cache, past end-of-sequence):
+    its reply, with `tokens` and `timings` (drafted / accepted counts where it speculates)."""
+    import json
+    body = json.dumps({"prompt": ids, "n_predict": n_new, "temperature": 0, "return_tokens": True,
+                       "cache_prompt": False, "ignore_eos": True}).encode()
+    request = urllib.request.Request(server.url + "/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return json.loads(reply.read())
+
+
+def oracle_prompts() -> list[list[int]]:
+    """Four prompts of 6–19 random ids of the tiny fixtures' vocabulary (past its special tokens)."""
+    import random
+    rng = random.Random(7)
+    return [[rng.randrange(3, 390) for _ in range(rng.randrange(6, 20))] for _ in range(4)]
+
+
+def torch_on_engine_threads():
+    """A context for torch on the engine's thread count, as the app and the CLI set it (engine.runtime): a second
+    torch thread beside llama.cpp's on 2 cores turns every softmax into a scheduler wait."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def threads():
+        before = torch.get_num_threads()
+        torch.set_num_threads(engine_threads())
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+    return threads()

@@ -6,9 +6,6 @@ tokens. Skipped where llama-server is not built (packaging/install.sh builds it)
 
 from __future__ import annotations
 
-import json
-import random
-import urllib.request
 
 import pytest
 
@@ -17,7 +14,8 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 from engine.core.config import SpecConfig  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
 from engine.runtime import local_engine  # noqa: E402
-from llama_server_kit import SKIP_REASON, LlamaServer, find_llama_server  # noqa: E402
+from llama_server_kit import (SKIP_REASON, LlamaServer, complete_ids, find_llama_server,  # noqa: E402
+                               oracle_prompts, torch_on_engine_threads)
 from tests.fixtures.tiny_gguf import build  # noqa: E402
 
 pytestmark = pytest.mark.skipif(find_llama_server() is None, reason=SKIP_REASON)
@@ -27,28 +25,15 @@ K = 3
 
 @pytest.fixture(autouse=True)
 def engine_threads_for_torch():
-    """torch on the engine's thread count, as the app and the CLI set it (engine.runtime)."""
-    import torch
-
-    from engine.host import engine_threads
-    before = torch.get_num_threads()
-    torch.set_num_threads(engine_threads())
-    yield
-    torch.set_num_threads(before)
+    with torch_on_engine_threads():
+        yield
 
 
-def prompts() -> list[list[int]]:
-    rng = random.Random(7)
-    return [[rng.randrange(3, 390) for _ in range(rng.randrange(6, 20))] for _ in range(4)]
+prompts = oracle_prompts
 
 
 def complete(server: LlamaServer, ids: list[int]) -> dict:
-    body = json.dumps({"prompt": ids, "n_predict": N_NEW, "temperature": 0, "return_tokens": True,
-                       "cache_prompt": False, "ignore_eos": True}).encode()
-    request = urllib.request.Request(server.url + "/completion", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return json.loads(reply.read())
+    return complete_ids(server, ids, N_NEW)
 
 
 def ours(engine, ids: list[int], spec: SpecConfig):
