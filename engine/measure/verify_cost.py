@@ -34,6 +34,16 @@ def theoretical_from_stats(stats, cost: VerifyCost) -> float | None:
     return speedup_on_curve(tokens_per_pass, drafted_per_pass, cost, draft_per_token)
 
 
+def synchronize(device) -> None:
+    """Wait for the work queued on `device` (CUDA, MPS); nothing to wait for on the CPU, or for llama.cpp,
+    whose logits are read after its own synchronisation."""
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def measure(runner, vocab_size: int, n_max: int, repeats: int = REPEATS) -> VerifyCost:
     """Time passes over 1…n_max tokens after CONTEXT_TOKENS of context, each rolled back, the sizes
     interleaved across repeats so that the machine's load drifts over all of them alike."""
@@ -57,6 +67,7 @@ def _measure(runner, vocab_size: int, n_max: int, repeats: int) -> VerifyCost:
         for n in range(1, n_max + 1):
             started = time.perf_counter()
             runner.forward(ids[CONTEXT_TOKENS:CONTEXT_TOKENS + n], n)
+            synchronize(runner.device)  # a GPU's pass is done when its kernels are, not when they are queued
             times[n - 1].append(time.perf_counter() - started)
             runner.rollback(CONTEXT_TOKENS)
     runner.reset()

@@ -5,6 +5,7 @@ never measures (engine.measure.verify_cost measures and stores). Touches that fo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from engine.backends.source import file_stamp
@@ -14,10 +15,25 @@ from engine.host import cache_root
 CACHE_VERSION = 1
 
 
+def device_key(model) -> str:
+    """What runs the model's layers, for the cache's key: the device the backend names (llama.cpp's logits are
+    on the CPU whatever runs its layers, so a CPU build's curve must not serve a CUDA build's), with the GPU's
+    name (a curve measured on one GPU is not another's)."""
+    where = model.device_label or model.device.type
+    device = model.device
+    if device.type == "cuda":
+        try:
+            import torch
+            where += f" {torch.cuda.get_device_name(device)}"
+        except (RuntimeError, AssertionError, ImportError):  # no driver here: the label alone
+            pass
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", where).strip("_") or device.type
+
+
 def cache_file(model, threads: int) -> Path:
     """Where the curve of `model` (a LoadedModel) on this backend, device, dtype and thread count is kept."""
     stamp = file_stamp(model.source.file)
-    name = (f"{model.source.file.stem}-{stamp}-{model.backend}-{model.device.type}-{model.dtype_label}-"
+    name = (f"{model.source.file.stem}-{stamp}-{model.backend}-{device_key(model)}-{model.dtype_label}-"
             f"{threads}t.json")
     return cache_root() / "verify-cost" / name
 

@@ -156,3 +156,44 @@ def test_another_dtype_is_another_curve(tiny_model, tmp_path, monkeypatch):
     as_bf16 = dataclasses.replace(tiny_model, dtype_label="bfloat16")
     assert cost_cache.cache_file(tiny_model, 1) != cost_cache.cache_file(as_bf16, 1)
     assert tiny_model.dtype_label in cost_cache.cache_file(tiny_model, 1).name
+
+
+def test_another_device_is_another_curve(tiny_model, tmp_path, monkeypatch):
+    """What runs the layers keys the curve: llama.cpp's logits are on the CPU whatever runs its layers, so a
+    CPU build's curve must not serve a CUDA build's; and one GPU's curve is not another's."""
+    import dataclasses
+
+    import torch
+    monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    cpu_build = dataclasses.replace(tiny_model, backend="llama.cpp", device_label="llama.cpp · CPU")
+    cuda_build = dataclasses.replace(cpu_build, device_label="llama.cpp · CUDA (NVIDIA H200)")
+    assert cost_cache.cache_file(cpu_build, 1) != cost_cache.cache_file(cuda_build, 1)
+    assert "CUDA_NVIDIA_H200" in cost_cache.cache_file(cuda_build, 1).name
+    on_gpu = dataclasses.replace(tiny_model, device=torch.device("cuda", 1), device_label="transformers · cuda:1")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA RTX 4090")
+    assert cost_cache.device_key(on_gpu) == "transformers_cuda_1_NVIDIA_RTX_4090"
+
+
+def test_each_timed_pass_waits_for_its_device(monkeypatch):
+    """On a GPU a pass is queued, not done, when forward returns: the timer stops after the device's sync."""
+    import torch
+    calls = []
+
+    class Runner:
+        device = torch.device("cuda", 0)
+        ids: list[int] = []
+
+        def reset(self):
+            self.ids = []
+
+        def forward(self, new_ids, n_logits):
+            calls.append(("forward", len(new_ids)))
+            self.ids += new_ids
+
+        def rollback(self, length):
+            del self.ids[length:]
+
+    monkeypatch.setattr(verify_cost, "synchronize", lambda device: calls.append(("sync", str(device))))
+    verify_cost.measure(Runner(), 100, 2, repeats=1)
+    timed = calls[2:]  # after the context and the warm-up
+    assert timed == [("forward", 1), ("sync", "cuda:0"), ("forward", 2), ("sync", "cuda:0")]
