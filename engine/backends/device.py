@@ -34,16 +34,31 @@ def resolve_device(device: str | None):
     return torch.device(device)
 
 
-def default_dtype(device_type: str):
-    """The dtype a model loads in on a device of this type when none is asked for: bf16 on a CUDA device
-    that supports it (fp16 on one that doesn't, and for a CUDA device this machine lacks), fp16 on MPS; on
+def cuda_native_bf16(index: int | None = None) -> bool:
+    """Whether CUDA device `index` (None: device 0) computes bf16 natively (compute capability ≥ 8.0: Ampere and
+    later). torch's is_bf16_supported() also says yes where bf16 is only emulated (T4, V100, RTX 20xx: much
+    slower than fp16) and asks about the current device, not the chosen one."""
+    import torch
+    if not torch.cuda.is_available():
+        return False
+    try:
+        major, _ = torch.cuda.get_device_capability(index or 0)
+    except (RuntimeError, AssertionError, ValueError):  # an index this machine lacks
+        return False
+    return major >= 8
+
+
+def default_dtype(device: str):
+    """The dtype a model loads in on `device` ("cuda", "cuda:1", "mps", "cpu") when none is asked for: bf16 on
+    a CUDA device that computes it natively (fp16 on one that would emulate it, and for a CUDA device this
+    machine lacks), fp16 on MPS; on
     the CPU bf16 where it computes bf16 natively (AVX512-BF16 or AMX: engine.host reads the flags), float32
     elsewhere. Outputs that differ from plain decoding by bf16 rounding are told apart from errors by
     engine.measure.divergence; exact equality is checked in float32 (`--dtype float32`, --strict)."""
     import torch
+    device_type, _, index = str(device).partition(":")
     if device_type == "cuda":
-        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if bf16 else torch.float16
+        return torch.bfloat16 if cuda_native_bf16(int(index) if index.isdigit() else None) else torch.float16
     if device_type == "mps":
         return torch.float16
     return torch.bfloat16 if host.native_bf16() else torch.float32
@@ -56,7 +71,7 @@ def resolve_dtype(dtype, device):
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None or dtype == "auto":
-        return default_dtype(str(device).split(":")[0])
+        return default_dtype(str(device))
     name = DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
     if name is None:
         raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
@@ -68,4 +83,4 @@ def dtype_label(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-__all__ = ["DTYPE_NAMES", "resolve_device", "default_dtype", "resolve_dtype", "dtype_label"]
+__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_native_bf16", "default_dtype", "resolve_dtype", "dtype_label"]

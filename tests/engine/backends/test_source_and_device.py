@@ -65,8 +65,13 @@ def test_one_dtype_resolver_for_loading_and_estimates(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_dtype("cuda") is torch.float16  # no CUDA here to say it supports bf16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    # bf16 only where the chosen GPU computes it natively (compute capability ≥ 8.0): torch's
+    # is_bf16_supported() says yes for emulated bf16 too (T4 is 7.5), and asks about the current device
+    capabilities = {0: (7, 5), 1: (9, 0)}  # a T4 as device 0, an H100 as device 1
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capabilities[index or 0])
     assert resolve_dtype(None, "cuda:1") is torch.bfloat16
+    assert resolve_dtype(None, "cuda:0") is torch.float16 and resolve_dtype(None, "cuda") is torch.float16
     with pytest.raises(ModelLoadError, match="unknown dtype 'int3'"):
         resolve_dtype("int3", "cpu")
     assert dtype_label(torch.bfloat16) == "bfloat16" and dtype_label("Q4_1") == "Q4_1"
