@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.cli.main import main
 
@@ -30,6 +31,14 @@ sys.meta_path.insert(0, NoQt())
 """
 
 
+def assert_greedy_equal(row, n):
+    """A bench row's greedy outputs equal plain decoding's: token for token in float32 on a CPU; on a GPU, whose
+    batched and one-token kernels may round apart, up to near-ties told apart by engine.measure.divergence."""
+    assert row["mismatches"] == 0 and row["identical_to_none"] + row["near_ties"] == n, row
+    if not torch.cuda.is_available():
+        assert row["identical_to_none"] == n
+
+
 def run_cli(capsys, *argv):
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -45,7 +54,8 @@ def run_cli(capsys, *argv):
     (["generate", "--method", "draft-model", "hi"], "needs a draft model"),
     (["generate", "--method", "magic", "hi"], "invalid choice"),
     (["generate", "--model", "/no/such/model", "hi"], "model not found"),
-    (["generate", "--device", "cuda", "hi"], "CUDA was asked for"),
+    pytest.param(["generate", "--backend", "transformers", "--device", "cuda", "hi"], "CUDA was asked for",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     (["generate", "   "], "the prompt is empty"),
     (["generate", "--backend", "transformers", "--method", "early-exit", "--layers", "30", "hi"],
      "layers must be from 1 to 29"),
@@ -103,7 +113,9 @@ def test_generate_runs_the_builtin_model_on_llama_cpp_by_default(capsys):
     code, out, err = run_cli(capsys, "generate", "--json", "--max-new-tokens", "8", "Name a colour.")
     assert code == 0
     events = [json.loads(line) for line in out.splitlines()]
-    assert events[0]["device"] == "llama.cpp · CPU" and events[0]["dtype"] == "Q4_1"
+    from engine.backends.llama_cpp import accelerators
+    found = accelerators()  # the layers go to the first GPU llama.cpp finds, else they stay on the CPU
+    assert events[0]["device"] == f"llama.cpp · {found[0] if found else 'CPU'}" and events[0]["dtype"] == "Q4_1"
     assert events[-1]["stats"]["committed_tokens"] >= 1
 
 
@@ -125,7 +137,7 @@ def test_bench_table_and_json(tmp_path, capsys):
     assert set(configs) == {"none", "prompt-lookup:k=3"}
     overall = configs["prompt-lookup:k=3"]["all"]
     assert overall["prompts"] == 3
-    assert overall["identical_to_none"] == 3  # greedy speculation changes nothing
+    assert_greedy_equal(overall, 3)  # greedy speculation changes nothing
     assert configs["none"]["all"]["speedup"] == pytest.approx(1.0)
     assert overall["ours_over_hf"] > 0
     assert set(configs["none"]) == {"all", "summarization", "coding", "general"}
@@ -155,7 +167,7 @@ def test_bench_compare_llama(tmp_path, capsys):
         assert 0 <= overall["llama_cpp_python_identical"] <= 2
         assert overall["theoretical_speedup_measured_cost"] > 0
     assert "llama_cpp_python_tok_per_s" not in configs["draft-model:k=2,draft=default"]["all"]  # theirs can't
-    assert configs["draft-model:k=2,draft=default"]["all"]["identical_to_none"] == 2
+    assert_greedy_equal(configs["draft-model:k=2,draft=default"]["all"], 2)
     on_transformers = configs["none:backend=transformers"]["all"]
     assert on_transformers["speedup"] == pytest.approx(1.0) and on_transformers["plain_vs_none"] > 0
     assert configs["prompt-lookup:k=2,backend=transformers"]["all"]["prompts"] == 2

@@ -1,5 +1,6 @@
 """Fixtures for the engine suite: a tiny Llama built here (no download), its tokenizer, a perturbed copy to
-draft with, and the built-in default model (session-scoped: loaded once per run)."""
+draft with, and the built-in default model (session-scoped: loaded once per run), on the device
+SPECSCOPE_TEST_DEVICE names (engine_testkit.device_under_test: cpu when unset); and the `cuda` marker's skip."""
 
 from __future__ import annotations
 
@@ -12,7 +13,18 @@ import engine.drafters  # noqa: F401  (registers the methods the tests name)
 from engine.core.errors import DefaultModelMissingError
 from engine.models.load import load_model
 from engine.runtime import local_engine
-from engine_testkit import build_tiny_tokenizer, save_tiny_model
+from engine_testkit import build_tiny_tokenizer, device_under_test, save_tiny_model
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` (pyproject.toml) skip, saying why, where torch finds no CUDA device."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA device; torch {torch.__version__} finds none here")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -50,7 +62,8 @@ def tiny_draft_dir(tmp_path_factory, tiny_tokenizer) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_dir):
-    return load_model(str(tiny_dir), device="cpu", dtype="float32")
+    """On SPECSCOPE_TEST_DEVICE (default cpu)."""
+    return load_model(str(tiny_dir), device=device_under_test(), dtype="float32")
 
 
 @pytest.fixture
@@ -64,7 +77,7 @@ def default_model(specscope_cache_dir):
     """The built-in model on the transformers backend (float32); tests/engine/test_llama_cpp*.py run it on
     llama.cpp."""
     try:
-        return load_model("default", device="cpu", dtype="float32", backend="transformers")
+        return load_model("default", device=device_under_test(), dtype="float32", backend="transformers")
     except DefaultModelMissingError as exc:  # only when the package is absent; any other failure fails
         pytest.skip(str(exc))
 

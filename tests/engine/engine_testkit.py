@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -42,6 +43,12 @@ PROMPTS = {
     "qa": "What is the capital of Japan, and what is it famous for?",
     "chat": "Hi! I'm planning a small birthday party for my friend. Any ideas?",
 }
+
+
+def device_under_test() -> str:
+    """Where the engine fixtures load their models: SPECSCOPE_TEST_DEVICE ("cuda", "cuda:1", "mps"), "cpu" when
+    unset. (Not named test_*: pytest would collect it wherever it is imported.)"""
+    return os.environ.get("SPECSCOPE_TEST_DEVICE", "").strip() or "cpu"
 
 
 def build_tiny_tokenizer():

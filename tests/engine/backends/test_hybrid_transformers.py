@@ -15,7 +15,7 @@ from engine.core.drafting import Proposal
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
 from engine.runtime import local_engine
-from engine_testkit import check_round_invariants, factory_for, run, save_tiny_hybrid_model
+from engine_testkit import check_round_invariants, device_under_test, factory_for, run, save_tiny_hybrid_model
 
 N_NEW = 32
 PROMPTS = ("hello world, how are you?", "the lazy dog. the lazy dog. the lazy")
@@ -34,7 +34,7 @@ def hybrid_draft_dir(tmp_path_factory, tiny_tokenizer):
 
 @pytest.fixture(scope="session")
 def hybrid_model(hybrid_dir):
-    return load_model(str(hybrid_dir), device="cpu", dtype="float32")
+    return load_model(str(hybrid_dir), device=device_under_test(), dtype="float32")
 
 
 @pytest.fixture(scope="module")

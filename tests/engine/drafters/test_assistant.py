@@ -11,7 +11,7 @@ from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
 from engine.runtime import local_engine
-from engine_testkit import check_round_invariants, run
+from engine_testkit import check_round_invariants, device_under_test, run
 from selfdraft_testkit import save_gemma4_pair
 
 # longer than the tiny target's sliding window (16), so rollbacks cross it
@@ -26,7 +26,7 @@ def gemma_pair(tmp_path_factory, tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def gemma_target(gemma_pair):
-    return load_model(str(gemma_pair[0]), device="cpu", dtype="float32")
+    return load_model(str(gemma_pair[0]), device=device_under_test(), dtype="float32")
 
 
 def prompt_ids(model):

@@ -20,7 +20,7 @@ from engine.core.sampling import probabilities
 from engine.runtime import local_engine
 from engine.core.verify import rejection_sample
 from engine.training.train import (TrainOptions, _stream, choose_draft_vocab, extract_features, random_batch)
-from engine_testkit import check_round_invariants, run, save_tiny_model
+from engine_testkit import check_round_invariants, device_under_test, run, save_tiny_model
 
 CHI2_CRITICAL_DF5 = 35.89  # p = 1e-6, as in test_engine_sampling
 OPTIONS = TrainOptions(window=32, batch=4, steps_unrolled=2)
@@ -155,7 +155,7 @@ def test_sampling_with_eagle_is_lossless(trained, tiny_model):
 
 
 def test_a_head_for_another_target_is_refused(trained, tiny_tokenizer, tmp_path):
-    other = load_model(str(save_tiny_model(tmp_path / "other", tiny_tokenizer, seed=1)), device="cpu",
+    other = load_model(str(save_tiny_model(tmp_path / "other", tiny_tokenizer, seed=1)), device=device_under_test(),
                        dtype="float32")
     with pytest.raises(ConfigError, match="was trained for"):
         load_head(trained[0], other.model, other.label)

@@ -14,7 +14,7 @@ from engine.core.errors import ConfigError
 from engine.drafters.mtp import check_mtp
 from engine.models.load import load_model
 from engine.runtime import local_engine
-from engine_testkit import check_round_invariants, run
+from engine_testkit import check_round_invariants, device_under_test, run
 from selfdraft_testkit import MTP_LAYERS, mtp_weight_patterns, save_mtp_model
 
 PROMPT = "The quick brown fox"
@@ -34,7 +34,7 @@ def tiny_mtp_patterns():
 @pytest.fixture(scope="module")
 def mtp_model(tmp_path_factory, tiny_tokenizer):
     folder = save_mtp_model(tmp_path_factory.mktemp("tiny-mtp"), tiny_tokenizer)
-    return load_model(str(folder), device="cpu", dtype="float32")
+    return load_model(str(folder), device=device_under_test(), dtype="float32")
 
 
 def save_two_way_model(folder, tokenizer, agree: bool):
@@ -53,7 +53,7 @@ def save_two_way_model(folder, tokenizer, agree: bool):
         if agree and key.startswith("model.layers.") and ".post_norm." in key and int(key.split(".")[2]) >= 2:
             weights[key] = -weights[key]
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return load_model(str(folder), device="cpu", dtype="float32")
+    return load_model(str(folder), device=device_under_test(), dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_k_beyond_the_mtp_layers_is_refused_with_the_bound(mtp_model):
 
 def test_a_checkpoint_without_mtp_weights_is_refused(tmp_path, tiny_tokenizer):
     folder = save_mtp_model(tmp_path / "no-mtp-weights", tiny_tokenizer, with_mtp_weights=False)
-    model = load_model(str(folder), device="cpu", dtype="float32")
+    model = load_model(str(folder), device=device_under_test(), dtype="float32")
     with pytest.raises(ConfigError, match="no usable MTP weights"):
         local_engine(model).generate_ids(prompt_ids(model), spec=SpecConfig(method="mtp", k=1))
 

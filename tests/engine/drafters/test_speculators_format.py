@@ -22,7 +22,7 @@ from engine.core.errors import ConfigError
 from engine.models.load import load_model
 from engine.runtime import local_engine
 from engine.drafters.eagle_formats import EAGLE3_MESSAGE, load_speculators, save_speculators
-from engine_testkit import check_round_invariants, run, save_tiny_model
+from engine_testkit import check_round_invariants, device_under_test, run, save_tiny_model
 
 HIDDEN, INTERMEDIATE = 64, 96  # the head's own layer is narrower than the tiny target's (128)
 VERIFIER = "test-org/tiny-llama"
@@ -219,7 +219,7 @@ def test_our_speculators_folder_drafts_losslessly_and_is_refused_for_another_tar
     _, _, plain = run(engine, [5, 9, 20, 31], max_new_tokens=32)
     _, _, eagle = run(engine, [5, 9, 20, 31], max_new_tokens=32, spec=spec)
     assert eagle.output_ids == plain.output_ids and eagle.stats.drafted_tokens > 0
-    other = load_model(str(save_tiny_model(tmp_path / "other", tiny_tokenizer, seed=1)), device="cpu",
+    other = load_model(str(save_tiny_model(tmp_path / "other", tiny_tokenizer, seed=1)), device=device_under_test(),
                        dtype="float32")
     with pytest.raises(ConfigError, match=f"was trained for {tiny_model.label}, not"):
         load_speculators(tmp_path / "head", other.model, other.label)
