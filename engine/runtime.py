@@ -10,6 +10,7 @@ by the functions that need them.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Callable
@@ -150,12 +151,14 @@ def terminal_progress() -> Progress:
 
 def load_engine(name: str, progress: Progress | None = None, *, device: str = "auto", dtype: str | None = None,
                 trust_remote_code: bool = False, allow_pickle: bool = False, backend: str | None = "auto",
-                method: str | None = None, consent: Consent | None = None, on_status: Progress | None = None):
+                method: str | None = None, consent: Consent | None = None, on_status: Progress | None = None,
+                compile: bool = False):
     """Load the target `name` (engine.models.load.load_model) on `backend` ("auto", "transformers", "llama.cpp";
     None is "auto", decided by the model and the `method` it will run first, if known) and wrap it in the Engine, with the thread limit set and the libraries
     quiet; a server's address gives a RemoteEngine instead. `progress` hears the loader's lines, `on_status`
     the engine's own slow steps later on (loading a draft), `consent` the user's answers for drafts.
-    `trust_remote_code` and `allow_pickle` only ever after the user agreed."""
+    `trust_remote_code` and `allow_pickle` only ever after the user agreed. `compile`: the target and its draft
+    model on torch.compile'd static-cache runners (engine.backends.transformers_static)."""
     from engine.models.sources import is_server_url
     if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote.engine)
         from engine.remote.engine import load_remote
@@ -163,8 +166,9 @@ def load_engine(name: str, progress: Progress | None = None, *, device: str = "a
     limit_torch_threads()
     quiet_libraries()
     target = load_model(name, device=device, dtype=dtype, progress=progress, trust_remote_code=trust_remote_code,
-                        allow_pickle=allow_pickle, backend=backend or "auto", method=method)
-    return local_engine(target, consent=consent, on_status=on_status)
+                        allow_pickle=allow_pickle, backend=backend or "auto", method=method, compile=compile)
+    draft_loader = functools.partial(load_model, compile=True) if compile else load_model
+    return local_engine(target, consent=consent, on_status=on_status, draft_loader=draft_loader)
 
 
 class BackendRouter:

@@ -387,9 +387,11 @@ def _vocab_size(model) -> int:
 
 
 def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.dtype,
-         progress: Progress, trust_remote_code: bool = False) -> LoadedModel:
+         progress: Progress, trust_remote_code: bool = False, compile: bool = False) -> LoadedModel:
     """Load a model and its tokenizer on `device` in `dtype` (a GGUF is converted first, once).
-    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed."""
+    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed. `compile`:
+    runners on a static KV cache, their passes torch.compile'd (engine.backends.transformers_static), where
+    the model allows it (else the eager runner, the reason on `progress`)."""
     started = time.perf_counter()
     folder, converted_now = source.path, False
     if source.gguf_file:
@@ -398,13 +400,19 @@ def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.d
     progress(f"Loading {source.label} on {device.type} ({dtype_label(dtype)})…")
     model, tokenizer = _from_pretrained(name, source, folder, device, dtype, trust_remote_code)
     text_config = model.config.get_text_config()
+    context_length = int(getattr(text_config, "max_position_embeddings", None) or 2048)
+    runner_factory = lambda: TransformersRunner(model)  # noqa: E731
+    if compile:
+        from engine.backends.transformers_static import static_runner_factory
+        runner_factory, context_length, _ = static_runner_factory(model, device, context_length, source.label,
+                                                                  progress)
     return LoadedModel(
         name=name, label=source.label, source=ModelSource(source.kind, folder, None, source.label),
         backend=BACKEND, tokenizer=tokenizer, device=device, dtype=dtype, dtype_label=dtype_label(dtype),
         load_seconds=time.perf_counter() - started, converted_now=converted_now,
         n_layers=int(text_config.num_hidden_layers),
-        context_length=int(getattr(text_config, "max_position_embeddings", None) or 2048),
+        context_length=context_length,
         vocab_size=_vocab_size(model),
         n_parameters=sum(p.numel() for p in model.parameters()), eos_ids=eos_ids(tokenizer, model),
-        runner_factory=lambda: TransformersRunner(model), model=model,
+        runner_factory=runner_factory, model=model,
         device_label=backend_named(BACKEND).device_label(str(device)))

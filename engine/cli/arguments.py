@@ -56,6 +56,13 @@ def add_model_args(parser: argparse.ArgumentParser, *, unset: bool = False, dtyp
                             "transformers backend only (GGUF weights on llama.cpp stay as quantized)")
 
 
+def add_compile_arg(parser: argparse.ArgumentParser) -> None:
+    """--compile: torch.compile'd runners on a static KV cache (engine.backends.transformers_static)."""
+    parser.add_argument("--compile", action="store_true",
+                        help="transformers backend: a static KV cache and torch.compile (CUDA graphs on CUDA); "
+                             "each verify width compiles on its first use (slow, once per run)")
+
+
 def _add_param(parser: argparse.ArgumentParser, param: ParamSpec, unset: bool) -> None:
     if param.type is bool:
         parser.add_argument(param.cli_flag, dest=param.name, action="store_true", default=None, help=param.help)
@@ -146,6 +153,6 @@ def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLIN
                           top_p=_given(args, "top_p", base), seed=_given(args, "seed", base))
 
 
-__all__ = ["add_consent_args", "check_generation_args", "add_model_args", "add_spec_args", "add_sampling_args",
-           "add_generation_args", "spec_from_args", "sampling_from_args", "given_params",
+__all__ = ["add_compile_arg", "add_consent_args", "check_generation_args", "add_model_args", "add_spec_args",
+           "add_sampling_args", "add_generation_args", "spec_from_args", "sampling_from_args", "given_params",
            "DEFAULT_MAX_NEW_TOKENS"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from engine.cli.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
-                                  add_spec_args, check_generation_args, sampling_from_args, spec_from_args)
+from engine.cli.arguments import (add_compile_arg, add_consent_args, add_generation_args, add_model_args,
+                                  add_sampling_args, add_spec_args, check_generation_args, sampling_from_args,
+                                  spec_from_args)
 from engine.cli.terminal import EXIT_BAD_INPUT, warn
 from engine.core.errors import SpecScopeError
 from engine.core.validation import decode_argument
@@ -39,7 +40,8 @@ def cmd_generate(args) -> int:
     answers = consent_answers(args, (args.model, spec.draft))
     engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype, backend=args.backend,
                          trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
-                         method=spec.method, consent=lambda: answers, on_status=progress)
+                         method=spec.method, consent=lambda: answers, on_status=progress,
+                         compile=args.compile)
     events = engine.generate(args.prompt, spec=spec, sampling=sampling, max_new_tokens=args.max_new_tokens,
                              system=args.system, stop_strings=tuple(args.stop or ()))
     if args.json:
@@ -80,6 +82,7 @@ def consent_answers(args, names):
 def add_generate(sub) -> None:
     gen = sub.add_parser("generate", help="answer one prompt, tokens coloured by how they were made")
     add_model_args(gen)
+    add_compile_arg(gen)
     add_spec_args(gen)
     add_sampling_args(gen)
     add_generation_args(gen)

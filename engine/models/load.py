@@ -45,12 +45,13 @@ def check_memory(source: ModelSource, device, dtype) -> None:
 
 def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=None, progress: Progress | None = None,
                trust_remote_code: bool = False, *, allow_pickle: bool = False, backend: str = "auto",
-               method: str | None = None) -> LoadedModel:
+               method: str | None = None, compile: bool = False) -> LoadedModel:
     """Load a model and its tokenizer, ready for inference. Raises ModelLoadError and friends.
     `trust_remote_code` runs the model's own Python code and `allow_pickle` loads pickle-only weights: each only
     ever True after the user agreed, for this model (a pickle-only folder without it: ConsentNeeded).
     `backend`: "auto" or one of engine.backends.BACKENDS; "auto" is decided by the model and `method` (the
-    method it will run, None: the model alone), and a note on that choice goes to `progress`."""
+    method it will run, None: the model alone), and a note on that choice goes to `progress`. `compile`:
+    torch.compile'd runners on a static KV cache (transformers backend only; elsewhere a note says so)."""
     progress = progress or (lambda message: None)
     source = resolve_source(name)
     if not allow_pickle and is_pickle_only(name):
@@ -60,12 +61,14 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
     if choice.note:
         progress(choice.note)
     chosen = backend_named(choice.name)
+    if compile and chosen.name != "transformers":
+        progress(f"--compile: transformers backend only; {chosen.name} runs as it is")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     if not chosen.checks_memory:
         check_memory(source, torch_device, torch_dtype)
     return chosen.load(name, source, device=torch_device, dtype=torch_dtype, progress=progress,
-                       trust_remote_code=trust_remote_code)
+                       trust_remote_code=trust_remote_code, **({"compile": True} if compile else {}))
 
 
 def load_tokenizer_only(name: str, trust_remote_code: bool = False):
