@@ -86,7 +86,9 @@ class DraftProvider:
             answers = self.consent()
             safety_check(name, answers)  # a draft gets the target's two questions (ConsentNeeded)
             self._status(f"Loading draft model {name}…")
-            draft = self._draft_loader(name, device=str(target.device), dtype=target.dtype, progress=self._status,
+            # where the target's layers run (a llama.cpp target's logits are on the CPU even when offloaded)
+            draft = self._draft_loader(name, device=target.placement or str(target.device), dtype=target.dtype,
+                                       progress=self._status,
                                        backend=target.backend, trust_remote_code=name in answers.remote_code_allowed,
                                        allow_pickle=name in answers.pickle_allowed)
         check_tokenizers(target.tokenizer, draft.tokenizer, target.label, draft.label)

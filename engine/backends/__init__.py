@@ -90,6 +90,7 @@ class LoadedModel:
     supports_rollback: bool = True  # False for a recurrent state that can't be cut back: plain decoding only
     rollback_refusal: str = ""  # why not, in the words the user reads, where supports_rollback is False
     device_label: str = ""  # what runs the layers (Backend.device_label), where `device` (the logits') may not say it
+    placement: str = ""  # the device a draft of it loads for, to run where its layers do ("": str(device))
 
     def new_runner(self) -> Runner:
         """A fresh runner (an empty KV cache) on this model's weights."""
@@ -141,6 +142,7 @@ class Backend:
     kv_bytes_per_value: int | None  # its KV cache's element size (kv_cache_bytes); None: the compute dtype's
     checks_memory: bool  # its load refuses a model that doesn't fit by itself (else the loader estimates first)
     device_words: str = "{where}"  # what the user reads for where its layers run
+    places_layers: bool = False  # its load takes the device as asked and decides by its own build (not torch's)
 
     def available(self) -> bool:
         """Whether its library is installed here (asked without importing it)."""
@@ -169,7 +171,7 @@ REGISTRY: tuple[Backend, ...] = (  # in BACKENDS' order; the first is where anyt
             runs_folders=True, gguf="converted", kv_bytes_per_value=None, checks_memory=False),
     Backend("llama.cpp", "engine.backends.llama_cpp_entry", "llama_cpp", "pip install llama-cpp-python==0.3.36",
             runs_folders=False, gguf="native", kv_bytes_per_value=2, checks_memory=True,  # F16 keys and values
-            device_words="llama.cpp · {where}"),
+            device_words="llama.cpp · {where}", places_layers=True),
 )
 
 

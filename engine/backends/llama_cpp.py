@@ -149,13 +149,14 @@ class GgufModel:
     Each user (the target, a draft) gets a context and KV cache of its own from new_runner()."""
 
     def __init__(self, path: Path, *, n_ctx: int | None = None, n_threads: int | None = None,
-                 n_gpu_layers: int | None = None, label: str | None = None) -> None:
+                 n_gpu_layers: int | None = None, label: str | None = None, main_gpu: int | None = None) -> None:
         self.lib = lib = library()
         self.path = Path(path)
         self.label = label or self.path.stem
         self.header = read_header(self.path)
         self.accelerators = accelerators(lib)
         self.n_gpu_layers = _check_gpu_layers(n_gpu_layers, self.accelerators)
+        self.main_gpu = main_gpu if self.n_gpu_layers else None  # one GPU of several, by llama.cpp's index
         self.n_threads = _check_threads(n_threads)
         self._check_weights_fit()
         self.declared_nextn = self.header.nextn_layers
@@ -166,6 +167,8 @@ class GgufModel:
         self._check_nextn_tensors()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = self.n_gpu_layers
+        if self.main_gpu is not None:  # that GPU alone, not split over all of them
+            params.main_gpu, params.split_mode = self.main_gpu, lib.LLAMA_SPLIT_MODE_NONE
         # MTP (nextn) layers are loaded where the file has them, so that method mtp runs without a reload;
         # they are one decoder block each (about 1/n_layers of the weights)
         params.load_mtp = self.declared_nextn > 0
@@ -240,7 +243,7 @@ class GgufModel:
         self.state_bytes = 0  # one sequence's recurrent state (a snapshot's size), measured once
         self.supports_rollback = not self.recurrent
         self.rollback_refusal: str | None = None
-        self.device_label = self.accelerators[0] if self.n_gpu_layers and self.accelerators else "CPU"
+        self.device_label = self.accelerators[self.main_gpu or 0] if self.n_gpu_layers and self.accelerators else "CPU"
 
     def _read_rollback_facts(self) -> None:
         """A recurrent model speculates where llama.cpp keeps per-token snapshots of its state (a small
@@ -333,6 +336,60 @@ def _check_threads(n_threads: int | None) -> int:
     if not isinstance(n_threads, int) or n_threads < 1:
         raise ConfigError(f"threads must be a whole number ≥ 1, got {n_threads!r}")
     return n_threads
+
+
+REBUILD_HINTS = {  # what rebuilds llama-cpp-python for an accelerator (packaging/install.sh does it by itself)
+    "cuda": "CMAKE_ARGS='-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native'",
+    "mps": "CMAKE_ARGS=-DGGML_METAL=on",
+}
+_GPU_WORDS = ("cuda", "mps", "metal", "gpu", "vulkan")
+_warned_cpu_build = False
+
+
+def rebuild_command(kind: str = "cuda") -> str:
+    """The pip command that rebuilds llama-cpp-python for `kind` ("cuda", "mps")."""
+    return (f"{REBUILD_HINTS.get(kind, REBUILD_HINTS['cuda'])} pip install --force-reinstall --no-cache-dir "
+            f"llama-cpp-python=={EXT_VERSION}")
+
+
+def placement(device, accelerators: list[str]) -> tuple[int | None, int | None]:
+    """Where the layers of a model go for `device` as the user asked it ("auto", "cpu", "cuda", "cuda:1", "mps"):
+    (n_gpu_layers or None for llama.cpp's choice, main_gpu or None). llama.cpp decides by its own build, not by
+    torch's: "auto" offloads where this build can, "cpu" never, a GPU device only on a build that has one
+    (DeviceError naming the rebuild otherwise) and, with an index, only one this build finds."""
+    from engine.core.errors import DeviceError
+    text = str(device or "auto").lower()
+    kind, _, index = text.partition(":")
+    if kind in ("auto", "cpu"):
+        return (None if kind == "auto" else 0), None
+    if kind not in _GPU_WORDS:
+        raise DeviceError(f"unknown device {text!r}; use auto, cpu, cuda, cuda:N or mps")
+    if not accelerators:
+        hint = "mps" if kind in ("mps", "metal") else "cuda"
+        raise DeviceError(f"--device {text} asks for the GPU, but this llama-cpp-python is a CPU build (it can't "
+                          f"offload layers): rebuild it with {rebuild_command(hint)} (packaging/install.sh does "
+                          "that when it finds the toolkit), or use --device cpu")
+    if not index:
+        return -1, None
+    if not index.isdigit() or int(index) >= len(accelerators):
+        found = "; ".join(f"{i}: {name}" for i, name in enumerate(accelerators))
+        raise DeviceError(f"{text} was asked for, but llama.cpp finds {len(accelerators)} GPU"
+                          f"{'s' if len(accelerators) != 1 else ''} here ({found})")
+    return -1, int(index)
+
+
+def warn_cpu_build(accelerators: list[str], device, progress) -> None:
+    """Once per process: a CPU build of llama.cpp on a machine where torch sees a CUDA GPU runs every layer on the
+    CPU; say so with the rebuild command (unless the CPU was asked for)."""
+    global _warned_cpu_build
+    if accelerators or _warned_cpu_build or str(device or "auto").lower() == "cpu" or progress is None:
+        return
+    if not torch.cuda.is_available():
+        return
+    _warned_cpu_build = True
+    progress(f"warning: this llama-cpp-python is a CPU build, but this machine has a CUDA GPU "
+             f"({torch.cuda.get_device_name(0)}): GGUF models run on the CPU. Rebuild it for the GPU: "
+             f"{rebuild_command('cuda')}")
 
 
 def _check_gpu_layers(n_gpu_layers: int | None, accelerators: list[str]) -> int:
@@ -641,29 +698,33 @@ class LlamaCppRunner:
 
 
 def load_gguf(path: str | Path, *, n_ctx: int | None = None, n_threads: int | None = None,
-              n_gpu_layers: int | None = None, label: str | None = None) -> GgufModel:
+              n_gpu_layers: int | None = None, label: str | None = None, main_gpu: int | None = None) -> GgufModel:
     """Load a GGUF file on llama.cpp. Raises ModelLoadError (not a whole GGUF, unknown architecture, not a
     language model), ConfigError (a setting out of range) or OutOfMemoryError (the context doesn't fit),
     with nothing left loaded."""
-    return GgufModel(Path(path), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, label=label)
+    return GgufModel(Path(path), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, label=label,
+                     main_gpu=main_gpu)
 
 
-def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, progress=None,
+def load(name: str, source: "ModelSource", *, device="auto", dtype=None, progress=None,
          trust_remote_code: bool = False, n_ctx: int | None = None, n_threads: int | None = None,
          n_gpu_layers: int | None = None) -> LoadedModel:
     """A GGUF model (engine.backends.llama_cpp_entry.load, the backend's entry point, sends it here): a .gguf source (or the built-in model) as a
-    LoadedModel whose runners are llama.cpp contexts. Layers go to the GPU unless `device` is the CPU; `dtype`
-    does not apply (the weights stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
+    LoadedModel whose runners are llama.cpp contexts. `device` as the user asked it ("auto", "cpu", "cuda:1"):
+    where the layers go is this llama.cpp build's to say (`placement`), not torch's. `dtype` does not apply
+    (the weights stay quantized as stored). `trust_remote_code` does not apply either: a GGUF carries no code."""
     started = time.perf_counter()
     if not source.gguf_file:
         raise ModelLoadError(f"{name} is not a .gguf file; the llama.cpp backend runs GGUF models only (use "
                              "--backend transformers for Hugging Face folders and hub ids)")
-    if n_gpu_layers is None and device.type == "cpu":
-        n_gpu_layers = 0
+    found = accelerators(library())
+    layers, main_gpu = placement(device, found)
+    n_gpu_layers = layers if n_gpu_layers is None else n_gpu_layers
+    warn_cpu_build(found, device, progress)
     if progress is not None:
         progress(f"Loading {source.label} on llama.cpp…")
     gguf = load_gguf(source.file, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                     label=source.label)
+                     label=source.label, main_gpu=main_gpu)
     return LoadedModel(
         name=name, label=source.label, source=source, backend=BACKEND, tokenizer=gguf.tokenizer,
         device=torch.device("cpu"), dtype=None, dtype_label=gguf.dtype_label,
@@ -671,4 +732,14 @@ def load(name: str, source: "ModelSource", *, device: torch.device, dtype=None, 
         context_length=gguf.context_length, vocab_size=gguf.vocab_size, n_parameters=gguf.n_parameters,
         eos_ids=gguf.tokenizer.eog_ids, runner_factory=gguf.new_runner, model=None, native=gguf,
         supports_rollback=gguf.supports_rollback, rollback_refusal=gguf.rollback_refusal or "",
-        device_label=backend_named(BACKEND).device_label(gguf.device_label))
+        device_label=backend_named(BACKEND).device_label(gguf.device_label),
+        placement=layers_device(gguf.n_gpu_layers, device))
+
+
+def layers_device(n_gpu_layers: int, device) -> str:
+    """The device a draft of a model with `n_gpu_layers` offloaded, loaded for `device`, is loaded for: the CPU
+    where none is offloaded, else where the target went."""
+    if not n_gpu_layers:
+        return "cpu"
+    text = str(device or "auto").lower()
+    return "auto" if text == "cpu" else text

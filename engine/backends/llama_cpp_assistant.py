@@ -33,7 +33,7 @@ from engine.backends import LoadedModel, backend_named
 from engine.backends.gguf_file import ASSISTANT_ARCHITECTURE, ASSISTANT_TARGETS, read_header
 from engine.backends.llama_cpp import (BACKEND, GgufModel, LlamaCppRunner, OutOfMemoryError, _check_gpu_layers,
                                        _check_threads, _errors, _llama_error, _memory_check_on, accelerators, library,
-                                       mtp_bindings)
+                                       mtp_bindings, placement)
 from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
 from engine.core.errors import ConfigError, ModelLoadError, SpecScopeError
 from engine.host import free_memory
@@ -120,14 +120,15 @@ class AssistantWeights:
             pass
 
 
-def load(name: str, source: "ModelSource", *, device: torch.device, progress=None, n_threads: int | None = None,
+def load(name: str, source: "ModelSource", *, device="auto", progress=None, n_threads: int | None = None,
          n_gpu_layers: int | None = None, **ignored) -> LoadedModel:
     """A Gemma 4 assistant GGUF as a LoadedModel (engine.backends.llama_cpp_entry.load sends these here): `native` is
-    its AssistantWeights, and it makes no runner of its own (method assistant drafts with it)."""
+    its AssistantWeights, and it makes no runner of its own (method assistant drafts with it). `device` as asked
+    (engine.backends.llama_cpp.placement)."""
     started = time.perf_counter()
-    if n_gpu_layers is None and device.type == "cpu":
-        n_gpu_layers = 0
     found = accelerators()
+    layers, _main_gpu = placement(device, found)
+    n_gpu_layers = layers if n_gpu_layers is None else n_gpu_layers
     if progress is not None:
         progress(f"Loading the assistant {source.label} on llama.cpp…")
     weights = AssistantWeights(source.file, n_threads=n_threads, n_gpu_layers=_check_gpu_layers(n_gpu_layers, found),

@@ -63,6 +63,9 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
     chosen = backend_named(choice.name)
     if compile and chosen.name != "transformers":
         progress(f"--compile: transformers backend only; {chosen.name} runs as it is")
+    if chosen.places_layers:  # llama.cpp: its own build says which devices there are, whatever torch was built for
+        return chosen.load(name, source, device=device or "auto", dtype=None, progress=progress,
+                           trust_remote_code=trust_remote_code)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     if not chosen.checks_memory:
