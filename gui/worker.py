@@ -22,6 +22,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.backends import is_local_backend
+from engine.backends.device import free_cached_memory
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.models.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
 from engine.models.consent import ConsentAnswers, ConsentNeeded, safety_check
@@ -159,6 +160,7 @@ class EngineWorker(QObject):
         self._loader = loader or load_real_engine
         self._engine = None
         self._loaded_key: tuple | None = None
+        self._loaded: tuple[str, LoadOptions] | None = None  # the loaded model's name and options
         self._router = None  # engine.runtime.BackendRouter: the loaded model on other backends too
         # set from the GUI thread (one reference assignment of a frozen value), read here before each load
         self.load_options = LoadOptions()
@@ -295,10 +297,28 @@ class EngineWorker(QObject):
         options = self.load_options
         if self._engine is not None and options.key(name) == self._loaded_key:
             return True
+        try:
+            safety_check(name, options.consent())
+        except ConsentNeeded as exc:
+            self.consent_needed.emit(name, exc.kind, str(exc))
+            return False
+        except SpecScopeError as exc:  # refused by the user's own answer: the loaded model stays
+            self.model_load_started.emit(name)
+            self.load_failed.emit(name, error_message(exc))
+            return False
+        previous = self._loaded
+        self._unload()  # the old model's memory is free before the new one asks for it (a GPU holds one, not two)
+        if self._load(name, options):
+            return True
+        if previous is not None and previous[0] != name:  # back to the model that was loaded: nothing is lost
+            self.status_reported.emit(f"Loading {previous[0]} again…")
+            self._load(*previous)
+        return False
+
+    def _load(self, name: str, options: LoadOptions) -> bool:
         self.model_load_started.emit(name)
         self.status_reported.emit(f"Loading {name}…")
         try:
-            safety_check(name, options.consent())
             engine = self._loader(name, self.model_load_progressed.emit, **options.loader_kwargs(name),
                                   **self._callbacks())
             limit_torch_threads(import_torch=False)
@@ -308,13 +328,31 @@ class EngineWorker(QObject):
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, SpecScopeError):
                 traceback.print_exc()
+            free_cached_memory()  # what the failed load allocated
             self.load_failed.emit(name, error_message(exc))
             return False
         self._engine = engine
         self._router = None  # a comparison on another backend loads the new model there
         self._loaded_key = options.key(name)
+        self._loaded = (name, options)
         self.model_loaded.emit(model_info(engine, name))
         return True
+
+    def _unload(self) -> None:
+        """Drop the loaded engine (and the same model on other backends) and hand its memory back to the device."""
+        engine, router = self._engine, self._router
+        self._engine = self._router = None
+        self._loaded_key = self._loaded = None
+        if engine is None:
+            return
+        for held in (router, engine):
+            if held is not None:
+                try:
+                    held.release()
+                except Exception:  # noqa: BLE001 — a cache that can't be freed is dropped with its engine anyway
+                    traceback.print_exc()
+        del engine, router, held
+        free_cached_memory()
 
 
 class WorkerThread:

@@ -30,8 +30,51 @@ def resolve_device(device: str | None):
     if kind == "mps" and not host.mps_available():
         raise DeviceError("MPS was asked for, but it is not available here; use --device cpu")
     if kind not in ("cpu", "cuda", "mps"):
-        raise DeviceError(f"unknown device {device!r}; use auto, cpu, cuda or mps")
-    return torch.device(device)
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:  # "cuda:x", "cpu:0:1"
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if kind == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        names = ", ".join(f"cuda:{i}" for i in range(count))
+        raise DeviceError(f"{device} was asked for, but this machine has {count} CUDA device"
+                          f"{'s' if count != 1 else ''} ({names})")
+    return chosen
+
+
+def cuda_devices() -> list[str]:
+    """"cuda:0", "cuda:1", … for each CUDA device torch sees here (empty without CUDA); what the GUI offers."""
+    import torch
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def cuda_name(device: str) -> str:
+    """"NVIDIA H200" for a CUDA device string, "" where it is not one here."""
+    import torch
+    kind, _, index = str(device).partition(":")
+    if kind != "cuda" or not torch.cuda.is_available():
+        return ""
+    try:
+        return torch.cuda.get_device_name(int(index) if index.isdigit() else 0)
+    except (RuntimeError, AssertionError, ValueError):
+        return ""
+
+
+def free_cached_memory() -> None:
+    """Hand the memory torch keeps cached for freed tensors back to the device (CUDA, MPS), after a model or
+    its caches were dropped: what another model, or llama.cpp, loads into next. Cheap where there is none."""
+    import gc
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    mps = getattr(torch, "mps", None)
+    if host.mps_available() and mps is not None and hasattr(mps, "empty_cache"):
+        mps.empty_cache()
 
 
 def cuda_native_bf16(index: int | None = None) -> bool:
@@ -83,4 +126,4 @@ def dtype_label(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_native_bf16", "default_dtype", "resolve_dtype", "dtype_label"]
+__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_devices", "cuda_name", "free_cached_memory", "cuda_native_bf16", "default_dtype", "resolve_dtype", "dtype_label"]

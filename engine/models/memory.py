@@ -22,6 +22,9 @@ __all__ = ["MemoryEstimate", "estimate_memory", "estimate_memory_on", "memory_ch
 DEFAULT_CONTEXT_TOKENS = 4096  # the KV-cache estimate's context unless the caller says otherwise
 RUNTIME_OVERHEAD_BYTES = 256 * 2**20  # activations, logits, allocator slack: rough, on top of weights + KV
 RUNTIME_OVERHEAD_FRACTION = 0.05
+# A process's first use of a CUDA device creates its context (≈ 0.3–0.5 GB of device memory, more with lazy
+# module loading off); counted where no context exists yet, since the free figure read before it can't show it
+CUDA_CONTEXT_BYTES = 448 * 2**20
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
                "float8_e4m3fn": 1, "float8_e5m2": 1, "int32": 4, "int64": 8, "int16": 2, "bool": 1}
@@ -76,10 +79,42 @@ def _kv_bytes(entry: CatalogEntry, n_tokens: int, bytes_per_value: int) -> int:
                           bytes_per_value)
 
 
+def cuda_context_pending(device: str) -> bool:
+    """Whether loading on `device` would create this process's CUDA context first (none exists yet)."""
+    if not str(device).startswith("cuda"):
+        return False
+    import torch
+    return torch.cuda.is_available() and not torch.cuda.is_initialized()
+
+
 def _estimate(device: str, dtype: str, n_tokens: int, weights: int, kv: int) -> MemoryEstimate:
     overhead = RUNTIME_OVERHEAD_BYTES + int(RUNTIME_OVERHEAD_FRACTION * weights)
+    if cuda_context_pending(device):  # asked before free_memory, whose query makes the context
+        overhead += CUDA_CONTEXT_BYTES
+    free = free_memory(device) if device.split(":")[0] in ("cpu", "cuda", "mps") else None
     return MemoryEstimate(device=device, dtype=dtype, context_tokens=n_tokens, weights_bytes=weights,
-                          kv_cache_bytes=kv, overhead_bytes=overhead, free_bytes=free_memory(device))
+                          kv_cache_bytes=kv, overhead_bytes=overhead, free_bytes=free)
+
+
+def _llama_cpp_device(device) -> str:
+    """Where llama.cpp puts a GGUF's layers for `device` as asked: its own build decides (a CPU build keeps
+    them in RAM, whatever torch sees): "cpu", "cuda", "cuda:1", "mps", or the GPU's kind where its free memory
+    is not known here ("vulkan")."""
+    text = str(device or "auto").lower()
+    if text == "cpu":
+        return "cpu"
+    try:
+        from engine.backends import llama_cpp
+        found = llama_cpp.accelerators(llama_cpp.library())
+        layers, main_gpu = llama_cpp.placement(text, found)
+    except Exception:  # llama.cpp missing, or a device it refuses: the loader will say so
+        return "cpu"
+    if not found or layers == 0:
+        return "cpu"
+    kind = found[0 if main_gpu is None else main_gpu].split(" ")[0].lower()
+    if kind == "cuda":
+        return "cuda" if main_gpu is None else f"cuda:{main_gpu}"
+    return "mps" if kind == "metal" else kind
 
 
 def estimate_memory(entry: CatalogEntry, device: str = "auto", dtype=None,
@@ -106,6 +141,8 @@ def estimate_memory_on(entry: CatalogEntry, backend: str, device: str = "auto", 
     chosen = backend_named(entry_backend(entry, backend))
     if entry.weights_format != "gguf" or not chosen.runs_as_stored(entry_source(entry)):
         return estimate_memory(entry, device, dtype, context_tokens)
+    if chosen.places_layers:
+        device = _llama_cpp_device(device)
     device, dtype_name = _device_and_dtype(device, dtype)
     n_tokens = _context(entry, context_tokens)
     kv = _kv_bytes(entry, n_tokens, chosen.kv_bytes_per_value or DTYPE_BYTES[dtype_name])

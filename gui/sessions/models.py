@@ -20,7 +20,7 @@ from engine.models import catalog, pairing, pairs, secrets
 from engine.models.memory import DEFAULT_CONTEXT_TOKENS, estimate_memory_on
 from engine.models.pairs import DRAFT_IS_TARGET
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICES = ("auto", "cpu", "cuda", "mps")  # and cuda:N for each of several CUDA devices (device_choices)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 KIND_LABELS = {"built-in": "built in", "hub-cache": "HF cache", "folder": "folder", "gguf": "GGUF file"}
 
@@ -39,24 +39,53 @@ class PairVerdict:
     drafts: tuple  # compatible CatalogEntry candidates for the target
 
 
-def device_availability() -> dict[str, bool]:
-    """Which devices this machine has: what engine.backends.device.resolve_device (the one resolver) accepts."""
+def device_choices() -> tuple[str, ...]:
+    """The devices the manager offers: DEVICES, and cuda:0, cuda:1, … where torch sees more than one CUDA device
+    (asked without making a CUDA context)."""
+    import torch
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    extra = tuple(f"cuda:{i}" for i in range(count)) if count > 1 else ()
+    return DEVICES[:3] + extra + DEVICES[3:]
+
+
+def device_label(name: str) -> str:
+    """What the device list says for a device name."""
+    fixed = {"auto": "auto (best available)", "cpu": "CPU", "cuda": "CUDA (NVIDIA GPU)", "mps": "MPS (Apple GPU)"}
+    return fixed.get(name) or f"CUDA GPU {name.partition(':')[2]} ({name})"
+
+
+def _llama_cpp_gpus() -> set[str]:
+    """The device names ("cuda", "mps") the installed llama.cpp can put layers on (a CUDA or Metal build),
+    whatever torch was built for; empty for a CPU build or where it is not installed."""
+    try:
+        from engine.backends import llama_cpp
+        found = llama_cpp.accelerators(llama_cpp.library())
+    except Exception:  # not installed, or it fails to start: no GPU from it
+        return set()
+    kinds = {name.split(" ")[0].lower() for name in found}
+    return {"mps" if kind == "metal" else kind for kind in kinds}
+
+
+def device_availability(backend: str = "auto") -> dict[str, bool]:
+    """Which devices this machine has: what engine.backends.device.resolve_device (the one resolver) accepts, and,
+    where GGUF models may run on llama.cpp, the GPU its own build offloads to (a CPU torch beside a CUDA llama.cpp)."""
     from engine.core.errors import DeviceError
     from engine.backends.device import resolve_device
 
     available = {}
-    for name in DEVICES:
+    llama = _llama_cpp_gpus() if backend in ("auto", "llama.cpp") else set()
+    for name in device_choices():
         try:
             resolve_device(name)
             available[name] = True
         except DeviceError:
-            available[name] = False
+            available[name] = name in llama
     return available
 
 
 def list_job(extra: list[str], device: str, dtype: str, backend: str = "auto"):
     entries = catalog.list_models(extra)
-    return entries, estimates_job(entries, device, dtype, backend)(), device_availability()
+    return entries, estimates_job(entries, device, dtype, backend)(), device_availability(backend)
 
 
 def estimates_job(entries, device: str, dtype: str, backend: str = "auto") -> Callable[[], dict]:

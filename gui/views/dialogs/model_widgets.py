@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QGroup
                                QVBoxLayout, QWidget)
 
 from engine.core.config import BACKENDS
-from gui.sessions.models import DEVICES, DTYPES
+from gui.sessions.models import DTYPES, device_choices, device_label
 
 COLUMNS = ("Model", "Source", "Architecture", "Parameters", "Size on disk", "Stored as", "Tokenizer",
            "Memory needed", "Status")
@@ -47,9 +47,8 @@ def build_device_row(manager) -> QHBoxLayout:
     row = QHBoxLayout()
     row.addWidget(QLabel("Device"))
     manager.device = QComboBox()
-    for name in DEVICES:
-        manager.device.addItem({"auto": "auto (best available)", "cpu": "CPU", "cuda": "CUDA (NVIDIA GPU)",
-                                "mps": "MPS (Apple GPU)"}[name], name)
+    for name in device_choices():
+        manager.device.addItem(device_label(name), name)
     manager.device.setCurrentIndex(max(0, manager.device.findData(manager.settings.device())))
     row.addWidget(manager.device)
     row.addSpacing(12)
