@@ -29,7 +29,10 @@ def add_drafter_args(sub, parser_class) -> None:
     train.add_argument("--draft-vocab", type=parse_int, default=8192,
                        help="draft vocabulary: the most frequent tokens the head drafts from (default 8192)")
     train.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
-    train.add_argument("--dtype", default=None, help="float32, bf16 (default: bf16 where the CPU computes it)")
+    train.add_argument("--dtype", default=None,
+                       help="the target's dtype: float32, bf16, fp16 (default: the device's, bf16 where the CPU "
+                            "computes it); the head keeps float32 weights and trains under autocast in bf16 or "
+                            "fp16 (with a GradScaler)")
 
 
 def _options(args):

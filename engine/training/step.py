@@ -35,6 +35,19 @@ class Batch:
     sequence: torch.Tensor  # (B, L) long
     scored: torch.Tensor  # (B, L) bool: positions where acceptance is measured
 
+    def to(self, device: torch.device, features_dtype: torch.dtype | None = None) -> "Batch":
+        """This batch on `device` (the target's, where the head trains), the features in `features_dtype` (None:
+        as they are). From the CPU to CUDA each tensor is pinned and copied without blocking, so the copy overlaps
+        the work already queued."""
+        def moved(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+            if tensor.device != device and device.type == "cuda" and tensor.device.type == "cpu":
+                tensor = tensor.pin_memory().to(device, non_blocking=True)
+            else:
+                tensor = tensor.to(device)
+            return tensor if dtype is None else tensor.to(dtype)  # cast where it now lies
+        return Batch(moved(self.features, features_dtype), moved(self.lse), moved(self.top), moved(self.ids),
+                     moved(self.sequence), moved(self.scored))
+
 
 def step_mask(sequence: torch.Tensor, step: int) -> torch.Tensor:
     """The attention mask (B, 1, L, step·L), True where allowed, of draft step `step` (1-based): row i sees

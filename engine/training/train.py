@@ -16,6 +16,7 @@ engine.models.load. No Qt.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -121,6 +122,116 @@ def extract_features(target, records: list[dict], out: Path, report: Report,
     return data
 
 
+# ---------------------------------------------------------------- where and how the head trains
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the head trains and in what precision: on the target's device (beside the embedding and the output
+    head it reads), its own weights float32 (the optimizer's master copy), its forward under autocast in the
+    target's dtype (bf16, or fp16 with a GradScaler against gradients that underflow). `compute` float32: no
+    autocast, and the features and readout are cast to float32 (a float32 target, or where the device has no
+    autocast or GradScaler for the target's dtype)."""
+
+    device: torch.device
+    compute: torch.dtype
+
+    @property
+    def scaled(self) -> bool:
+        return self.compute == torch.float16
+
+    def autocast(self):
+        if self.compute == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute)
+
+    def scaler(self) -> torch.amp.GradScaler:
+        return torch.amp.GradScaler(self.device.type, enabled=self.scaled)
+
+    def features_dtype(self) -> torch.dtype | None:
+        """What the features are cast to on the device (None: left in the target's dtype, autocast reads them)."""
+        return torch.float32 if self.compute == torch.float32 else None
+
+    def readout(self, output_head: torch.nn.Module, draft_vocab: torch.Tensor) -> torch.Tensor:
+        weight = readout_weight(output_head, draft_vocab)
+        return weight.float() if self.compute == torch.float32 else weight
+
+    def words(self) -> str:
+        mixed = {torch.bfloat16: ", bf16 autocast", torch.float16: ", fp16 autocast with a GradScaler"}
+        return f"{self.device} (float32 weights{mixed.get(self.compute, '')})"
+
+
+def _mixed_precision_works(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch has autocast for `dtype` on this device type (and a GradScaler, for fp16)."""
+    try:
+        if not getattr(torch.amp, "is_autocast_available", lambda _type: True)(device.type):
+            return False
+        with torch.autocast(device.type, dtype=dtype):
+            pass
+        return dtype != torch.float16 or torch.amp.GradScaler(device.type).is_enabled()
+    except (RuntimeError, ValueError, TypeError, AttributeError):
+        return False
+
+
+def placement(target) -> Placement:
+    """The head's Placement for `target`: the device of its embedding and output head (ConfigError when they
+    lie on different devices: the head reads both), in the target's dtype where the device has mixed
+    precision for it."""
+    _, _, embed, output_head = decoder_parts(target.model)
+    devices = {embed.weight.device, output_head.weight.device}
+    if len(devices) > 1:
+        raise ConfigError(f"the EAGLE head reads {target.label}'s token embedding (on {embed.weight.device}) and "
+                          f"its output head (on {output_head.weight.device}) and must sit beside both: load the "
+                          "target on one device (--device cuda, mps or cpu)")
+    device, dtype = output_head.weight.device, output_head.weight.dtype
+    if dtype in (torch.bfloat16, torch.float16) and _mixed_precision_works(device, dtype):
+        return Placement(device, dtype)
+    return Placement(device, torch.float32)
+
+
+def _probe(target, place: Placement) -> None:
+    """One training step of a throwaway head on four positions of random features, as the real steps run
+    (autocast, GradScaler, backward, optimizer step); raises what they would raise."""
+    _, _, embed, output_head = decoder_parts(target.model)
+    vocab = torch.arange(min(16, int(output_head.weight.shape[0])))
+    head = EagleHead(target.model, vocab).float().to(place.device)
+    hidden, n = int(head.config.hidden_size), 4
+    zeros = torch.zeros(1, n, dtype=torch.long)
+    batch = Batch(torch.randn(1, n, hidden, dtype=output_head.weight.dtype), torch.zeros(1, n), zeros, zeros,
+                  zeros, torch.ones(1, n, dtype=torch.bool)).to(place.device, place.features_dtype())
+    optimizer, scaler = torch.optim.SGD(head.parameters(), lr=0.0), place.scaler()
+    with place.autocast():
+        loss, _hits, _counted = loss_and_hits(head, embed, place.readout(output_head, vocab), batch, 2, 0.1)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    float(loss.detach())  # waits for the device: a failure queued on it is raised here
+
+
+def checked_placement(target, report: Report) -> Placement:
+    """placement(target), tried with one throwaway training step before any reply is written (so that a head
+    that can't be placed, or a precision the device can't train in, fails in seconds, not after the replies
+    and features took their share of the budget). Mixed precision that fails falls back to float32; ConfigError
+    when nothing trains there."""
+    place = placement(target)
+    if place.device.type == "meta":
+        raise ConfigError(f"{target.label}'s output head has no weights in memory (device meta: offloaded); the "
+                          "EAGLE head trains beside it: load the target wholly on one device")
+    tried = [place] + ([Placement(place.device, torch.float32)] if place.compute != torch.float32 else [])
+    for number, candidate in enumerate(tried):
+        try:
+            _probe(target, candidate)
+        except (RuntimeError, NotImplementedError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            if number + 1 < len(tried):
+                report(TrainProgress("loading", 0.0, f"{candidate.words()} fails here ({reason}): float32"))
+                continue
+            raise ConfigError(f"the EAGLE head can't train beside {target.label} on {candidate.words()}: "
+                              f"{reason}") from None
+        return candidate
+    raise AssertionError("unreachable")
+
+
 # ---------------------------------------------------------------- 3. training
 
 def choose_draft_vocab(data: dict[str, torch.Tensor], size: int, vocab_size: int) -> torch.Tensor:
@@ -138,27 +249,33 @@ def _stream(data: dict[str, torch.Tensor], held_out: bool) -> dict[str, torch.Te
     return {key: data[key][keep] for key in ("features", "lse", "top", "ids", "sequence", "scored")}
 
 
-def _batch(stream: dict[str, torch.Tensor], starts: list[int], window: int) -> Batch:
+def _batch(stream: dict[str, torch.Tensor], starts: list[int], window: int, place: Placement | None = None) -> Batch:
+    """Windows of the stream (kept on the CPU) stacked into a Batch, moved to `place`'s device (None: left)."""
     def cut(key):
         return torch.stack([stream[key][s:s + window] for s in starts])
-    return Batch(cut("features"), cut("lse"), cut("top"), cut("ids"), cut("sequence"), cut("scored"))
+    batch = Batch(cut("features"), cut("lse"), cut("top"), cut("ids"), cut("sequence"), cut("scored"))
+    return batch if place is None else batch.to(place.device, place.features_dtype())
 
 
-def random_batch(stream: dict[str, torch.Tensor], options: TrainOptions, rng: random.Random) -> Batch:
+def random_batch(stream: dict[str, torch.Tensor], options: TrainOptions, rng: random.Random,
+                 place: Placement | None = None) -> Batch:
     window = min(options.window, len(stream["ids"]))
-    return _batch(stream, [rng.randrange(len(stream["ids"]) - window + 1) for _ in range(options.batch)], window)
+    return _batch(stream, [rng.randrange(len(stream["ids"]) - window + 1) for _ in range(options.batch)], window,
+                  place)
 
 
-def held_out_acceptance(head, embed, readout, stream, options: TrainOptions,
-                        steps: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def held_out_acceptance(head, embed, readout, stream, options: TrainOptions, steps: int,
+                        place: Placement | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Greedy acceptance at draft positions 1…steps on the held-out replies, the head unrolled as it drafts:
     (engine.core.stats' per-position acceptance: accepted at a position / drafts, what the stats panel shows when the
     head drafts k ≥ steps; the conditional one: accepted at a position / drafts that reached it)."""
     n, window = len(stream["ids"]), options.window
     totals = [[0, 0] for _ in range(steps)]
-    with torch.no_grad(), _autocast(readout):
+    place = place or Placement(readout.device, readout.dtype if readout.dtype in (torch.bfloat16, torch.float16)
+                               else torch.float32)
+    with torch.no_grad(), place.autocast():
         for start in range(0, max(1, n - 1), window):
-            batch = _batch(stream, [start], min(window, n - start))
+            batch = _batch(stream, [start], min(window, n - start), place)
             _loss, hits, counted = loss_and_hits(head, embed, readout, batch, steps)
             for total, (accepted, drafted) in zip(totals, acceptance_by_position(hits, counted)):
                 total[0] += accepted
@@ -168,42 +285,40 @@ def held_out_acceptance(head, embed, readout, stream, options: TrainOptions,
             tuple(a / d if d else 0.0 for a, d in totals))
 
 
-def _autocast(readout: torch.Tensor):
-    """bf16 autocast where the target runs in bf16 (the head's own weights stay float32 for the optimizer)."""
-    enabled = readout.dtype == torch.bfloat16
-    return torch.autocast(readout.device.type, dtype=torch.bfloat16, enabled=enabled)
-
-
 def save_checkpoint(out: Path, head: EagleHead, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """The head, the optimizer's moments and the loop's state, so that the same command resumes (no pickle)."""
+    """The head, the optimizer's moments and the loop's state, so that the same command resumes (no pickle);
+    the tensors are written from the CPU, whatever device the head trains on."""
     from safetensors.torch import save_file
-    tensors = {f"head.{k}": v for k, v in head.trainable_state().items()}
+    tensors = {f"head.{k}": v.cpu() for k, v in head.trainable_state().items()}
     names = {id(p): n for n, p in head.named_parameters()}
     for group in optimizer.param_groups:
         for param in group["params"]:
             for key, value in optimizer.state.get(param, {}).items():
-                tensors[f"adam.{names[id(param)]}.{key}"] = torch.as_tensor(value).detach().clone().contiguous()
+                tensors[f"adam.{names[id(param)]}.{key}"] = torch.as_tensor(value).detach().cpu().clone().contiguous()
     save_file(tensors, str(out / (CHECKPOINT_FILE + ".partial")))
     os.replace(out / (CHECKPOINT_FILE + ".partial"), out / CHECKPOINT_FILE)
     (out / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
 
 
 def load_checkpoint(out: Path, head: EagleHead, optimizer: torch.optim.Optimizer) -> dict | None:
-    """Restore a checkpoint written by save_checkpoint for the same target and draft vocabulary, else None."""
+    """Restore a checkpoint written by save_checkpoint for the same target and draft vocabulary, else None.
+    Read on the CPU and placed as the optimizer keeps its state: the moments on their parameter's device and in
+    its dtype, `step` a float32 on the CPU (AdamW's own place for it, neither capturable nor fused)."""
     from safetensors.torch import load_file
     if not (out / CHECKPOINT_FILE).is_file() or not (out / STATE_FILE).is_file():
         return None
-    tensors = load_file(str(out / CHECKPOINT_FILE))
+    tensors = load_file(str(out / CHECKPOINT_FILE), device="cpu")
     state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
     head_state = {k[5:]: v for k, v in tensors.items() if k.startswith("head.")}
-    if not torch.equal(head_state.get("draft_vocab", torch.zeros(0)), head.draft_vocab):
+    if not torch.equal(head_state.get("draft_vocab", torch.zeros(0)), head.draft_vocab.cpu()):
         return None
-    head.load_state_dict(head_state, strict=False)
+    head.load_state_dict(head_state, strict=False)  # copied into the head's parameters, wherever they are
     for name, param in head.named_parameters():
         moments = {key: tensors[f"adam.{name}.{key}"] for key in ("step", "exp_avg", "exp_avg_sq")
                    if f"adam.{name}.{key}" in tensors}
         if moments:
-            optimizer.state[param] = moments
+            optimizer.state[param] = {key: value.float() if key == "step" else value.to(param.device, param.dtype)
+                                      for key, value in moments.items()}
     return state
 
 
@@ -218,6 +333,7 @@ class _Loop:
     acceptance: tuple[float, ...] = ()  # held-out, engine.core.stats' definition (accepted at a position / drafts)
     conditional: tuple[float, ...] = ()  # held-out, accepted at a position / drafts that reached it
     history: list = field(default_factory=list)  # [step, seconds, loss, acceptance…] at each evaluation
+    scaler: dict = field(default_factory=dict)  # the fp16 GradScaler's state (its scale), {} without one
 
 
 def _learning_rate(options: TrainOptions, loop: _Loop, remaining: float) -> float:
@@ -228,26 +344,33 @@ def _learning_rate(options: TrainOptions, loop: _Loop, remaining: float) -> floa
 
 
 def train_head(target, head: EagleHead, data: dict[str, torch.Tensor], options: TrainOptions, out: Path,
-               budget: tuple[float, float], report: Report, cancel: threading.Event) -> _Loop:
+               budget: tuple[float, float], report: Report, cancel: threading.Event,
+               place: Placement | None = None) -> _Loop:
     """Train until the end of `budget` (monotonic start, end) or cancel; evaluate and checkpoint every ~40 s.
-    Resumes from OUT's checkpoint."""
+    Resumes from OUT's checkpoint. The head is moved (in place, float32) to `place`'s device (None:
+    placement(target)); the data stays on the CPU and each batch is moved there."""
     begun, until = budget
+    place = place or placement(target)
+    head.float().to(place.device)
     _, _, embed, output_head = decoder_parts(target.model)
-    readout = readout_weight(output_head, head.draft_vocab)
+    readout = place.readout(output_head, head.draft_vocab)
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.learning_rate, weight_decay=0.0)
     saved = load_checkpoint(out, head, optimizer)
     loop = _Loop(**{**saved, "acceptance": tuple(saved.get("acceptance", ())),
                     "conditional": tuple(saved.get("conditional", ()))}) if saved else _Loop()
+    scaler = place.scaler()
+    if loop.scaler and scaler.is_enabled():
+        scaler.load_state_dict(loop.scaler)
     train, held_out = _stream(data, False), _stream(data, True)
     started, base = time.monotonic(), loop.seconds
     try:
-        _steps(head, embed, readout, optimizer, (train, held_out), options, out, loop, (begun, until), report,
-               cancel)
+        _steps(head, embed, readout, (optimizer, scaler), (train, held_out), options, out, loop, (begun, until),
+               report, cancel, place)
     except KeyboardInterrupt:  # Ctrl+C: keep where it got to, so the same command resumes from here
-        loop.seconds = base + time.monotonic() - started
+        loop.seconds, loop.scaler = base + time.monotonic() - started, scaler.state_dict()
         save_checkpoint(out, head, optimizer, loop.__dict__)
         raise
-    loop.seconds = base + time.monotonic() - started
+    loop.seconds, loop.scaler = base + time.monotonic() - started, scaler.state_dict()
     save_checkpoint(out, head, optimizer, loop.__dict__)
     return loop
 
@@ -258,31 +381,35 @@ def _unroll(options: TrainOptions, fraction: float) -> int:
     return 1 if fraction < options.first_position_share else options.steps_unrolled
 
 
-def _steps(head, embed, readout, optimizer, streams, options: TrainOptions, out: Path, loop: _Loop,
-           budget: tuple[float, float], report: Report, cancel: threading.Event) -> None:
-    """Optimizer steps until the budget's end or cancel; an evaluation and a checkpoint every ~40 s."""
-    (train, held_out), (begun, until) = streams, budget
+def _steps(head, embed, readout, optimizers, streams, options: TrainOptions, out: Path, loop: _Loop,
+           budget: tuple[float, float], report: Report, cancel: threading.Event, place: Placement) -> None:
+    """Optimizer steps until the budget's end or cancel; an evaluation and a checkpoint every ~40 s. An fp16
+    step's loss is scaled (`scaler`, disabled otherwise); a step whose gradients overflow is skipped by it."""
+    (optimizer, scaler), (train, held_out), (begun, until) = optimizers, streams, budget
     rng, started, last_eval, base = random.Random(options.seed + loop.step), time.monotonic(), 0.0, loop.seconds
     steps_eval = max(3, options.steps_unrolled)
     while not cancel.is_set() and time.monotonic() < until:
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(options, loop, until - time.monotonic())
-        batch = random_batch(train, options, rng)
+        batch = random_batch(train, options, rng, place)
         unroll = _unroll(options, (time.monotonic() - started) / max(1e-9, until - started))
-        with _autocast(readout):
+        with place.autocast():
             loss, _hits, _counted = loss_and_hits(head, embed, readout, batch, unroll, options.regression)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         loop.step, loop.tokens_seen = loop.step + 1, loop.tokens_seen + batch.ids.numel()
         loop.loss = float(loss.detach()) if loop.loss is None else 0.9 * loop.loss + 0.1 * float(loss.detach())
         now = time.monotonic()
         if now - last_eval > 40 or now >= until:
             loop.seconds = base + now - started
             loop.acceptance, loop.conditional = held_out_acceptance(head, embed, readout, held_out, options,
-                                                                    steps_eval)
+                                                                    steps_eval, place)
             loop.history.append([loop.step, round(loop.seconds, 1), round(loop.loss, 4), *loop.acceptance])
+            loop.scaler = scaler.state_dict()
             save_checkpoint(out, head, optimizer, loop.__dict__)
             last_eval = time.monotonic()
         fraction = min(1.0, (now - begun) / max(1e-9, until - begun))
@@ -350,6 +477,8 @@ def train(options: TrainOptions, report: Report, cancel: threading.Event | None 
     out = Path(options.out) if options.out else default_head_dir(target_fingerprint(target.model))
     out.mkdir(parents=True, exist_ok=True)
     report = _on_budget(report, (begun, until), out)
+    place = checked_placement(target, report)  # before the replies and features spend their share
+    report(TrainProgress("loading", 0.0, f"the head trains on {place.words()}"))
     records = _replies(target, options, out, begun + options.minutes * 60 * options.data_share, report, cancel)
     if cancel.is_set():
         raise KeyboardInterrupt  # what was written is kept; the same call resumes
@@ -357,10 +486,11 @@ def train(options: TrainOptions, report: Report, cancel: threading.Event | None 
         raise ConfigError("too little time to write both training and held-out replies: give more --minutes")
     data = extract_features(target, records, out, report, cancel)
     vocab = choose_draft_vocab(data, options.draft_vocab, target.vocab_size)
+    torch.manual_seed(options.seed)
     head = EagleHead(target.model, vocab).float()
-    loop = train_head(target, head, data, options, out, (begun, until), report, cancel)
+    loop = train_head(target, head, data, options, out, (begun, until), report, cancel, place)
     card = head_card(target, data, records, loop, head, options)
-    save_head(out, head, card)
+    save_head(out, head.cpu(), card)  # float32, from the CPU: what engine.drafters.eagle_head.load_head reads
     report(TrainProgress("cancelled" if cancel.is_set() else "done", 1.0, f"head written to {out}", loop.step,
                          loop.loss, loop.acceptance))
     return out, card
