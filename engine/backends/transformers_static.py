@@ -120,6 +120,7 @@ class StaticRunner(TransformersRunner):
         self.progress = progress
         self.static_cache: StaticCache | None = None
         self.widths = 1  # passes up to this wide run compiled (reserve_rollback widens it)
+        self._warm_up_to = 0  # widths 1… of it compile before the next pass (reserve_rollback asked)
         self.eager_reason = ""
 
     # ---- the eager runner takes over where hidden states are asked for
@@ -144,12 +145,15 @@ class StaticRunner(TransformersRunner):
         with torch.inference_mode():
             if self.static_cache is None:
                 self.static_cache = StaticCache(config=self.config, max_cache_len=self.context_length)
+            if self._warm_up_to:
+                self._warm_up()
             input_ids = self._device_ids(new_ids)
-            logits = None
-            if self.compiled is not None and n <= self.widths and self._allocated():
-                logits = self.compiled(input_ids, self.static_cache)
             try:
+                logits = None
+                if self.compiled is not None and n <= self.widths and self._allocated():
+                    logits = self.compiled(input_ids, self.static_cache)
                 if logits is None:
+                    self._set_length(len(self.ids))  # a failed compile may have run part of the pass
                     logits = self._eager(input_ids, n_logits)
             except BaseException:
                 self._set_length(len(self.ids))  # some layers may have moved on: back to what `ids` says
@@ -178,21 +182,24 @@ class StaticRunner(TransformersRunner):
 
     def reserve_rollback(self, depth: int) -> None:
         """Before a speculative generation (engine.core.engine): verify passes are up to `depth` wide, so
-        widths 1…`depth` run compiled; those not compiled yet compile now, each timed on `progress`."""
+        widths 1…`depth` run compiled; those not compiled yet compile before the next pass (not now: the
+        drafter, built next, may ask for hidden states and so for the eager runner), each timed on `progress`."""
         if self.eager_reason:
             return
         self.widths = max(self.widths, depth)
-        if self.compiled is None or all(w in self.compiled.seconds for w in range(1, depth + 1)):
-            return
-        self.progress(f"Compiling verify widths 1…{depth} (first pass of each)…")
-        self._warm_up(depth)
+        if self.compiled is not None and any(w not in self.compiled.seconds for w in range(1, depth + 1)):
+            self._warm_up_to = depth
 
     # ---- the static cache
 
-    def _warm_up(self, depth: int) -> None:
-        """A compiled pass of each width 1…`depth` at the cache's end, then the length set back: what they
-        write lies past the length, masked and overwritten later."""
+    def _warm_up(self) -> None:
+        """A compiled pass of each width 1…`_warm_up_to` at the cache's end, then the length set back: what
+        they write lies past the length, masked and overwritten later."""
+        depth, self._warm_up_to = self._warm_up_to, 0
+        self.progress(f"Compiling verify widths 1…{depth} (first pass of each)…")
         length = len(self.ids)
+        if length >= self.context_length:
+            return
         with torch.inference_mode():
             if not self._allocated():
                 self.forward([0], 1)  # the buffers are allocated by an eager pass, at fixed addresses

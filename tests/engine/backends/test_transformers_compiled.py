@@ -135,6 +135,37 @@ def test_sampling_at_a_seed_equals_eager_sampling(tiny_model, static_model):
     assert static.output_ids == eager.output_ids
 
 
+class RecordingForward:
+    """Stands in for CompiledForward (whose compiling takes minutes on a CPU): runs the model's own forward and
+    records the widths it was given."""
+
+    def __init__(self, model) -> None:
+        self.model, self.widths, self.seconds, self.failed = model, [], {}, ""
+
+    def __call__(self, input_ids, cache):
+        self.widths.append(input_ids.shape[1])
+        self.seconds[input_ids.shape[1]] = 0.0
+        return self.model(input_ids=input_ids, cache=cache, use_cache=True).logits[0]
+
+
+def test_reserve_rollback_warms_up_each_width_before_the_next_pass_and_leaves_the_cache_as_it_was(static_model):
+    lines: list[str] = []
+    compiled = RecordingForward(static_model.model)
+    runner = StaticRunner(static_model.model, compiled, static_model.context_length, lines.append)
+    runner.reserve_rollback(4)  # nothing compiles yet: the drafter, built next, may want the eager runner
+    assert compiled.widths == []
+    prompt = list(range(5, 25))
+    got = logits_of(runner, prompt)  # the warm-up (widths 1…4 after an eager allocating pass), then the prompt
+    assert compiled.widths == [1, 2, 3, 4] and any("widths 1…4" in line for line in lines)
+    torch.testing.assert_close(got, eager_logits(static_model, prompt), atol=ATOL, rtol=0)
+    got = logits_of(runner, [40, 41, 42], 3)  # a verify pass of width 3: compiled
+    assert compiled.widths[-1] == 3
+    torch.testing.assert_close(got, eager_logits(static_model, prompt + [40, 41, 42], 3), atol=ATOL, rtol=0)
+    runner.reserve_rollback(4)  # compiled already: no second warm-up
+    logits_of(runner, [43])
+    assert compiled.widths[4:] == [3, 1]
+
+
 def test_a_runner_asked_for_hidden_states_runs_eager_with_the_reason(static_model):
     lines: list[str] = []
     runner = static_twin(static_model, lines).new_runner()
