@@ -31,7 +31,7 @@ import signal
 import os
 import sys
 
-from engine.cli.arguments import (add_consent_args, add_generation_args, add_model_args, add_sampling_args,
+from engine.cli.arguments import (add_compile_arg, add_consent_args, add_generation_args, add_model_args, add_sampling_args,
                               add_spec_args, check_generation_args, given_params, sampling_from_args,
                               spec_from_args)
 from engine.core.methods import all_params, method_spec
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(parser, unset=True)
     add_generation_args(parser, unset=True)
     add_consent_args(parser)
+    add_compile_arg(parser)
     parser.add_argument("--theme", choices=("auto", "light", "dark"), default="auto")
     parser.add_argument("--hide-rejected", action="store_true", help="start with rejected drafts hidden")
     parser.add_argument("--demo", action="store_true",
@@ -177,6 +178,8 @@ def apply_args(window, args: argparse.Namespace) -> None:
                           max_new_tokens=args.max_new_tokens, system_prompt=args.system)
     if args.backend is not None:  # --backend: the panel's choice, so the first load runs on it
         window.set_backend(args.backend)
+    if args.compile:
+        window.set_compile(True)
     if args.hide_rejected:
         window.set_show_rejected(False)
 

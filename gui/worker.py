@@ -100,18 +100,20 @@ class LoadOptions:
     device: str = "auto"
     dtype: str = "auto"
     backend: str = "auto"  # auto | transformers | llama.cpp (engine.runtime.load_engine's backend)
+    compile: bool = False  # torch.compile'd runners on a static KV cache (transformers; engine.runtime.load_engine)
     remote_code_allowed: frozenset[str] = frozenset()
     remote_code_refused: frozenset[str] = frozenset()
     pickle_allowed: frozenset[str] = frozenset()
     pickle_refused: frozenset[str] = frozenset()
 
     def loader_kwargs(self, name: str) -> dict:
-        return {"device": self.device, "dtype": None if self.dtype == "auto" else self.dtype, "backend": self.backend,
-                "trust_remote_code": name in self.remote_code_allowed, "allow_pickle": name in self.pickle_allowed}
+        kwargs = {"device": self.device, "dtype": None if self.dtype == "auto" else self.dtype, "backend": self.backend,
+                  "trust_remote_code": name in self.remote_code_allowed, "allow_pickle": name in self.pickle_allowed}
+        return {**kwargs, "compile": True} if self.compile else kwargs
 
     def key(self, name: str) -> tuple:
         """What makes a loaded model the one asked for."""
-        return (name, self.device, self.dtype, self.backend, name in self.remote_code_allowed,
+        return (name, self.device, self.dtype, self.backend, self.compile, name in self.remote_code_allowed,
                 name in self.pickle_allowed)
 
     def consent(self) -> ConsentAnswers:

@@ -164,3 +164,28 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
             raise AssertionError("early exit on llama.cpp was not refused")
     finally:
         window.shutdown()
+
+
+def test_the_compile_box_loads_the_target_again_compiled_and_gui_compile_sets_it(qtbot):
+    """Compile (issue 22: torch.compile'd runners, transformers) is a load option: ticking it loads the target again
+    with compile=True, unticking it without; `specscope gui --compile` ticks it before the first load."""
+    calls: list = []
+
+    def load(name, progress=None, **options):
+        calls.append(options.get("compile", False))
+        return FakeEngine(target=FakeModel(name=name, backend="transformers"))
+
+    args = app.build_parser().parse_args(["--compile"])
+    window = MainWindow(loader=load, persist=False)
+    qtbot.addWidget(window)
+    try:
+        app.apply_args(window, args)
+        window.show()
+        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
+            window.start()
+        assert calls == [True] and window.controls.compile_enabled()
+        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
+            window.controls.compile_box.setChecked(False)
+        assert calls == [True, False]
+    finally:
+        window.shutdown()

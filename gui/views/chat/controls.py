@@ -180,6 +180,14 @@ class ControlsPanel(QWidget):
         row.addWidget(browse)
         form.addRow("Target", row)
         form.addRow("Backend", self._build_backend_choice())
+        self.compile_box = QCheckBox("Compile (torch.compile, transformers)")
+        self.compile_box.setObjectName("compile_choice")
+        self.compile_box.setToolTip("transformers backend: a static KV cache and torch.compile (CUDA graphs on a GPU, "
+                                    "where most of a small model's step is launch overhead). Each verify width "
+                                    "compiles on its first use: slow once, then faster. Changing it loads the "
+                                    "target again; llama.cpp runs as it is.")
+        self.compile_box.toggled.connect(lambda _on: self._backend_chosen())
+        form.addRow("", self.compile_box)
         self.models_button = QToolButton()
         self.models_button.setText("Models…")
         self.models_button.setToolTip("Every model on this computer, pairing a draft, downloads (Ctrl+M)")
@@ -289,6 +297,16 @@ class ControlsPanel(QWidget):
     def set_backend(self, backend: str) -> None:
         """Choose the backend without loading (the command line; the window loads after)."""
         self.backend.setCurrentIndex(max(0, self.backend.findData(backend)))
+
+    def compile_enabled(self) -> bool:
+        """Whether the target loads torch.compile'd (transformers backend)."""
+        return self.compile_box.isChecked()
+
+    def set_compile(self, on: bool) -> None:
+        """Without loading (the command line; the window loads after)."""
+        self.compile_box.blockSignals(True)
+        self.compile_box.setChecked(on)
+        self.compile_box.blockSignals(False)
         self.revalidate()
 
     def draft_name(self) -> str | None:

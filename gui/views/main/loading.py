@@ -24,6 +24,7 @@ class ModelLoading:
         answers = window.session.consent_answers(window.settings.consent_answers())
         device, dtype = window.session.device_override or (window.settings.device(), window.settings.dtype())
         return LoadOptions(device=device, dtype=dtype, backend=window.controls.backend_name(),
+                           compile=window.controls.compile_enabled(),
                            remote_code_allowed=answers.remote_code_allowed,
                            remote_code_refused=answers.remote_code_refused, pickle_allowed=answers.pickle_allowed,
                            pickle_refused=answers.pickle_refused)

@@ -129,6 +129,11 @@ class MainWindow(QMainWindow):
         self.controls.set_backend(backend)
         self.loading.sync()
 
+    def set_compile(self, on: bool) -> None:
+        """torch.compile'd runners for the next load (--compile), without loading."""
+        self.controls.set_compile(on)
+        self.loading.sync()
+
     def open_models(self):
         return self.tools.open_models()
 
