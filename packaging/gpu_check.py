@@ -280,7 +280,13 @@ def local_sdist(work: Path) -> Path | None:
 def section_llama_cuda(ctx) -> dict:
     if shutil.which("nvcc") is None:
         return {"status": "skipped", "reason": "no CUDA toolkit (nvcc)"}
-    sdist = local_sdist(ctx.work)
+    import importlib.util
+    if importlib.util.find_spec("scikit_build_core") is None:  # its build backend: offline, pip can't fetch it
+        return {"status": "skipped", "reason": "scikit-build-core is not installed (an offline build needs it)"}
+    try:
+        sdist = local_sdist(ctx.work)
+    except subprocess.TimeoutExpired:
+        sdist = None
     if sdist is None:
         return {"status": "skipped", "reason": "no sdist"}
     site = ctx.work / "llama-cuda"
