@@ -8,6 +8,7 @@ provides `load(name, source, *, device, dtype, progress, trust_remote_code) -> L
 imports it only when a model loads, so the engine works where a backend's library isn't installed.
 
     transformers.py   torch + transformers: HF folders, hub ids, GGUF dequantized; early exit
+                      (transformers_static.py: compiled runners on a static KV cache, --compile)
     llama_cpp.py      llama-cpp-python: GGUF natively quantized
 
 This module holds the Protocol, `LoadedModel` (what every backend's `load` returns), the prefix arithmetic
@@ -167,7 +168,7 @@ class Backend:
 
 
 REGISTRY: tuple[Backend, ...] = (  # in BACKENDS' order; the first is where anything runs when nothing else can
-    Backend("transformers", "engine.backends.transformers", "transformers", "pip install transformers",
+    Backend("transformers", "engine.backends.transformers_entry", "transformers", "pip install transformers",
             runs_folders=True, gguf="converted", kv_bytes_per_value=None, checks_memory=False),
     Backend("llama.cpp", "engine.backends.llama_cpp_entry", "llama_cpp", "pip install llama-cpp-python==0.3.36",
             runs_folders=False, gguf="native", kv_bytes_per_value=2, checks_memory=True,  # F16 keys and values

@@ -387,11 +387,10 @@ def _vocab_size(model) -> int:
 
 
 def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.dtype,
-         progress: Progress, trust_remote_code: bool = False, compile: bool = False) -> LoadedModel:
+         progress: Progress, trust_remote_code: bool = False) -> LoadedModel:
     """Load a model and its tokenizer on `device` in `dtype` (a GGUF is converted first, once).
-    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed. `compile`:
-    runners on a static KV cache, their passes torch.compile'd (engine.backends.transformers_static), where
-    the model allows it (else the eager runner, the reason on `progress`)."""
+    `trust_remote_code` runs the model's own Python code: only ever True after the user agreed. (Compiled
+    runners: engine.backends.transformers_entry, the backend's entry point.)"""
     started = time.perf_counter()
     folder, converted_now = source.path, False
     if source.gguf_file:
@@ -401,11 +400,6 @@ def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.d
     model, tokenizer = _from_pretrained(name, source, folder, device, dtype, trust_remote_code)
     text_config = model.config.get_text_config()
     context_length = int(getattr(text_config, "max_position_embeddings", None) or 2048)
-    runner_factory = lambda: TransformersRunner(model)  # noqa: E731
-    if compile:
-        from engine.backends.transformers_static import static_runner_factory
-        runner_factory, context_length, _ = static_runner_factory(model, device, context_length, source.label,
-                                                                  progress)
     return LoadedModel(
         name=name, label=source.label, source=ModelSource(source.kind, folder, None, source.label),
         backend=BACKEND, tokenizer=tokenizer, device=device, dtype=dtype, dtype_label=dtype_label(dtype),
@@ -414,5 +408,5 @@ def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.d
         context_length=context_length,
         vocab_size=_vocab_size(model),
         n_parameters=sum(p.numel() for p in model.parameters()), eos_ids=eos_ids(tokenizer, model),
-        runner_factory=runner_factory, model=model,
+        runner_factory=lambda: TransformersRunner(model), model=model,
         device_label=backend_named(BACKEND).device_label(str(device)))

@@ -16,7 +16,7 @@ Models whose cache can't be a static one of full-attention layers (sliding windo
 whose code transformers doesn't mark compilable, keep the eager runner, with the reason on `progress`;
 a runner asked for hidden states (`record_outputs`: MTP, EAGLE, assistant drafters) serves them eagerly.
 
-Touches torch and transformers only; imported by engine.backends.transformers.load when compile is on.
+Touches torch and transformers only; imported by engine.backends.transformers_entry.load when compile is on.
 """
 
 from __future__ import annotations
