@@ -1,0 +1,254 @@
+"""A benchmark, not a test (run by hand; prints figures): what our llama.cpp loop's Python costs per token on top
+of llama.cpp, on the built-in GGUF, plain greedy decoding, the engine's threads.
+
+1. A per-token profile of plain decoding through the Engine: the decode rounds only (the prefill round left out),
+   each component timed inclusively with perf_counter wrappers (llama_decode itself, the runner's forward around
+   it, the greedy verification, the round's commit with its detokenization and event, the stats, the sync), in
+   ms per token; `--cprofile` adds cProfile's top functions by own time.
+2. Ours beside llama-cpp-python's own `Llama` and a bare low-level loop (engine.measure.references), the same GGUF,
+   prompt ids and threads, run interleaved (the order rotated each repeat); tok/s of each as engine.core.stats
+   counts it (tokens after the first over the time after the first), medians, and the two ratios.
+
+`--clock thread` makes every timer of the run (ours, the references', the profile's) read this thread's CPU time
+instead of the wall clock: llama.cpp computes in the calling thread when it has one thread, so on a machine shared
+with other work the figures then count what each loop itself spent, not the time it waited for a core.
+
+    python tests/e2e/profile_llama_loop.py [--new 200] [--repeats 3] [--clock wall|thread] [--model PATH]
+                                           [--no-profile] [--no-compare] [--cprofile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+PROMPT = "Write a long story about a dragon who learns to bake bread, with many details."
+
+# (label, parent label or None, module path, owner attribute or None, attribute)
+COMPONENTS = [
+    ("runner.sync", None, "engine.backends.llama_cpp", "LlamaCppRunner", "sync"),
+    ("verify_pass", None, "engine.core.engine", None, "verify_pass"),
+    ("runner.forward", "verify_pass", "engine.backends.llama_cpp", "LlamaCppRunner", "forward"),
+    ("llama_decode (C)", "runner.forward", "llama_cpp", None, "llama_decode"),
+    ("verify_greedy", "verify_pass", "engine.core.loop", None, "verify_greedy"),
+    ("runner.rollback (all calls)", None, "engine.backends.llama_cpp", "LlamaCppRunner", "rollback"),
+    ("commit_round", None, "engine.core.engine", None, "commit_round"),
+    ("detokenize (add + peek)", "commit_round", "engine.core.chat", "IncrementalDetokenizer", "add"),
+    ("detokenize (add + peek)", "commit_round", "engine.core.chat", "IncrementalDetokenizer", "peek"),
+    ("RoundVerified(...)", "commit_round", "engine.core.loop", None, "RoundVerified"),
+    ("stats.add_round", None, "engine.core.stats", "StatsAccumulator", "add_round"),
+]
+TOP_LEVEL = ("runner.sync", "verify_pass", "commit_round", "stats.add_round")
+
+
+class Timers:
+    """Wraps COMPONENTS with perf_counter timers (inclusive seconds and calls per label); undone by restore()."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._undo = []
+
+    def install(self) -> None:
+        import importlib
+        for label, _parent, module_name, owner_name, attribute in COMPONENTS:
+            module = importlib.import_module(module_name)
+            owner = getattr(module, owner_name) if owner_name else module
+            original = owner.__dict__[attribute] if owner_name else getattr(owner, attribute, None)
+            if original is None:
+                continue
+            setattr(owner, attribute, self._timed(label, original))
+            self._undo.append((owner, attribute, original))
+
+    def _timed(self, label, original):
+        seconds, calls, clock = self.seconds, self.calls, time.perf_counter
+
+        def timed(*args, **kwargs):
+            started = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[label] += clock() - started
+                calls[label] += 1
+        return timed
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def restore(self) -> None:
+        for owner, attribute, original in reversed(self._undo):
+            setattr(owner, attribute, original)
+        self._undo.clear()
+
+
+def decode_rounds(engine, ids: list[int], new: int, on_first=None) -> tuple[int, float]:
+    """Plain greedy decoding of `ids`: tokens after the first and the seconds they took (from the first round's
+    event to the last's); `on_first` is called when the first (prefill) round's event arrives."""
+    from engine.core.events import RoundVerified
+    engine.release()
+    started = ended = None
+    tokens = 0
+    for event in engine.generate_ids(ids, max_new_tokens=new):
+        if isinstance(event, RoundVerified):
+            if started is None:
+                if on_first is not None:
+                    on_first()
+                started = time.perf_counter()
+            else:
+                ended = time.perf_counter()
+                tokens += len(event.committed_ids)
+    return tokens, (ended - started) if ended else 0.0
+
+
+def profile(engine, ids: list[int], new: int, use_cprofile: bool) -> None:
+    timers = Timers()
+    timers.install()
+    try:
+        tokens, seconds = decode_rounds(engine, ids, new, on_first=timers.reset)
+    finally:
+        timers.restore()
+    per = lambda s: 1000 * s / max(1, tokens)  # noqa: E731
+    print(f"per-token profile: {tokens} decode tokens, {per(seconds):.3f} ms/token in all (instrumented)")
+    shown = []
+    for label, parent, *_ in COMPONENTS:
+        if label in shown or label not in timers.seconds:
+            continue
+        shown.append(label)
+        depth = 0 if parent is None else 2 if parent == "runner.forward" else 1
+        print(f"  {'  ' * depth}{label:<{36 - 2 * depth}} {per(timers.seconds[label]):7.3f} ms "
+              f"({timers.calls[label] / max(1, tokens):.2f} calls/token)")
+    forward, decode = timers.seconds.get("runner.forward", 0.0), timers.seconds.get("llama_decode (C)", 0.0)
+    print(f"  {'runner.forward outside llama_decode':<36} {per(forward - decode):7.3f} ms")
+    rest = seconds - sum(timers.seconds.get(label, 0.0) for label in TOP_LEVEL)
+    print(f"  {'rest of the loop (generator, clocks)':<36} {per(rest):7.3f} ms")
+    print(f"  {'ours outside llama_decode':<36} {per(seconds - decode):7.3f} ms")
+    if use_cprofile:
+        import cProfile
+        import pstats
+        profiler = cProfile.Profile(time.perf_counter)
+        profiler.enable()
+        decode_rounds(engine, ids, new)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def outside_decode(runs: dict, repeats: int) -> None:
+    """Each loop's time per token in llama_decode and outside it (its own Python), llama_decode alone timed, the
+    loops interleaved; medians over the repeats. In all three loops the decode rounds (after the first token) make
+    one llama_decode each, the last ones of the run: the prefill's are left out. These overheads are what the
+    ratios of compare() come from."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as bindings  # what llama-cpp-python's Llama calls
+    original = llama_cpp.llama_decode
+    figures: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for _ in range(repeats):
+        for name, run in runs.items():
+            spent: list[float] = []
+
+            def timed(ctx, batch, clock=time.perf_counter):
+                started = clock()
+                try:
+                    return original(ctx, batch)
+                finally:
+                    spent.append(clock() - started)
+            llama_cpp.llama_decode = bindings.llama_decode = timed
+            try:
+                tokens, seconds = run(timings=True)
+            finally:
+                llama_cpp.llama_decode = bindings.llama_decode = original
+            in_decode = sum(spent[len(spent) - tokens:])
+            figures[name].append((1000 * seconds / tokens, 1000 * (seconds - in_decode) / tokens))
+    print(f"ms per token, medians of {repeats} interleaved runs (decode rounds; llama_decode alone timed):")
+    for name, values in figures.items():
+        total = statistics.median(v[0] for v in values)
+        outside = statistics.median(v[1] for v in values)
+        print(f"  {name:<10} {total:7.3f} ms/token, of which outside llama_decode {outside:6.3f} ms")
+
+
+def compare(engine, path: str, ids: list[int], new: int, repeats: int, threads: int) -> None:
+    from engine.measure.references import BareLoop, LlamaCppPython
+    target = engine.target
+    gpu_layers = target.native.n_gpu_layers
+    llama = LlamaCppPython(path, n_threads=threads, n_ctx=target.context_length, n_gpu_layers=gpu_layers)
+    bare = BareLoop(path, n_threads=threads, n_ctx=target.context_length, n_gpu_layers=gpu_layers)
+    outputs = {}
+
+    def ours(timings=False):
+        tokens, seconds = decode_rounds(engine, ids, new)
+        return (tokens, seconds) if timings else tokens / seconds
+
+    def reference(which):
+        def run(timings=False):
+            result = which.generate(ids, new, engine.eos_ids)
+            outputs[which.label] = result.output_ids
+            if timings:
+                return len(result.output_ids) - 1, result.elapsed_seconds - result.ttft_seconds
+            return result.tok_per_s
+        return run
+
+    runs = {"ours": ours, "Llama": reference(llama), "bare loop": reference(bare)}
+    for run in runs.values():
+        run()  # warm-up, untimed
+    figures: dict[str, list[float]] = defaultdict(list)
+    names = list(runs)
+    for repeat in range(repeats):
+        order = names[repeat % len(names):] + names[:repeat % len(names)]
+        for name in order:
+            figures[name].append(runs[name]())
+        row = figures
+        print(f"  repeat {repeat + 1}: " + " · ".join(f"{n} {row[n][-1]:.1f}" for n in names) +
+              f" tok/s; ours/Llama {row['ours'][-1] / row['Llama'][-1]:.3f}, "
+              f"ours/bare {row['ours'][-1] / row['bare loop'][-1]:.3f}")
+    ours_ids = next(e for e in engine.generate_ids(ids, max_new_tokens=new) if type(e).__name__ ==
+                    "GenerationFinished").output_ids
+    same = {label: output == ours_ids for label, output in outputs.items()}
+    median = {name: statistics.median(values) for name, values in figures.items()}
+    ratios_llama = statistics.median(o / t for o, t in zip(figures["ours"], figures["Llama"]))
+    ratios_bare = statistics.median(o / t for o, t in zip(figures["ours"], figures["bare loop"]))
+    print(f"medians over {repeats} interleaved repeats: " +
+          " · ".join(f"{n} {median[n]:.1f} tok/s" for n in names))
+    print(f"ours ÷ Llama {ratios_llama:.3f} · ours ÷ bare loop {ratios_bare:.3f} (medians of the per-repeat "
+          f"ratios); outputs equal to ours: {same}")
+    outside_decode(runs, repeats)
+    llama.close()
+    bare.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--new", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="default", help="a .gguf (default: the built-in model)")
+    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--no-compare", action="store_true")
+    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--clock", choices=("wall", "thread"), default="wall")
+    args = parser.parse_args(argv)
+    if args.clock == "thread":
+        time.perf_counter = time.thread_time  # every timer of this process, ours and the references'
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from engine.host import engine_threads, limit_torch_threads
+    from engine.models.load import load_model
+    from engine.runtime import local_engine
+    limit_torch_threads()
+    model = load_model(args.model, device="cpu", backend="llama.cpp")
+    engine = local_engine(model)
+    ids = engine.prompt_ids(args.prompt)
+    decode_rounds(engine, ids, 16)  # warm-up
+    print(f"{model.label}: {len(ids)} prompt ids, {engine_threads()} threads, {args.new} new tokens at most, "
+          f"{args.clock} clock")
+    if not args.no_profile:
+        profile(engine, ids, args.new, args.cprofile)
+    if not args.no_compare:
+        compare(engine, str(model.source.file), ids, args.new, args.repeats, engine_threads())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
