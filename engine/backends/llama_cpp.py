@@ -487,6 +487,8 @@ class LlamaCppRunner:
         self._tokens = np.ctypeslib.as_array(batch.token, shape=(self._n_batch,))
         self._positions = np.ctypeslib.as_array(batch.pos, shape=(self._n_batch,))
         self._flags = np.ctypeslib.as_array(batch.logits, shape=(self._n_batch,))
+        self._steps = np.arange(self._n_batch, dtype=np.int32)  # a batch's positions after its first
+        self._logits_address, self._logits_views = None, {}
         np.ctypeslib.as_array(batch.n_seq_id, shape=(self._n_batch,))[:] = 1
         for i in range(self._n_batch):
             batch.seq_id[i][0] = 0  # one sequence
@@ -544,15 +546,27 @@ class LlamaCppRunner:
         if len(self.ids) + n > self.context_length:
             raise PromptTooLongError(f"{len(self.ids) + n} tokens do not fit in the {self.context_length:,}-token "
                                      f"context of {self.model.label}; shorten the conversation")
-        ids = np.asarray(new_ids, dtype=np.int32)
-        if int(ids.min()) < 0 or int(ids.max()) >= self.model.vocab_size:
+        if min(new_ids) < 0 or max(new_ids) >= self.model.vocab_size:
             raise ValueError(f"token ids must be from 0 to {self.model.vocab_size - 1}")
         if self._ctx is None:
             self._open()
-        self._feed(ids, n_logits)
-        self.ids.extend(int(i) for i in new_ids)
-        logits = self.model.lib.llama_get_logits(self._ctx)
-        return torch.from_numpy(np.ctypeslib.as_array(logits, shape=(n_logits, self.model.vocab_size)))
+        self._feed(np.asarray(new_ids, dtype=np.int32), n_logits)
+        self.ids.extend(map(int, new_ids))
+        return self._logits(n_logits)
+
+    def _logits(self, n_rows: int) -> torch.Tensor:
+        """llama.cpp's logits buffer as an (n_rows, vocab) tensor. The view is made once per buffer and row count
+        (llama.cpp moves the buffer only when it grows it), not on every pass."""
+        pointer = self.model.lib.llama_get_logits(self._ctx)
+        address = ctypes.addressof(pointer.contents)
+        if address != self._logits_address:
+            self._logits_address, self._logits_views = address, {}
+        view = self._logits_views.get(n_rows)
+        if view is None:
+            with torch.inference_mode(False):  # a plain tensor, whichever mode the first caller was in
+                view = torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(n_rows, self.model.vocab_size)))
+            self._logits_views[n_rows] = view
+        return view
 
     def _feed(self, ids: np.ndarray, n_logits: int) -> None:
         """Decode `ids` after the cached positions (self.ids is not changed here)."""
@@ -562,22 +576,24 @@ class LlamaCppRunner:
         # keeps a position's logits independent of how much was fed with it (a prompt fed whole or synced
         # back to its last id gives the same next token).
         head = n - n_logits
-        bounds = [(b, min(b + self._n_batch, head)) for b in range(0, head, self._n_batch)] + [(head, n)]
         try:
-            for begin, end in bounds:
-                if end > begin:
-                    self._decode(ids[begin:end], start + begin, n_logits if end == n else 0)
+            for begin in range(0, head, self._n_batch):
+                self._decode(ids[begin:min(begin + self._n_batch, head)], start + begin, 0)
+            if n_logits:
+                self._decode(ids[head:], start + head, n_logits)
         except BaseException:
             self._forget_from(start)
             raise
 
     def _decode(self, ids: np.ndarray, position: int, n_outputs: int) -> None:
         m = len(ids)
-        self._tokens[:m] = ids
-        self._positions[:m] = np.arange(position, position + m, dtype=np.int32)
-        self._flags[:m] = 0
-        if n_outputs:
-            self._flags[m - n_outputs:m] = 1
+        if m == 1:  # a decoding step: item writes cost less than slices
+            self._tokens[0], self._positions[0], self._flags[0] = ids[0], position, n_outputs
+        else:
+            self._tokens[:m] = ids
+            np.add(self._steps[:m], position, out=self._positions[:m])
+            self._flags[:m] = 0
+            self._flags[m - n_outputs:m] = 1 if n_outputs else 0
         self._batch.n_tokens = m
         _errors.clear()
         status = self.model.lib.llama_decode(self._ctx, self._batch)
@@ -684,6 +700,7 @@ class LlamaCppRunner:
         ctx, self._ctx = self._ctx, None
         self.ids = []
         self._checkpoint = None
+        self._logits_address, self._logits_views = None, {}
         if ctx:
             if self._listener is not None:
                 self._listener.on_close()

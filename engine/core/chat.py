@@ -57,19 +57,30 @@ class IncrementalDetokenizer:
 
     CONTEXT = 6  # tokens of left context kept so that leading spaces decode right
 
-    def __init__(self, tokenizer, prompt_ids: Sequence[int]) -> None:
+    def __init__(self, tokenizer, prompt_ids: Sequence[int], solo_texts: dict[int, str] | None = None) -> None:
+        """`solo_texts`: the text of single ids, remembered (the caller may share it between detokenizers of
+        the same tokenizer); after the first token, each token's left context is the one id before it."""
         self._decode = tokenizer.decode
+        self._solo = {} if solo_texts is None else solo_texts
         self.ids: list[int] = list(prompt_ids[-self.CONTEXT:])
         self.prefix = 0
         self.read = len(self.ids)
         self.text = ""
+
+    def _text(self, ids: list[int], start: int, end: int) -> str:
+        if end - start != 1:
+            return self._decode(ids[start:end], skip_special_tokens=True)
+        text = self._solo.get(ids[start])
+        if text is None:
+            text = self._solo[ids[start]] = self._decode(ids[start:end], skip_special_tokens=True)
+        return text
 
     def _pieces(self, new_ids: Sequence[int]) -> tuple[list[str], int, int]:
         ids = self.ids + list(new_ids)
         prefix, read = self.prefix, self.read
         pieces = []
         for end in range(len(self.ids) + 1, len(ids) + 1):
-            before = self._decode(ids[prefix:read], skip_special_tokens=True)
+            before = self._text(ids, prefix, read)
             after = self._decode(ids[prefix:end], skip_special_tokens=True)
             if after.endswith("\ufffd") or not after.startswith(before):
                 pieces.append("")  # wait for the rest of the character

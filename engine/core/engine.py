@@ -75,6 +75,7 @@ class Engine:
         self._drafter: Drafter | None = None
         self._policy: DraftLengthPolicy | None = None  # adaptive draft length; learns across messages
         self._active: Iterator[Event] | None = None  # the generation in progress, if any
+        self._solo_texts: dict[int, str] = {}  # the text of single ids, for every generation's detokenizer
 
     # ---- settings
 
@@ -182,7 +183,7 @@ class Engine:
         drafter.begin(sampling, generator)
         curve = self.verify_curve(spec.k) if spec.speculative else None
         return Generation(ids=list(prompt), feed=self.runner.sync(prompt),
-                          detok=IncrementalDetokenizer(self.target.tokenizer, prompt),
+                          detok=IncrementalDetokenizer(self.target.tokenizer, prompt, self._solo_texts),
                           stats=StatsAccumulator(spec.k, () if curve is None else curve.seconds),
                           generator=generator, started=time.perf_counter())
 

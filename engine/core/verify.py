@@ -5,11 +5,12 @@ keep drafted token x with probability min(1, p_target(x) / p_draft(x)); at the f
 correction from norm(max(0, p_target − p_draft)); when all k are kept, draw a bonus token from the target.
 A drafter with no distribution counts as a one-hot p_draft. Greedy decoding is the temperature → 0 limit:
 keep x while it is the target's argmax. Either way the output is distributed exactly as the target's own.
-Touches torch tensors only.
+Touches torch tensors (and numpy views of those in host memory) only.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engine.core.sampling import sample
@@ -23,6 +24,8 @@ def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[in
     """
     m = len(draft_ids)
     probs = torch.softmax(target_logits, dim=-1)
+    if probs.device.type == "cpu" and probs.dtype == torch.float32:
+        return _verify_greedy_on_host(probs.detach().numpy(), draft_ids)
     top_p, top_id = probs.max(dim=-1)
     p_drafted = _gather_drafted(probs, draft_ids)
     # one device → host transfer per round: ids are exact in float32 (< 2**24)
@@ -32,6 +35,19 @@ def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[in
     while n_accepted < m and draft_ids[n_accepted] == argmax[n_accepted]:
         n_accepted += 1
     return n_accepted, argmax[n_accepted], values[2 * m + 2:], values[m + 1 + n_accepted]
+
+
+def _verify_greedy_on_host(probs: np.ndarray, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
+    """verify_greedy on probabilities already in host memory, in numpy: the same first maximum of each row and
+    the same values, without the per-op cost of torch (whose max over a row of a large vocabulary is slow)."""
+    m, vocab = len(draft_ids), probs.shape[-1]
+    argmax = probs.argmax(axis=-1).tolist()
+    n_accepted = 0
+    while n_accepted < m and draft_ids[n_accepted] == argmax[n_accepted]:
+        n_accepted += 1
+    target_id = argmax[n_accepted]
+    p_target = [float(probs[i, x]) if x < vocab else 0.0 for i, x in enumerate(draft_ids)]
+    return n_accepted, target_id, p_target, float(probs[n_accepted, target_id])
 
 
 def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_ids: list[int],

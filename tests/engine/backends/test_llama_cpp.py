@@ -437,3 +437,25 @@ def test_weights_that_do_not_fit_are_refused_before_loading(tiny_q8_gguf, monkey
     with pytest.raises(OutOfMemoryError, match="GB of memory for its weights, but only 0.0 GB is free"):
         backend.load_gguf(tiny_q8_gguf)
     assert loads == []  # llama.cpp never saw the file
+
+
+def test_the_logits_view_follows_llama_cpps_buffer_across_passes(tiny_q8):
+    """forward() reuses its view of llama.cpp's logits buffer while the buffer stays where it is: every pass
+    still reads that pass's rows (equal to a fresh context's), at the buffer's current address, in any row count,
+    and after the context is made again; a view made inside inference mode is a plain tensor."""
+    runner, fresh = tiny_q8.new_runner(), tiny_q8.new_runner()
+    ids = tiny_q8.tokenizer.encode(TEXTS[0])
+    with torch.inference_mode():
+        runner.forward(ids[:-1], 1)
+    for step, n_rows in enumerate([1, 1, 3, 1, 2, 1]):
+        new = ids[-1:] + tiny_q8.tokenizer.encode(TEXTS[step % len(TEXTS)])[:n_rows - 1]
+        rows = runner.forward(new, n_rows)
+        address = ctypes.cast(tiny_q8.lib.llama_get_logits(runner._ctx), ctypes.c_void_p).value
+        assert rows.shape == (n_rows, tiny_q8.vocab_size) and rows.data_ptr() == address
+        assert not rows.is_inference()
+        fresh.reset()
+        assert torch.equal(rows, fresh.forward(runner.ids, n_rows))
+        runner.rollback(len(runner.ids) - len(new))
+        if step == 3:
+            runner.release()
+            runner.forward(ids[:-1], 1)
