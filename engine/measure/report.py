@@ -26,6 +26,8 @@ OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", 
                     ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
                     ("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
                     ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
+                    ("bare tok/s", "bare_loop_tok_per_s", ".1f", ""),  # a bare low-level loop
+                    ("ours/bare", "ours_over_bare_loop", ".2f", ""),
                     ("vs none", "plain_vs_none", ".2f", "×"))
 
 
@@ -61,6 +63,9 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
     if any("llama_cpp_python_tok_per_s" in row for rows in summary.values() for row in rows.values()):
         console.print("theirs: llama-cpp-python's own Llama on the same GGUF, prompt ids and threads (prompt "
                       "lookup through its LlamaPromptLookupDecoding)")
+    if any("bare_loop_tok_per_s" in row for rows in summary.values() for row in rows.values()):
+        console.print("bare: a bare greedy loop on llama-cpp-python's low-level API (one llama_decode and a numpy "
+                      "argmax a token), the same GGUF, prompt ids, threads and GPU layers: what llama.cpp alone costs")
 
 
 def _identical_cell(row: dict) -> str:
