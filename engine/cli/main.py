@@ -14,7 +14,7 @@ import sys
 from typing import Mapping, Sequence
 
 from engine import __version__
-from engine.cli.arguments import add_consent_args, add_model_args
+from engine.cli.arguments import add_compile_arg, add_consent_args, add_model_args
 from engine.cli.generate import add_generate, cmd_generate
 from engine.cli.models import add_models, cmd_models
 from engine.cli.terminal import EXIT_BAD_INPUT, Parser
@@ -38,6 +38,7 @@ def build_parser(other_commands: Mapping[str, str] | None = None) -> argparse.Ar
     add_model_args(bench)
     add_bench_args(bench)
     add_consent_args(bench)
+    add_compile_arg(bench)
     for name, help_text in (other_commands or {}).items():
         sub.add_parser(name, help=help_text, add_help=False)
     add_models(sub)

@@ -306,7 +306,7 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
         "model": engine.target.label, "device": str(engine.target.device),
         "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
-        "temperature": args.temperature, "seconds": seconds,
+        "temperature": args.temperature, "compile": bool(getattr(args, "compile", False)), "seconds": seconds,
         "platform": platform.platform(), "configs": summary, "backend": engine.target.backend,
         "verify_cost": None if cost is None else cost.as_dict(),
     }
@@ -339,7 +339,8 @@ def run(args) -> int:
     err = Console(stderr=True, highlight=False)
     answers = ConsentAnswers.from_flags(names, **flags)
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
-                         backend=args.backend, consent=lambda: answers, **flags)
+                         backend=args.backend, consent=lambda: answers, compile=getattr(args, "compile", False),
+                         **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
     if args.compare_hf and engine.target.backend != "transformers":
@@ -424,7 +425,8 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
     tok/s against the first backend's plain decoding (`plain_vs_none`)."""
     from engine.runtime import load_engine, terminal_progress
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, backend=backend,
-                         trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+                         trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
+                         compile=getattr(args, "compile", False))
     cost = _verify_cost(engine, specs, args.remeasure_cost)
     results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress)
     results[0].spec = SpecConfig(backend=backend)

@@ -82,6 +82,8 @@ def make_comparisons(engine, specs: list[SpecConfig]) -> dict[str, LlamaComparis
     from engine.host import engine_threads
     target = engine.target
     same = dict(n_threads=engine_threads(), n_ctx=target.context_length, n_gpu_layers=target.native.n_gpu_layers)
+    if getattr(target.native, "main_gpu", None) is not None:  # cuda:N: that GPU alone, as ours
+        same["main_gpu"] = target.native.main_gpu
     out = {}
     for spec in specs:
         if spec.info.llama_reference is None:  # what llama-cpp-python's high-level API can't run

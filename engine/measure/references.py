@@ -46,14 +46,15 @@ class LlamaCppPython:
     """A `Llama` on `path`; with `k`, it drafts by prompt lookup (num_pred_tokens=k, max_ngram_size=ngram_max)."""
 
     def __init__(self, path: str | Path, *, n_threads: int, n_ctx: int, n_gpu_layers: int = 0,
-                 k: int | None = None, ngram_max: int = 3) -> None:
+                 k: int | None = None, ngram_max: int = 3, main_gpu: int | None = None) -> None:
         lib = library()  # our logger and backend initialisation first
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         draft = LlamaPromptLookupDecoding(max_ngram_size=ngram_max, num_pred_tokens=k) if k else None
         self.label = LABEL if not k else f"{LABEL} prompt lookup k={k}"
         self.version = lib.__version__
-        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
+        one_gpu = {} if main_gpu is None else {"main_gpu": main_gpu, "split_mode": lib.LLAMA_SPLIT_MODE_NONE}
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, **one_gpu,
                          n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
                          flash_attn=True, draft_model=draft, verbose=False,
                          # with a draft it keeps every position's logits, but sizes that buffer by this flag:
@@ -88,10 +89,13 @@ class BareLoop:
 
     label = BARE_LABEL
 
-    def __init__(self, path: str | Path, *, n_threads: int, n_ctx: int, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str | Path, *, n_threads: int, n_ctx: int, n_gpu_layers: int = 0,
+                 main_gpu: int | None = None) -> None:
         self.lib = lib = library()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        if main_gpu is not None:  # the GPU our model is on, alone
+            params.main_gpu, params.split_mode = main_gpu, lib.LLAMA_SPLIT_MODE_NONE
         self.model = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")

@@ -235,3 +235,24 @@ def test_engine_cli_runs_only_the_engine_commands(capsys):
     assert code == 2 and "invalid choice: 'gui'" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(capsys)
     assert code == 2 and err.strip() == "specscope: error: no command given; choose generate, bench, models, drafter"
+
+
+def test_bench_passes_compile_to_the_loader(capsys, monkeypatch, tmp_path):
+    """`specscope bench --compile` loads the target (and its drafts) on compiled runners, as generate does."""
+    import engine.runtime
+
+    asked = {}
+
+    class Loaded(Exception):
+        pass
+
+    def load_engine(name, progress=None, **options):
+        asked.update(options)
+        raise Loaded
+
+    monkeypatch.setattr(engine.runtime, "load_engine", load_engine)
+    with pytest.raises(Loaded):
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text(json.dumps({"prompt": "Say yes."}))
+        main(["bench", "--compile", "--prompts", str(prompts), "--config", "none"])
+    assert asked["compile"] is True
