@@ -24,11 +24,20 @@ def _fmt(value, pattern: str) -> str:
 
 OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", "×"),
                     ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
-                    ("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
-                    ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
-                    ("bare tok/s", "bare_loop_tok_per_s", ".1f", ""),  # a bare low-level loop
-                    ("ours/bare", "ours_over_bare_loop", ".2f", ""),
                     ("vs none", "plain_vs_none", ".2f", "×"))
+# the references beside our loop (bench --compare-llama), in a table of their own so that neither is squeezed
+REFERENCE_COLUMNS = (("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
+                     ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
+                     ("bare tok/s", "bare_loop_tok_per_s", ".1f", ""),  # a bare low-level loop
+                     ("ours/bare", "ours_over_bare_loop", ".2f", ""))
+
+
+def _present(columns, summary: dict) -> list:
+    return [c for c in columns if any(c[1] in row for rows in summary.values() for row in rows.values())]
+
+
+def _cells(row: dict, columns) -> list[str]:
+    return [_fmt(row.get(key), pattern) + (unit if row.get(key) is not None else "") for _, key, pattern, unit in columns]
 
 
 def print_table(summary: dict, compare_hf: bool, console=None) -> None:
@@ -42,8 +51,7 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
             table.add_column(column, justify="left" if column == "config" else "right")
         if compare_hf:
             table.add_column("ours/HF", justify="right")
-        optional = [c for c in OPTIONAL_COLUMNS
-                    if any(c[1] in row for rows in summary.values() for row in rows.values())]
+        optional = _present(OPTIONAL_COLUMNS, summary)
         for heading, *_ in optional:
             table.add_column(heading, justify="right")
         for label, rows in summary.items():
@@ -56,9 +64,17 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
                      _identical_cell(row)]
             if compare_hf:
                 cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
-            cells += [_fmt(row.get(key), pattern) + (unit if row.get(key) is not None else "")
-                      for _, key, pattern, unit in optional]
-            table.add_row(*cells)
+            table.add_row(*(cells + _cells(row, optional)))
+        console.print(table)
+    references = _present(REFERENCE_COLUMNS, summary)
+    if references:
+        table = Table(title="overall, beside llama.cpp's own loops", title_justify="left")
+        for column in ["config", "tok/s"] + [heading for heading, *_ in references]:
+            table.add_column(column, justify="left" if column == "config" else "right")
+        for label, rows in summary.items():
+            row = rows.get("all")
+            if row is not None and any(key in row for _, key, *_ in references):
+                table.add_row(escape(label), f"{row['tok_per_s']:.1f}", *_cells(row, references))
         console.print(table)
     if any("llama_cpp_python_tok_per_s" in row for rows in summary.values() for row in rows.values()):
         console.print("theirs: llama-cpp-python's own Llama on the same GGUF, prompt ids and threads (prompt "
