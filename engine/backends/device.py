@@ -107,6 +107,15 @@ def default_dtype(device: str):
     return torch.bfloat16 if host.native_bf16() else torch.float32
 
 
+def check_dtype_name(dtype) -> None:
+    """ModelLoadError for a dtype name that is none of float32, bf16, fp16 (or auto/None): asked of every
+    load, also where the backend runs the weights as stored (llama.cpp) and the dtype is not used."""
+    if dtype is None or dtype == "auto" or not isinstance(dtype, str):
+        return
+    if DTYPE_NAMES.get(dtype.lower().removeprefix("torch.")) is None:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
+
+
 def resolve_dtype(dtype, device):
     """A dtype name ("bf16", "float32", "auto"/None) or torch.dtype → torch.dtype for `device` (a torch
     device or a device string, which need not exist here: estimates ask about other devices too)."""
@@ -115,10 +124,8 @@ def resolve_dtype(dtype, device):
         return dtype
     if dtype is None or dtype == "auto":
         return default_dtype(str(device))
-    name = DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
-    if name is None:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bf16 or fp16")
-    return getattr(torch, name)
+    check_dtype_name(str(dtype))
+    return getattr(torch, DTYPE_NAMES[str(dtype).lower().removeprefix("torch.")])
 
 
 def dtype_label(dtype) -> str:
@@ -126,4 +133,4 @@ def dtype_label(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_devices", "cuda_name", "free_cached_memory", "cuda_native_bf16", "default_dtype", "resolve_dtype", "dtype_label"]
+__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_devices", "cuda_name", "free_cached_memory", "cuda_native_bf16", "default_dtype", "check_dtype_name", "resolve_dtype", "dtype_label"]

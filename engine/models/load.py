@@ -14,7 +14,7 @@ import os
 from typing import Callable
 
 from engine.backends import LoadedModel, backend_named, resolve_backend
-from engine.backends.device import resolve_device, resolve_dtype
+from engine.backends.device import check_dtype_name, resolve_device, resolve_dtype
 from engine.backends.source import ModelSource, converted_folder
 from engine.models.consent import PICKLE, ConsentNeeded, is_pickle_only
 from engine.models.sources import DEFAULT_MODEL, resolve_source
@@ -53,6 +53,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
     method it will run, None: the model alone), and a note on that choice goes to `progress`. `compile`:
     torch.compile'd runners on a static KV cache (transformers backend only; elsewhere a note says so)."""
     progress = progress or (lambda message: None)
+    check_dtype_name(dtype)
     source = resolve_source(name)
     if not allow_pickle and is_pickle_only(name):
         raise ConsentNeeded(PICKLE, name, f"{source.label} has its weights only as pickle checkpoints (.bin/.pt), "
@@ -64,6 +65,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
     if compile and chosen.name != "transformers":
         progress(f"--compile: transformers backend only; {chosen.name} runs as it is")
     if chosen.places_layers:  # llama.cpp: its own build says which devices there are, whatever torch was built for
+        if dtype not in (None, "auto"):
+            progress(f"--dtype {dtype}: {chosen.name} runs the GGUF's own types as stored; the dtype is not used")
         return chosen.load(name, source, device=device or "auto", dtype=None, progress=progress,
                            trust_remote_code=trust_remote_code)
     torch_device = resolve_device(device)
