@@ -401,6 +401,8 @@ def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> 
     """Set the window up from the options, show it, run the event loop; the exit status."""
     from PySide6.QtCore import QTimer
 
+    from gui.views.main.screen_fit import place_on_screen
+
     if args.device is not None or args.dtype is not None or not persist:  # for this run only
         dtype = args.dtype or (window.settings.dtype() if persist else "auto")
         window.set_device(args.device or "auto", dtype, remember=False)
@@ -416,9 +418,9 @@ def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> 
         print(f"specscope gui: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.window_size is not None:
-        window.resize(*args.window_size)
-    elif not window.geometry_restored:
-        window.resize(window.sizeHint())
+        window.resize(*args.window_size)  # exactly as asked (scripted screenshots)
+    else:
+        place_on_screen(window, window.geometry_restored, window.loading.saved_geometry)
     window.show()
 
     scripted = (ScriptedCompare if args.compare else ScriptedRun)(app, window, args) if args.prompt else None

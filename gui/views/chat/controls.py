@@ -88,6 +88,13 @@ def build_sampling_box(panel) -> QGroupBox:
     return box
 
 
+def narrow_combo() -> QComboBox:
+    """A combo box whose long items don't widen the settings dock: it asks for 20 characters (a longer item
+    is cut in the box); its popup shows each item in full."""
+    return QComboBox(minimumContentsLength=20,
+                     sizeAdjustPolicy=QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+
+
 class ControlsPanel(QWidget):
     settings_changed = Signal()
     model_change_requested = Signal(str)
@@ -200,21 +207,20 @@ class ControlsPanel(QWidget):
         return box
 
     def _build_backend_choice(self) -> QComboBox:
-        self.backend = QComboBox()
+        self.backend = narrow_combo()
         self.backend.setObjectName("backend_choice")
         for name in ("auto",) + BACKENDS:
-            self.backend.addItem("auto (GGUF on llama.cpp, the rest on transformers)" if name == "auto" else name,
-                                 name)
-        self.backend.setToolTip("Where the target runs: llama.cpp keeps a GGUF quantized and fast; transformers "
-                                "runs every method (early exit, MTP, EAGLE) and loads a GGUF dequantized. "
-                                "Changing it loads the target again.")
+            self.backend.addItem("auto (GGUF on llama.cpp)" if name == "auto" else name, name)  # as the Models window
+        self.backend.setToolTip("Where the target runs (auto: a GGUF on llama.cpp, the rest on transformers): "
+                                "llama.cpp keeps a GGUF quantized and fast; transformers runs every method (early "
+                                "exit, MTP, EAGLE) and loads a GGUF dequantized. Changing it loads the target again.")
         self.backend.activated.connect(lambda _index: self._backend_chosen())
         return self.backend
 
     def _build_spec_box(self) -> QGroupBox:
         box = QGroupBox("Speculation")
         form = QFormLayout(box)
-        self.method = QComboBox()
+        self.method = narrow_combo()
         add_method_items(self.method)
         form.addRow("Method", self.method)
         self.own_note = self._note("own_drafter_note")

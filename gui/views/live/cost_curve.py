@@ -10,7 +10,7 @@ loaded model, not to the chat: a snapshot or a new chat leaves them as they are.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from gui import theme
 from gui.views.live.panel import LiveSnapshot
@@ -27,7 +27,8 @@ def headline(curve) -> str:
 
 
 class CostCurveView(QWidget):
-    """Headline, then a row of n, the ms of a pass over n tokens and its cost against one."""
+    """Headline, then a row of n, the ms of a pass over n tokens and its cost against one; in a dock too narrow
+    for that row, a column each (n, ms, × one) instead: the table never widens the dock."""
 
     stretch = 0
 
@@ -44,15 +45,18 @@ class CostCurveView(QWidget):
                                  "draft can be slower. The theoretical speed-up uses this curve.")
         layout.addWidget(self.headline)
         self.table = QWidget()
+        self.table.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.grid = QGridLayout(self.table)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setHorizontalSpacing(8)
         self.grid.setVerticalSpacing(0)
-        for row, caption in enumerate(("tokens", "ms", "× one")):
-            label = QLabel(caption)
+        self.captions = [QLabel(caption) for caption in ("tokens", "ms", "× one")]
+        for label in self.captions:
             label.setObjectName("stat_caption")
-            self.grid.addWidget(label, row, 0)
-        self.cells: dict[tuple[int, int], QLabel] = {}
+        self.cells: dict[tuple[int, int], QLabel] = {}  # (row of the wide table, n) -> its figure
+        self.shown: list[int] = []
+        self.transposed: bool | None = None  # None: not laid out yet
+        self.wide_width = 0  # what the table needs laid out as rows
         layout.addWidget(self.table)
         self.table.hide()
         self.curve = None
@@ -64,15 +68,39 @@ class CostCurveView(QWidget):
         for label in self.cells.values():
             label.deleteLater()
         self.cells.clear()
-        shown = [n for n in SHOWN_N if n <= curve.cost.n_max]
-        for column, n in enumerate(shown, start=1):
+        self.shown = [n for n in SHOWN_N if n <= curve.cost.n_max]
+        for n in self.shown:
             texts = (str(n), f"{curve.cost.seconds[n - 1] * 1000:.1f}", f"{curve.cost.relative(n):.2f}")
             for row, text in enumerate(texts):
                 cell = QLabel(text)
                 cell.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                self.grid.addWidget(cell, row, column)
                 self.cells[(row, n)] = cell
+        self.wide_width = (max(label.sizeHint().width() for label in self.captions) + sum(
+            max(self.cells[(row, n)].sizeHint().width() for row in range(3)) for n in self.shown)
+            + self.grid.horizontalSpacing() * len(self.shown))
+        self.transposed = None
+        self._arrange(self.width() < self.wide_width)
         self.table.show()
+
+    def _arrange(self, transposed: bool) -> None:
+        """The table as rows (tokens, ms, × one; a column per n) or, `transposed`, as columns (a row per n)."""
+        if transposed == self.transposed:
+            return
+        self.transposed = transposed
+        for label in (*self.captions, *self.cells.values()):
+            self.grid.removeWidget(label)
+        for row, label in enumerate(self.captions):
+            self.grid.addWidget(label, *((0, row) if transposed else (row, 0)))
+        for (row, n), cell in self.cells.items():
+            column = self.shown.index(n) + 1
+            self.grid.addWidget(cell, *((column, row) if transposed else (row, column)))
+        for column in range(max(self.grid.columnCount(), len(self.shown) + 2)):  # packed to the left
+            self.grid.setColumnStretch(column, int(column == (3 if transposed else len(self.shown) + 1)))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        if self.cells:
+            self._arrange(event.size().width() < self.wide_width)
+        super().resizeEvent(event)
 
     def show_failure(self, message: str) -> None:
         self.curve = None

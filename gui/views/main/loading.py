@@ -8,7 +8,7 @@ the window's views and public methods.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray
+from PySide6.QtCore import QByteArray, QRect
 
 from engine.core.errors import ConfigError
 from gui.sessions.chat import baseline_key
@@ -18,6 +18,7 @@ from gui.worker import REMOTE_CODE, LoadOptions
 class ModelLoading:
     def __init__(self, window) -> None:
         self.window = window
+        self.saved_geometry: QRect | None = None  # the window's normal geometry as last saved (restore_settings)
 
     def load_options(self) -> LoadOptions:
         window = self.window
@@ -100,6 +101,8 @@ class ModelLoading:
         geometry = settings.value("window/geometry")
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             window.geometry_restored = window.restoreGeometry(geometry)
+        normal = settings.value("window/normal_geometry")  # as saved: Qt's restore has clamped it already
+        self.saved_geometry = normal if isinstance(normal, QRect) and normal.isValid() else None
         state = settings.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
             window.restoreState(state)
@@ -113,6 +116,7 @@ class ModelLoading:
         values["model"] = window.session.model_name(values["model"])
         window.settings.set_chat_values(values)
         window.settings.set_value("window/geometry", window.saveGeometry())
+        window.settings.set_value("window/normal_geometry", window.normalGeometry())
         window.settings.set_value("window/state", window.saveState())
         window.settings.set_value("view/show_rejected", window.transcript.show_rejected)
         window.settings.sync()
