@@ -220,6 +220,9 @@ QPushButton#send_button:disabled {{ background: {p.surface_alt}; color: {p.text_
 QFrame#stat_tile {{ background: {p.surface}; border: 1px solid {p.border}; border-radius: 8px; }}
 QLabel#stat_caption {{ color: {p.text_dim}; }}
 QLabel#stat_value {{ font-weight: 600; }}
+QPushButton#stat_offer {{ padding: 0; border: none; background: transparent; color: {p.accent}; text-align: left;
+    text-decoration: underline; }}
+QPushButton#stat_offer:disabled {{ color: {p.text_dim}; }}
 QLabel#problem {{ color: {p.error}; }}
 QLabel#notice {{ color: {p.warning}; }}
 QLabel#dim {{ color: {p.text_dim}; }}

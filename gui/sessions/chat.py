@@ -17,6 +17,7 @@ a widget.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -210,10 +211,24 @@ class ChatSession(SessionModel):
         if not history or history[-1]["role"] != "user":
             history = ([m for m in history if m["role"] == "system"]
                        + [{"role": "user", "content": BASELINE_PROMPT}])
-        last = next((t for t in reversed(self.turns) if t.role == "assistant" and t.stats), None)
-        budget = max(32, last.stats.committed_tokens) if last is not None else 128
         return self._begin(BASELINE, self.model_name(fallback_model), history, SpecConfig(),
-                           sampling, budget)
+                           sampling, self.measurement_budget())
+
+    def measurement_budget(self) -> int:
+        """The tokens the plain-speed measurement decodes: as many as the last reply (at least 32), else 128."""
+        last = next((t for t in reversed(self.turns) if t.role == "assistant" and t.stats), None)
+        return max(32, last.stats.committed_tokens) if last is not None else 128
+
+    def measure_offer(self) -> int | None:
+        """The seconds (≈, rounded up) the plain-speed measurement would take, offered once a speculative reply is
+        done while this model has no plain speed; None otherwise. Estimated from the reply shown: its time to
+        first token (the measurement's prefill is of the same chat) and its tokens' rate over the measurement's
+        budget."""
+        stats = self.live.final
+        if (stats is None or stats.tok_per_s <= 0 or not self.ready or self.active is not None
+                or self.live.method == plain_method().name or self.baseline() is not None):
+            return None
+        return max(1, math.ceil(stats.ttft_seconds + self.measurement_budget() / stats.tok_per_s))
 
     def _begin(self, purpose, model, conversation, spec, sampling, max_new_tokens):
         request = self.make_request(request_id=self._next_request_id, model=model, conversation=conversation,
@@ -401,7 +416,8 @@ class ChatSession(SessionModel):
         figures = self.figures_against(self.baseline_tok_per_s())
         if not figures.speculative:  # plain decoding is the reference: its speed-up is 1 by definition, no figure
             figures = dataclasses.replace(figures, speedup=None, efficiency=None)
-        return figures
+        offer = self.measure_offer()
+        return dataclasses.replace(figures, measure_offer_seconds=offer) if offer is not None else figures
 
     def finish_record(self, turn: Turn) -> dict:
         """The finish stats as one flat dict (the scripted mode prints it as a JSON line)."""

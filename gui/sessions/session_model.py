@@ -156,6 +156,7 @@ class Figures:
     verify_seconds: float
     committed_tokens: int
     speculative: bool
+    measure_offer_seconds: int | None = None  # ≈ seconds of the plain-speed measurement offered (ChatSession)
 
 
 class SessionModel:

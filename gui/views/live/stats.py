@@ -1,9 +1,10 @@
 """The stats strip: tok/s, acceptance, mean accepted length, speed-up (measured and theoretical), efficiency,
 and draft vs verify time, and the time-split bar the compare panes use too.
 
-It renders `gui.sessions.session_model.Figures` (from `ChatSession.figures()`, which reads `engine.core.stats`) and asks for
-a baseline measurement (`baseline_requested`); it computes no figure itself. `StatsStrip` is a live panel
-(gui.views.live.panel.LivePanel).
+It renders `gui.sessions.session_model.Figures` (from `ChatSession.figures()`, which reads `engine.core.stats`)
+and asks for a baseline measurement (`baseline_requested`: its button, or the offer the speed-up card shows
+after a speculative reply while no plain speed is known, `Figures.measure_offer_seconds`); it computes no
+figure itself. `StatsStrip` is a live panel (gui.views.live.panel.LivePanel).
 """
 
 from __future__ import annotations
@@ -62,6 +63,33 @@ class StatTile(QFrame):
         """The width that shows the whole caption (the tiles go three abreast only when each gets it)."""
         margins = self.layout().contentsMargins()
         return max(self.caption.sizeHint().width(), self.value.minimumWidth()) + margins.left() + margins.right()
+
+
+class OfferButton(QPushButton):
+    """A link in a tile, on its detail line: the longest of its texts that fits the tile's width."""
+
+    def __init__(self, height: int, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("stat_offer")
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(height)  # the detail line's: showing it moves nothing
+        self.texts: tuple[str, ...] = ("",)
+
+    def set_texts(self, *texts: str) -> None:
+        """The words, longest first (the last is shown, clipped, where none fits)."""
+        self.texts = texts
+        self._fit(self.width())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        self._fit(event.size().width())
+        super().resizeEvent(event)
+
+    def _fit(self, width: int) -> None:
+        metrics = self.fontMetrics()
+        text = next((text for text in self.texts if metrics.horizontalAdvance(text) <= width), self.texts[-1])
+        if text != self.text():
+            self.setText(text)
 
 
 class TimeSplitBar(QWidget):
@@ -135,6 +163,11 @@ class StatsStrip(QWidget):
         self.measure.setToolTip("Run the last message again with plain decoding (hidden) to measure the "
                                 "reference tok/s for the speed-up")
         self.measure.clicked.connect(self.baseline_requested)
+        # after a speculative reply with no plain speed for this model: the measurement, offered in the card
+        self.offer = OfferButton(self.speedup.detail.maximumHeight())
+        self.offer.clicked.connect(self.baseline_requested)
+        self.offer.hide()
+        self.speedup.layout().addWidget(self.offer)
         self.columns = 0
         self._tile_width = max(tile.minimum_width() for tile in (*self.tiles, self.times))
         self._wide_tile_width = max(tile.caption_width() for tile in self.tiles)
@@ -169,6 +202,7 @@ class StatsStrip(QWidget):
 
     def set_measure_enabled(self, enabled: bool) -> None:
         self.measure.setEnabled(enabled)
+        self.offer.setEnabled(enabled)
 
     def show_baseline(self, described: str | None) -> None:
         """The plain speed every speed-up uses (`Baseline.describe()`), or None: not measured yet."""
@@ -180,6 +214,18 @@ class StatsStrip(QWidget):
         self.measure.setToolTip((f"Plain speed of this model: {described}; every speed-up uses it. "
                                  if described is not None else "")
                                 + "Run the last message again with plain decoding (hidden) to measure it.")
+        if described is not None:
+            self.show_offer(None)  # measured (or known for the model just loaded): nothing to offer
+
+    def show_offer(self, seconds: int | None) -> None:
+        """The speed-up card offers the plain-speed measurement (≈ `seconds`) in place of "not measured yet";
+        None: no offer."""
+        if seconds is not None:
+            self.offer.set_texts(f"Measure plain speed (≈ {seconds} s)", f"Measure (≈ {seconds} s)")
+            self.offer.setToolTip(f"Run the last message again with plain decoding (hidden, about {seconds} s) "
+                                  "to measure this model's plain speed; every speed-up uses it.")
+        self.speedup.detail.setVisible(seconds is None)
+        self.offer.setVisible(seconds is not None)
 
     def update_from(self, snapshot: LiveSnapshot) -> bool:
         """The snapshot's figures (on a tick, only when they moved)."""
@@ -202,6 +248,7 @@ class StatsStrip(QWidget):
             self.speedup.set(f"{figures.speedup:.2f}×", f"plain {figures.baseline_tok_per_s:.1f} tok/s")
         else:
             self.speedup.set(DASH, "not measured yet" if figures.baseline_tok_per_s is None else "")
+        self.show_offer(figures.measure_offer_seconds)
         self.theoretical.set(DASH if figures.theoretical_speedup is None else f"{figures.theoretical_speedup:.2f}×")
         self.efficiency.set(DASH if figures.efficiency is None else f"{figures.efficiency:.0%}")
         self.times.set(f"{seconds_text(figures.draft_seconds)} / {seconds_text(figures.verify_seconds)}",

@@ -185,3 +185,41 @@ def test_this_sessions_safety_answers_override_the_remembered_ones():
     assert answers.remote_code_allowed == frozenset() and answers.remote_code_refused == {"a", "b"}
     assert answers.pickle_allowed == {"c"} and answers.pickle_refused == {"d"}
     assert session.consent("remote-code", "a", True) is False and session.consent("pickle", "z", None) is None
+
+
+def test_the_measurement_is_offered_after_a_speculative_reply_while_no_plain_speed_is_known():
+    import math
+
+    session = loaded()
+    assert session.measure_offer() is None  # nothing replied yet
+    request = session.send("hi", settings(), "default")
+    events = list(FakeEngine().generate(request.conversation, spec=request.spec, max_new_tokens=24))
+    session.on_started(request.request_id, events[0])
+    session.on_round(request.request_id, events[1])
+    assert session.measure_offer() is None  # not while the reply is written
+    for event in events[2:-1]:
+        session.on_round(request.request_id, event)
+    reply = session.on_finished(request.request_id, events[-1]).turn
+    stats = reply.stats
+    expected = max(1, math.ceil(stats.ttft_seconds + session.measurement_budget() / stats.tok_per_s))
+    assert session.measurement_budget() == 32  # 24 tokens replied: the measurement's floor
+    assert session.measure_offer() == expected and session.figures().measure_offer_seconds == expected
+    measuring = session.baseline_request(SamplingConfig(), "default")
+    assert measuring.max_new_tokens == session.measurement_budget()
+    assert session.measure_offer() is None  # measuring
+    run(session, measuring)
+    assert session.baseline() is not None and session.measure_offer() is None  # measured: nothing to offer
+    assert session.figures().measure_offer_seconds is None
+
+
+def test_a_plain_reply_is_offered_nothing_and_gives_the_baseline_as_before():
+    session = loaded()
+    plain = run(session, session.send("hi", settings("none"), "default"))
+    assert plain.turn.stats.committed_tokens >= MIN_BASELINE_TOKENS and session.baseline() is not None
+    run(session, session.send("more", settings(), "default"))
+    assert session.measure_offer() is None  # the plain reply measured it
+    other = loaded()
+    request = other.send("hi", settings("none"), "default")
+    request.max_new_tokens = MIN_BASELINE_TOKENS - 4  # too short to be the reference
+    run(other, request)
+    assert other.baseline() is None and other.measure_offer() is None  # no baseline, but a plain reply
