@@ -26,7 +26,7 @@ from typing import Iterator
 
 from engine.core.config import SamplingConfig, SpecConfig, parse_spec
 from engine.core.errors import ConfigError
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus, event_to_dict
+from engine.core.events import RoundDetail, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus, event_to_dict
 from engine.core.stats import StatsAccumulator
 from gui.persistence.recorder import stats_from_dict
 
@@ -61,11 +61,13 @@ class Recording:
 
 
 def _round_from_dict(data: dict) -> RoundVerified:
-    fields = {name: data[name] for name in RoundVerified.__slots__}
+    """A recorded round; a field the recording predates (rollback_seconds, detail) takes its default."""
+    fields = {name: data[name] for name in RoundVerified.__slots__ if name in data}
     fields["target_status"] = TokenStatus(fields["target_status"])
     for name, value in fields.items():
         if isinstance(value, list):
             fields[name] = tuple(value)
+    fields["detail"] = RoundDetail.from_dict(data.get("detail"))
     return RoundVerified(**fields)
 
 
@@ -132,7 +134,8 @@ class DemoEngine:
 
     def generate(self, conversation, *, spec: SpecConfig | None = None, sampling: SamplingConfig = SamplingConfig(),
                  max_new_tokens: int = 256, stop_strings=(), cancel: threading.Event | None = None,
-                 system: str | None = None) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
+                 system: str | None = None, record: bool = False
+                 ) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
         spec = SpecConfig() if spec is None else spec
         self.validate(spec)
         recording = self.recordings[spec.label()]

@@ -89,6 +89,10 @@ class IncrementalDetokenizer:
             prefix, read = read, end
         return pieces, prefix, read
 
+    def text_of(self, token_id: int) -> str:
+        """The text of one id on its own (remembered): how an alternative the target did not choose reads."""
+        return self._text([token_id], 0, 1)
+
     def peek(self, new_ids: Sequence[int]) -> list[str]:
         """Pieces of `new_ids` if they came next, without taking them (rejected drafts)."""
         return self._pieces(new_ids)[0]

@@ -22,7 +22,7 @@ from engine.core.draft_length import DraftLengthPolicy
 from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError, PromptTooLongError
 from engine.core.events import Event, GenerationFinished, GenerationStarted
-from engine.core.loop import Generation, Verdict, commit_round, room_left, verify_pass
+from engine.core.loop import Checked, Generation, Verdict, commit_round, room_left, verify_pass
 from engine.core.sampling import make_generator
 from engine.core.stats import StatsAccumulator, VerifyCost, describe_rollback
 
@@ -57,7 +57,8 @@ class EngineLike(Protocol):
 
     def generate(self, conversation: Conversation, *, spec: SpecConfig = ..., sampling: SamplingConfig = ...,
                  max_new_tokens: int = ..., stop_strings: tuple[str, ...] = ...,
-                 cancel: threading.Event | None = ..., system: str | None = ...) -> Iterator[Event]: ...
+                 cancel: threading.Event | None = ..., system: str | None = ...,
+                 record: bool = ...) -> Iterator[Event]: ...
 
     def release(self) -> None: ...
 
@@ -111,16 +112,17 @@ class Engine:
     def generate(self, conversation: Conversation, *, spec: SpecConfig | None = None,
                  sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
                  stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None,
-                 system: str | None = None) -> Iterator[Event]:
-        """Chat: the conversation goes through the model's chat template; yields events."""
+                 system: str | None = None, record: bool = False) -> Iterator[Event]:
+        """Chat: the conversation goes through the model's chat template; yields events. `record`: every round
+        event carries its tree (RoundDetail: alternatives, entropy, draws), at a small cost per round."""
         ids = self.prompt_ids(conversation, system)
         return self.generate_ids(ids, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
-                                 stop_strings=stop_strings, cancel=cancel)
+                                 stop_strings=stop_strings, cancel=cancel, record=record)
 
     def generate_ids(self, prompt: list[int], *, spec: SpecConfig | None = None,
                      sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
-                     stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None
-                     ) -> Iterator[Event]:
+                     stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None,
+                     record: bool = False) -> Iterator[Event]:
         """Raw ids in, events out. Checks everything before the first event, so errors come early."""
         spec = SpecConfig() if spec is None else spec
         if max_new_tokens < 1:
@@ -140,12 +142,13 @@ class Engine:
             reserve(spec.k + 1)
         drafter = self.drafter(spec)
         self._active = self._loop(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
-                                  cancel or threading.Event(), drafter)
+                                  cancel or threading.Event(), drafter, record)
         return self._active
 
-    def _loop(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter):
+    def _loop(self, prompt, spec, sampling, max_new_tokens, stop_strings, cancel, drafter, record=False):
         """The generation: a started event, one event per round until a stop, a finished event."""
         state = self._begin(prompt, spec, sampling, drafter)
+        state.piece = state.detok.text_of if record else None
         rollback_cost = getattr(self.runner, "rollback_cost", None)  # a recurrent state's (else None)
         before = rollback_cost() if rollback_cost is not None else None
         yield GenerationStarted(
@@ -203,17 +206,19 @@ class Engine:
         t_verify = time.perf_counter()
         # normally the last committed id; everything again if a rollback had to empty the cache
         feed = state.feed if state.index == 0 else self.runner.sync(state.ids)
-        n_accepted, target_id, p_target, p_draft, p_own = self._verify(feed, proposal, sampling, state.generator)
+        checked = self._verify(feed, proposal, sampling, state.generator, state.piece)
         done = time.perf_counter()
-        drafter.observe(n_accepted)
+        drafter.observe(checked.n_accepted)
         if policy is not None:
-            policy.record(proposal.bucket, len(proposal.ids), n_accepted, t_verify - t_draft, done - t_verify)
-        return Verdict(proposal, n_accepted, target_id, p_target, p_draft, p_own, t_verify - t_draft,
-                       done - t_verify)
+            policy.record(proposal.bucket, len(proposal.ids), checked.n_accepted, t_verify - t_draft,
+                          done - t_verify)
+        return Verdict(proposal, checked.n_accepted, checked.target_id, checked.p_target, checked.p_draft,
+                       checked.p_own, t_verify - t_draft, done - t_verify, checked.rollback_seconds, checked.detail)
 
-    def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig, generator: torch.Generator):
+    def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig, generator: torch.Generator,
+                piece=None) -> Checked:
         """The target's pass over `feed` + the draft, accepted and rolled back (engine.core.loop.verify_pass)."""
-        return verify_pass(self.runner, feed, proposal, sampling, generator)
+        return verify_pass(self.runner, feed, proposal, sampling, generator, piece)
 
     def _out_of_memory(self, state: Generation) -> None:
         """The device ran out of memory mid-reply: free the caches, keep what was generated, say so."""

@@ -35,6 +35,68 @@ def target_status(n_drafted: int, n_accepted: int) -> TokenStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Alternatives:
+    """A distribution's most likely tokens at one position, most likely first: ids, probabilities, text."""
+
+    ids: tuple[int, ...]
+    probs: tuple[float, ...]
+    pieces: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {"ids": list(self.ids), "probs": [round(p, 5) for p in self.probs], "pieces": list(self.pieces)}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Alternatives | None":
+        if not data:
+            return None
+        return cls(tuple(int(i) for i in data.get("ids", ())), tuple(float(p) for p in data.get("probs", ())),
+                   tuple(str(t) for t in data.get("pieces", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class PositionDetail:
+    """What the target and the drafter made of one verified position of a round (engine.core.recording)."""
+
+    target: Alternatives  # the target's top alternatives (under the sampling settings the rule used)
+    entropy_bits: float  # of the target's distribution there
+    draft: Alternatives | None = None  # the drafter's, where it has a distribution (not n-gram, not bonus)
+    draw: float | None = None  # sampling: the uniform u; the drafted token was kept iff u < p_target/p_draft
+    residual: Alternatives | None = None  # at a sampled substitution: norm(max(0, p_target − p_draft))
+
+    def as_dict(self) -> dict:
+        out = {"target": self.target.as_dict(), "entropy_bits": round(self.entropy_bits, 4)}
+        for name in ("draft", "residual"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name).as_dict()
+        if self.draw is not None:
+            out["draw"] = round(self.draw, 6)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PositionDetail":
+        return cls(Alternatives.from_dict(data.get("target")) or Alternatives((), (), ()),
+                   float(data.get("entropy_bits", 0.0)), Alternatives.from_dict(data.get("draft")),
+                   None if data.get("draw") is None else float(data["draw"]), Alternatives.from_dict(data.get("residual")))
+
+
+@dataclass(frozen=True, slots=True)
+class RoundDetail:
+    """A round's tree, recorded when asked (`generate(record=True)`): one PositionDetail per position the
+    target verified, 0…len(draft_ids) (the drafted positions, then the one after the whole draft)."""
+
+    positions: tuple[PositionDetail, ...]
+
+    def as_dict(self) -> dict:
+        return {"positions": [position.as_dict() for position in self.positions]}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "RoundDetail | None":
+        if not data or not isinstance(data.get("positions"), list):
+            return None
+        return cls(tuple(PositionDetail.from_dict(position) for position in data["positions"]))
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationStarted:
     spec_label: str
     method: str
@@ -68,9 +130,11 @@ class RoundVerified:
     committed_ids: tuple[int, ...]  # what this round appended (a stop may cut it short)
     committed_pieces: tuple[str, ...]
     draft_seconds: float
-    verify_seconds: float
+    verify_seconds: float  # the target's pass and the rollback after it (rollback_seconds of it)
     elapsed_seconds: float  # since the generation started
     n_committed_total: int
+    rollback_seconds: float = 0.0  # cutting the rejected drafts off the cache (part of verify_seconds)
+    detail: RoundDetail | None = None  # recorded only when asked (generate(record=True))
 
     @property
     def accepted_ids(self) -> tuple[int, ...]:
@@ -123,7 +187,7 @@ def event_to_dict(event: Event) -> dict:
         value = getattr(event, name)
         if isinstance(value, TokenStatus):
             value = value.value
-        elif isinstance(value, (GenerationStats, ServerStats)):
+        elif isinstance(value, (GenerationStats, ServerStats, RoundDetail)):
             value = value.as_dict()
         elif isinstance(value, tuple):
             value = list(value)

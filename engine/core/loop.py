@@ -10,16 +10,18 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from engine.core.chat import IncrementalDetokenizer, find_stop
 from engine.core.config import SamplingConfig
 from engine.core.drafting import Proposal
-from engine.core.events import RoundVerified, target_status
+from engine.core.events import RoundDetail, RoundVerified, target_status
+from engine.core.recording import record_round
 from engine.core.sampling import probabilities
 from engine.core.stats import StatsAccumulator
-from engine.core.verify import align_vocab, rejection_sample, verify_greedy
+from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy
 
 
 @dataclass(slots=True)
@@ -37,6 +39,7 @@ class Generation:
     index: int = 0  # of the next round; 0 is the prefill
     stop_reason: str | None = None
     error: str | None = None
+    piece: Callable[[int], str] | None = None  # an id's text, when the rounds' trees are recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,9 @@ class Verdict:
     p_draft: list[float | None]
     p_own: float
     draft_seconds: float
-    verify_seconds: float
+    verify_seconds: float  # the pass and the rollback
+    rollback_seconds: float = 0.0
+    detail: RoundDetail | None = None
 
 
 def room_left(state: Generation, cancel: threading.Event, max_new_tokens: int, context_length: int) -> int:
@@ -64,29 +69,49 @@ def room_left(state: Generation, cancel: threading.Event, max_new_tokens: int, c
     return room
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What the target's verifying pass decided about a draft (verify_pass)."""
+
+    n_accepted: int
+    target_id: int  # the correction, the bonus, or a plain step's token
+    p_target: list[float]  # per drafted token
+    p_draft: list[float | None]
+    p_own: float  # the target's probability of its own token
+    rollback_seconds: float
+    detail: RoundDetail | None = None  # the round's tree, when recorded
+
+
 @torch.inference_mode()
 def verify_pass(runner, feed: list[int], proposal: Proposal, sampling: SamplingConfig,
-                generator: torch.Generator) -> tuple[int, int, list[float], list[float | None], float]:
-    """One target forward pass over the pending token(s) plus the draft; then accept and roll back.
-    Returns n_accepted, the target's own token, p_target and p_draft of each drafted token, p of its own."""
+                generator: torch.Generator, piece: Callable[[int], str] | None = None) -> Checked:
+    """One target forward pass over the pending token(s) plus the draft; then accept and roll back. With
+    `piece` (an id's text) the round's tree is recorded too (engine.core.recording); without, nothing more
+    runs than the decision needs."""
     draft_ids = proposal.ids
     m = len(draft_ids)
     logits = runner.forward(feed + draft_ids, m + 1)
+    draws = p_draft_rows = None
     if sampling.greedy:
         n_accepted, target_id, p_target, p_own = verify_greedy(logits, draft_ids)
         p_draft = drafted_probabilities(proposal)
+        p_target_rows = probabilities(logits, sampling) if piece is not None else None
     else:
         p_target_rows = probabilities(logits, sampling)
         p_draft_rows = None if proposal.p_draft is None else \
             align_vocab(proposal.p_draft.to(p_target_rows.device), p_target_rows.shape[-1])
+        draws = uniform_draws(m, generator, p_target_rows.device) if piece is not None else None
         n_accepted, target_id, p_target, p_draft, p_own = rejection_sample(
-            p_target_rows, p_draft_rows, draft_ids, generator)
+            p_target_rows, p_draft_rows, draft_ids, generator, draws)
         if proposal.p_draft is None:
             p_draft = [None] * m
+    detail = None if piece is None else record_round(
+        p_target_rows, proposal.p_draft if p_draft_rows is None else p_draft_rows, draft_ids, n_accepted, draws, piece)
     # The cache holds everything fed; keep it up to the last accepted draft token. The target's own
     # token is not in it yet: it is fed at the start of the next round.
+    t_rollback = time.perf_counter()
     runner.rollback(len(runner.ids) - (m - n_accepted))
-    return n_accepted, target_id, p_target, p_draft, p_own
+    return Checked(n_accepted, target_id, p_target, p_draft, p_own, time.perf_counter() - t_rollback, detail)
 
 
 def drafted_probabilities(proposal: Proposal) -> list[float | None]:
@@ -128,7 +153,8 @@ def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: i
         p_target=tuple(verdict.p_target), p_draft=tuple(verdict.p_draft),
         p_target_of_target_id=verdict.p_own, committed_ids=tuple(committed), committed_pieces=tuple(pieces),
         draft_seconds=verdict.draft_seconds, verify_seconds=verdict.verify_seconds,
-        elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output))
+        elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output),
+        rollback_seconds=verdict.rollback_seconds, detail=verdict.detail)
 
 
 def apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):

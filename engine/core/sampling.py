@@ -43,3 +43,27 @@ def probabilities(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tenso
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One draw per row."""
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def residual(p_target: torch.Tensor, p_draft: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p_target − p_draft)) row by row: the distribution a correction is drawn from after the
+    draft's token was rejected (arXiv 2211.17192 §2.3; 2302.01318 Alg. 2). A row whose residual has no mass
+    (the two distributions agree) is p_target itself."""
+    rows = torch.clamp(p_target - p_draft, min=0.0)
+    mass = rows.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, rows / mass.clamp_min(1e-30), p_target)
+
+
+def acceptance_probability(p_target: float | None, p_draft: float | None) -> float | None:
+    """min(1, p_target(x) / p_draft(x)): the chance that speculative sampling keeps drafted token x
+    (arXiv 2211.17192 Alg. 1). A drafter with no distribution (n-gram) is a one-hot draft, p_draft(x) = 1;
+    None where p_target is not known."""
+    if p_target is None:
+        return None
+    q = 1.0 if p_draft is None else p_draft
+    return 1.0 if q <= 0 else min(1.0, p_target / q)
+
+
+def entropy_bits(p: torch.Tensor) -> torch.Tensor:
+    """The entropy of each row of probabilities, in bits."""
+    return torch.special.entr(p.float()).sum(dim=-1) / 0.6931471805599453

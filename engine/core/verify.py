@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.core.sampling import sample
+from engine.core.sampling import residual, sample
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
@@ -51,29 +51,28 @@ def _verify_greedy_on_host(probs: np.ndarray, draft_ids: list[int]) -> tuple[int
 
 
 def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_ids: list[int],
-                     generator: torch.Generator) -> tuple[int, int, list[float], list[float], float]:
+                     generator: torch.Generator, draws: torch.Tensor | None = None
+                     ) -> tuple[int, int, list[float], list[float], float]:
     """Speculative sampling (arXiv 2211.17192 Alg. 1; 2302.01318 Alg. 2).
 
     p_target: (m+1, V) target probabilities; p_draft: (m, V) the draft's, or None for a one-hot draft.
+    `draws`: the m uniform draws that decide the drafted tokens, where the caller drew them first from the
+    same generator (to record them); else they are drawn here, the same way.
     Returns n_accepted, the target's token (correction or bonus), p_target and p_draft of each drafted
     token, and the target's probability of its own token.
     """
     m = len(draft_ids)
     device = p_target.device
     if p_draft is None:
-        p_draft = torch.zeros((m, p_target.shape[-1]), device=device)
-        in_vocab = [(i, x) for i, x in enumerate(draft_ids) if x < p_target.shape[-1]]
-        if in_vocab:
-            p_draft[[i for i, _ in in_vocab], [x for _, x in in_vocab]] = 1.0
+        p_draft = one_hot_draft(draft_ids, p_target.shape[-1], device)
     pt_x = _gather_drafted(p_target[:m], draft_ids)
     pd_x = _gather_drafted(p_draft, draft_ids, outside=1.0)
-    accept = torch.rand(m, generator=generator, device=device) * pd_x < pt_x  # u < p_target/p_draft
+    if draws is None:
+        draws = uniform_draws(m, generator, device)
+    accept = draws * pd_x < pt_x  # u < p_target/p_draft
     # Residual distributions for every position, plus the bonus row: draw all m+1 at once and keep the
     # one at the first rejection, so the whole round needs a single device → host transfer.
-    residual = torch.clamp(p_target[:m] - p_draft, min=0.0)
-    mass = residual.sum(dim=-1, keepdim=True)
-    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_target[:m])
-    candidates = sample(torch.cat([residual, p_target[m:m + 1]]), generator)
+    candidates = sample(torch.cat([residual(p_target[:m], p_draft), p_target[m:m + 1]]), generator)
     p_candidates = p_target[torch.arange(m + 1, device=device), candidates]
     values = torch.cat([accept.float(), candidates.float(), p_candidates, pt_x, pd_x]).tolist()
     n_accepted = 0
@@ -82,6 +81,20 @@ def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft
     target_id = int(values[m + n_accepted])
     p_own = values[2 * m + 1 + n_accepted]
     return n_accepted, target_id, values[3 * m + 2: 4 * m + 2], values[4 * m + 2:], p_own
+
+
+def uniform_draws(m: int, generator: torch.Generator, device) -> torch.Tensor:
+    """The m uniform draws of a round's acceptance test, in the order rejection_sample takes them."""
+    return torch.rand(m, generator=generator, device=device)
+
+
+def one_hot_draft(draft_ids: list[int], vocab: int, device) -> torch.Tensor:
+    """A drafter with no distribution as rows of one-hot probabilities (ids beyond the vocabulary: zeros)."""
+    rows = torch.zeros((len(draft_ids), vocab), device=device)
+    in_vocab = [(i, x) for i, x in enumerate(draft_ids) if x < vocab]
+    if in_vocab:
+        rows[[i for i, _ in in_vocab], [x for _, x in in_vocab]] = 1.0
+    return rows
 
 
 def _gather_drafted(rows: torch.Tensor, draft_ids: list[int], outside: float = 0.0) -> torch.Tensor:

@@ -136,7 +136,7 @@ class RemoteEngine:
     def generate(self, conversation: Conversation, *, spec: SpecConfig | None = None,
                  sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
                  stop_strings: tuple[str, ...] = (), cancel: threading.Event | None = None,
-                 system: str | None = None) -> Iterator[Event]:
+                 system: str | None = None, record: bool = False) -> Iterator[Event]:
         """Chat on the server; yields events (see the module docstring). Errors before the request come early."""
         spec = SpecConfig() if spec is None else spec
         if max_new_tokens < 1:

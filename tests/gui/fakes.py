@@ -89,7 +89,7 @@ class FakeEngine:
 
     def generate(self, conversation, *, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
                  max_new_tokens: int = 256, stop_strings=(), cancel: threading.Event | None = None,
-                 system: str | None = None) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
+                 system: str | None = None, record: bool = False) -> Iterator[GenerationStarted | RoundVerified | GenerationFinished]:
         self.calls.append(FakeCall(conversation, spec, sampling, max_new_tokens))
         if self.fail_with is not None:
             raise self.fail_with

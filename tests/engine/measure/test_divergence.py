@@ -11,6 +11,8 @@ import itertools
 import pytest
 import torch
 
+from engine.core.loop import Checked
+
 from engine.measure.compare import comparison_events, summary_rows
 from engine.core.config import SpecConfig
 from engine.measure.divergence import MISMATCH, NEAR_TIE, SAMPLING_NOTE, Divergence, classify, diagnose, locate
@@ -139,7 +141,7 @@ class WrongAfterVerification(Engine):
         super().__init__(target, DraftProvider(target))
         self.at, self.rounds_seen = at, 0
 
-    def _verify(self, feed, proposal, sampling, generator):
+    def _verify(self, feed, proposal, sampling, generator, piece=None):
         from engine.core.verify import verify_greedy
         draft_ids = list(proposal.ids)
         m = len(draft_ids)
@@ -149,7 +151,7 @@ class WrongAfterVerification(Engine):
             target_id = int(logits[n_accepted].argmin())
         self.rounds_seen += 1
         self.runner.rollback(len(self.runner.ids) - (m - n_accepted))
-        return n_accepted, target_id, p_target, [None] * m, p_own
+        return Checked(n_accepted, target_id, p_target, [None] * m, p_own, 0.0)
 
 
 class ShiftedVerification(Engine):
@@ -158,7 +160,7 @@ class ShiftedVerification(Engine):
     def __init__(self, target):
         super().__init__(target, DraftProvider(target))
 
-    def _verify(self, feed, proposal, sampling, generator):
+    def _verify(self, feed, proposal, sampling, generator, piece=None):
         from engine.core.verify import verify_greedy
         draft_ids = list(proposal.ids)
         m = len(draft_ids)
@@ -166,7 +168,7 @@ class ShiftedVerification(Engine):
         shifted = torch.cat([logits[1:], logits[-1:]]) if m else logits
         n_accepted, target_id, p_target, p_own = verify_greedy(shifted, draft_ids)
         self.runner.rollback(len(self.runner.ids) - (m - n_accepted))
-        return n_accepted, target_id, p_target, [None] * m, p_own
+        return Checked(n_accepted, target_id, p_target, [None] * m, p_own, 0.0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bf16"])
