@@ -131,6 +131,8 @@ class MethodSpec:
     # itself with this method (its MTP layers, its assistant), else None
     own_settings: Callable | None = None  # (catalog entry, pairs) -> {"max_k": …, "draft": …}: what a settings
     # panel sets when it picks this method for a model that drafts for itself
+    why_unusable: Callable | None = None  # (catalog entry, pairs) -> why that model can't use this method on any
+    # backend (no MTP layers, not a Gemma 4 model), else None: from the entry's facts, before anything loads
     plain: bool = False  # plain decoding: the baseline, no drafter
     implied_by_draft: bool = False  # the method a bare --draft asks for
     needs_target_runner: bool = False  # drafts from the runner the loop verifies on

@@ -187,6 +187,18 @@ def own_assistant_settings(entry, pairs) -> dict:
     return {} if pair is None else {"draft": pair.draft}
 
 
+def not_a_gemma_4(entry, pairs) -> str | None:
+    """Why a described model can't use an assistant: it is no Gemma 4 (or Gemma 3n) model and has no assistant
+    of its own (beside it, or known for its family); None where it may."""
+    if own_assistant(entry, pairs) is not None:
+        return None
+    from engine.backends.gguf_file import ASSISTANT_TARGETS
+    kind = entry.architecture or entry.model_type or "model of unknown kind"
+    if entry.architecture in ASSISTANT_TARGETS or kind.startswith(TARGET_PREFIXES):
+        return None
+    return f"{entry.label} is not a Gemma 4 model ({kind}): a Gemma 4 assistant drafts only for one"
+
+
 METHOD = MethodSpec(
     name=NAME, label="Gemma 4 assistant",
     description="A Gemma 4 assistant (--draft google/gemma-4-…-assistant, or its GGUF on llama.cpp) drafts from the "
@@ -195,4 +207,5 @@ METHOD = MethodSpec(
     why_not="the assistant reads the target's key/value cache, which the transformers and llama.cpp backends share",
     check=lambda spec, target, draft: check_assistant(target, draft), build=build, needs_target_runner=True,
     hf_generate_kwargs=hf_kwargs, own_drafter=own_assistant, own_settings=own_assistant_settings,
+    why_unusable=not_a_gemma_4,
     draft_help="a Gemma 4 assistant drafter (on llama.cpp: its GGUF, gemma4-assistant)")

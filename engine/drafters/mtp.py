@@ -244,6 +244,25 @@ def own_words(entry) -> str | None:
     return f"drafts for itself: {layers}{where} (llama.cpp{f', chained, k ≤ {n}' if n > 1 else ''})"
 
 
+def no_mtp_layers(entry) -> str | None:
+    """Why a described model can't use mtp on any backend: no MTP layers, none transformers loads, or (a GGUF)
+    an architecture llama.cpp has no MTP graph for; None where it may (a GGUF of an MTP architecture may
+    also take an mtp-*.gguf head as its draft)."""
+    if own_words(entry) is not None:
+        return None
+    if _on_llama_cpp(entry):
+        from engine.backends.gguf_file import MTP_ARCHITECTURES
+        if entry.architecture in _PLAIN_ONLY_ON_LLAMA_CPP:
+            return f"{entry.label} runs plain decoding only on llama.cpp (its recurrent state can't be rolled back)"
+        if entry.architecture in MTP_ARCHITECTURES:
+            return None
+        return f"{entry.label} has no MTP layers (a {entry.architecture} model)"
+    if entry.n_mtp_layers and entry.model_type in _NO_TRANSFORMERS_MTP:
+        return (f"transformers does not load {entry.label}'s MTP layers ({entry.model_type}); its GGUF drafts "
+                "with them on llama.cpp")
+    return f"{entry.label} has no MTP layers"
+
+
 def own_settings(entry) -> dict:
     """k capped at the layers where they chain, one drafted token each (transformers; several heads on
     llama.cpp); one head on llama.cpp re-applies itself, so any k."""
@@ -262,4 +281,4 @@ METHOD = MethodSpec(
     # transformers drafts one token per MTP layer (and loads them on every call)
     hf_generate_kwargs=lambda spec, engine: {"use_mtp": True},
     own_settings=lambda entry, pairs: own_settings(entry),
-    own_drafter=lambda entry, pairs: own_words(entry))
+    own_drafter=lambda entry, pairs: own_words(entry), why_unusable=lambda entry, pairs: no_mtp_layers(entry))
