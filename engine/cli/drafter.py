@@ -7,6 +7,7 @@ folder. No Qt.
 from __future__ import annotations
 
 import argparse
+import shlex
 import threading
 from pathlib import Path
 
@@ -78,7 +79,14 @@ def run(args: argparse.Namespace) -> int:
             return 130
     print(f"head written to {out}: {card.info['steps']} steps on {card.info['data']['tokens']} tokens, held-out "
           f"acceptance {acceptance_words(card.info['held_out_acceptance'])}")
-    print(f"use it: specscope generate --model {options.model} --method eagle"
-          + (f" --draft {out}" if options.out else "") + " --prompt …")
+    print(f"use it: {shlex.join(['specscope', *use_command(options.model, out)])}")
     return 0
+
+
+def use_command(model: str, head: Path, prompt: str = "Your prompt here") -> list[str]:
+    """The `specscope` arguments that speculate with a trained head (what `drafter train` prints as the next
+    step; "auto" runs the model where the head's method runs)."""
+    import engine.drafters  # noqa: F401  (registers the methods)
+    from engine.core.methods import head_method
+    return ["generate", "--model", model, "--method", head_method(), "--draft", str(head), prompt]
 

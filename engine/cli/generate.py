@@ -4,11 +4,12 @@ one JSON object per event. Touches the terminal and, through engine.runtime, the
 from __future__ import annotations
 
 import json
+import sys
 
 from engine.cli.arguments import (add_compile_arg, add_consent_args, add_generation_args, add_model_args,
                                   add_sampling_args, add_spec_args, check_generation_args, sampling_from_args,
                                   spec_from_args)
-from engine.cli.terminal import EXIT_BAD_INPUT, warn
+from engine.cli.terminal import EXIT_BAD_INPUT, start_line, warn
 from engine.core.errors import SpecScopeError
 from engine.core.validation import decode_argument
 
@@ -36,7 +37,12 @@ def cmd_generate(args) -> int:
         warn(note)
     require((args.model, spec.draft), trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
     from engine.runtime import load_engine, terminal_progress
-    progress = (lambda message: None) if args.json else terminal_progress()
+    shown = (lambda message: None) if args.json else terminal_progress()
+    heard: list[str] = []  # what the loader said, to say on the start line what was not shown
+
+    def progress(message: str) -> None:
+        heard.append(message)
+        shown(message)
     answers = consent_answers(args, (args.model, spec.draft))
     engine = load_engine(args.model, progress, device=args.device, dtype=args.dtype, backend=args.backend,
                          trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
@@ -50,16 +56,29 @@ def cmd_generate(args) -> int:
             print(json.dumps(event_to_dict(event)), flush=True)
             finished = event if isinstance(event, GenerationFinished) else finished
     else:
-        finished = _print_coloured(events, show_rejected=not args.hide_rejected)
+        note = _backend_note(args.model, engine.target, spec.method, args.backend)
+        line = start_line(engine.target, spec.label(), "" if note in heard and sys.stderr.isatty() else note)
+        finished = _print_coloured(events, line, show_rejected=not args.hide_rejected)
     # a server's reply that broke off (stream cut, server silent): the partial reply is out, the status says so
     broke_off = finished is not None and finished.server is not None and finished.error
     return EXIT_BAD_INPUT if broke_off else 0
 
 
-def _print_coloured(events, show_rejected: bool):
+def _backend_note(name: str, target, method: str, requested: str | None) -> str:
+    """Why the model `name` runs on its backend when "auto" chose it for the method (resolve_backend's note, as
+    the loader said it); "" for a model on a server."""
+    from engine.backends import is_local_backend, resolve_backend
+    from engine.models.sources import resolve_source
+    if not is_local_backend(target.backend):
+        return ""
+    return resolve_backend(resolve_source(name), method, requested).note
+
+
+def _print_coloured(events, start: str, show_rejected: bool):
     from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
     from engine.cli.terminal import TerminalStream
     stream = TerminalStream(show_rejected=show_rejected)
+    stream.start(start)
     finished = None
     for event in events:
         if isinstance(event, GenerationStarted):

@@ -51,11 +51,22 @@ def stats_line(finished: GenerationFinished) -> str:
     return " · ".join(parts)
 
 
+def start_line(target, spec_label: str, note: str = "") -> str:
+    """What a generation runs on, before its reply: the model, its backend, device and dtype, the setting, and
+    why it runs there when "auto" moved it for the method (engine.backends.resolve_backend's note)."""
+    device = target.device_label or str(target.device)
+    line = f"{target.label} on {target.backend} ({device}, {target.dtype_label}) · {spec_label}"
+    return f"{line} · {note}" if note else line
+
+
 class TerminalStream:
     def __init__(self, show_rejected: bool = True, console: Console | None = None) -> None:
         self.show_rejected = show_rejected
         self.out = console or Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False)
+
+    def start(self, line: str) -> None:
+        self.err.print(escape(line), style="dim", soft_wrap=True)
 
     def legend(self, started: GenerationStarted) -> None:
         for note in started.warnings:

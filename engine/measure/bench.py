@@ -339,8 +339,8 @@ def run(args) -> int:
     err = Console(stderr=True, highlight=False)
     answers = ConsentAnswers.from_flags(names, **flags)
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
-                         backend=args.backend, consent=lambda: answers, compile=getattr(args, "compile", False),
-                         **flags)
+                         backend=args.backend, method=auto_method(specs), consent=lambda: answers,
+                         compile=getattr(args, "compile", False), **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
     if args.compare_hf and engine.target.backend != "transformers":
@@ -362,6 +362,15 @@ def run(args) -> int:
         _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict)
         err.print(escape(f"figures written to {args.json_out}"))
     return 0
+
+
+def auto_method(specs: list[SpecConfig]) -> str | None:
+    """The method "auto" loads the model for (engine.backends.resolve_backend): of the configs that name no
+    backend, the one the fewest backends serve (early exit: transformers only), so that each runs where the
+    model loads; None: the model alone decides."""
+    from engine.core.methods import method_spec
+    local = [spec.method for spec in specs if spec.backend is None]
+    return min(local, key=lambda name: len(method_spec(name).backends), default=None)
 
 
 def _strict(engine, prompts: list[Prompt], specs: list[SpecConfig], args, sampling) -> dict:
