@@ -221,8 +221,9 @@ class ScriptedRun:
         self.app, self.window, self.args = app, window, args
         self.exit_code = EXIT_OK
         self._sent = False
-        # without --method, the method the settings pick for the model (its own drafter) once it is known
-        self._waiting_for_own = not getattr(args, "method", None)
+        # the model's catalog entry: the method the settings pick for it without --method (its own drafter),
+        # and for any method, where it runs (auto moves one its backend can't serve) or why it can't
+        self._waiting_for_own = True
         self._ready = False
         window.model_ready.connect(self._send)
         window.own_drafter_looked_up.connect(self._own_looked_up)

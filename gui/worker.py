@@ -8,7 +8,9 @@ checks it between rounds. Every event goes back to the GUI thread by a queued si
 the request it belongs to, so the window can drop what a cancelled request still sends.
 
 Models load through a loader (engine.runtime.load_engine in the app) after engine.models.consent's safety check;
-slow steps (loading a model, a draft model) are reported by `status_reported`. Touches QtCore only (a
+slow steps (loading a model, a draft model) are reported by `status_reported`. A setting whose `backend=` is
+not the loaded model's (a compared row's, or a method only that backend serves) runs on the same model loaded
+there too (engine.runtime.BackendRouter, kept with the model; `model_loaded_on` says so). Touches QtCore only (a
 QObject and a QThread), no widgets; the engine is driven only through its generator and `validate`.
 """
 
@@ -146,6 +148,7 @@ class EngineWorker(QObject):
     consent_needed = Signal(str, str, str)  # model name, kind (remote-code | pickle), the question
     draft_consent_needed = Signal(str, str, str)  # the same for a draft model, asked when a reply needs it
     model_loaded = Signal(object)  # ModelInfo
+    model_loaded_on = Signal(object)  # ModelInfo: the loaded model on another backend too (for a setting run there)
     load_failed = Signal(str, str)  # model name, message
     generation_started = Signal(int, object)  # request id, GenerationStarted
     round_verified = Signal(int, object)  # request id, RoundVerified
@@ -187,8 +190,9 @@ class EngineWorker(QObject):
         rid = request.request_id
         try:
             limit_torch_threads(import_torch=False)
-            events = self._engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
-                                           max_new_tokens=request.max_new_tokens, cancel=self.cancel)
+            engine = self._engine_for((request.spec,), request.model)
+            events = engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
+                                     max_new_tokens=request.max_new_tokens, cancel=self.cancel)
             for event in events:
                 if isinstance(event, RoundVerified):
                     self.round_verified.emit(rid, event)
@@ -219,7 +223,7 @@ class EngineWorker(QObject):
 
         try:
             limit_torch_threads(import_torch=False)
-            engine = self._comparison_engine(request)
+            engine = self._engine_for(request.specs, request.model)
             refused = self._refused(request.specs, engine)
             if refused:
                 self.comparison_failed.emit(rid, refused)
@@ -262,19 +266,22 @@ class EngineWorker(QObject):
         self.cost_measured.emit(CostCurve(target.label, target.backend, str(target.device), cost))
 
     # ------------------------------------------------------------------ helpers
-    def _comparison_engine(self, request: ComparisonRequest):
-        """The loaded engine, or, when a spec asks for another backend (`backend=`), a router that runs each
-        spec on the same model loaded on its backend (loaded once, kept with the target)."""
+    def _engine_for(self, specs, model: str):
+        """The loaded engine, or, when a spec asks for another backend (`backend=`: a compared row's, or a
+        method the loaded backend can't serve), a router that runs each spec on the same model loaded on its
+        backend (loaded once, kept with the target, and said by `model_loaded_on`)."""
         own = self._engine.target.backend
-        if all(spec.backend in (None, own) for spec in request.specs):
+        if all(spec.backend in (None, own) for spec in specs):
             return self._engine
         if self._router is None:
             from engine.runtime import BackendRouter
 
             def load_on(backend: str):
-                self.status_reported.emit(f"Loading {request.model} on {backend}…")
-                kwargs = {**self.load_options.loader_kwargs(request.model), "backend": backend}
-                return self._loader(request.model, self.model_load_progressed.emit, **kwargs, **self._callbacks())
+                self.status_reported.emit(f"Loading {model} on {backend}…")
+                kwargs = {**self.load_options.loader_kwargs(model), "backend": backend}
+                engine = self._loader(model, self.model_load_progressed.emit, **kwargs, **self._callbacks())
+                self.model_loaded_on.emit(model_info(engine, model))
+                return engine
             self._router = BackendRouter(self._engine, load_on)
         return self._router
 

@@ -90,6 +90,7 @@ class ChatSession(SessionModel):
         self.make_request = make_request
         self.baselines: dict[str, Baseline] = {}  # baseline_key -> the plain-decoding speed (this run or remembered)
         self.model_info = None  # gui.worker.ModelInfo of the loaded model
+        self.loaded_as: dict[str, Any] = {}  # backend -> ModelInfo: the loaded model there (a setting run there)
         self.loading: str | None = None  # the model being loaded
         self.active = None  # the request in flight
         self.settings_in_effect: Settings | None = None  # what the last message was sent with
@@ -149,6 +150,12 @@ class ChatSession(SessionModel):
     def model_loaded(self, info) -> None:
         self.loading = None
         self.model_info = info
+        self.loaded_as = {info.backend: info}
+
+    def model_loaded_on(self, info) -> None:
+        """The loaded model, loaded on another backend too (for a method its own backend can't serve)."""
+        if self.model_info is not None and info.requested == self.model_info.requested:
+            self.loaded_as[info.backend] = info
 
     def load_ended(self) -> None:
         """The load failed, or it waits for the user's answer to a safety question."""
@@ -408,6 +415,11 @@ class ChatSession(SessionModel):
         """The plain speed of the loaded model (on its device, in its dtype), however long ago it was measured."""
         return self.baselines.get(baseline_key(self.model_info)) if self.model_info is not None else None
 
+    def plain_speeds(self) -> dict[str, Baseline]:
+        """The loaded model's measured plain speed on each backend it is loaded on (where one is stored)."""
+        found = {backend: self.baselines.get(baseline_key(info)) for backend, info in self.loaded_as.items()}
+        return {backend: baseline for backend, baseline in found.items() if baseline is not None}
+
     def baseline_tok_per_s(self) -> float | None:
         baseline = self.baseline()
         return baseline.tok_per_s if baseline is not None else None
@@ -432,6 +444,14 @@ class ChatSession(SessionModel):
             record["speedup"] = measured
             record["efficiency"] = efficiency(measured, stats.theoretical_speedup)
         return record
+
+
+def backend_note(note: str, backends: tuple[str, ...], speeds: dict[str, Baseline]) -> str:
+    """Why a setting runs on another backend than the loaded model's (`note`: engine.backends.resolve_backend's),
+    and what plain decoding costs on each of `backends`: measured, or not yet."""
+    costs = "; ".join(f"on {backend}: {speeds[backend].describe()}" if backend in speeds else
+                      f"on {backend}: not measured yet" for backend in backends)
+    return f"{note[:1].upper()}{note[1:]}. Plain decoding {costs}."
 
 
 def spec_words(spec: SpecConfig) -> str:

@@ -1,10 +1,10 @@
 """The backend in the settings panel: shown with the model, switching it loads the target again through the worker
-on that backend, and a method the backend can't serve (early exit on llama.cpp) is refused in place with the method
-table's reason; `specscope gui --backend` sets it before the first load."""
+on that backend; under auto a method the loaded backend can't serve (early exit on llama.cpp) runs on one that
+can, the model loaded there too, and a backend chosen that can't serve it refuses it in place with
+engine.backends.resolve_backend's reason; `specscope gui --backend` sets it before the first load."""
 
 from __future__ import annotations
 
-from engine.core.config import check_backend
 from engine.core.errors import ConfigError
 from fakes import FakeEngine, FakeModel
 from gui import app
@@ -32,36 +32,69 @@ def open_window(qtbot, loader) -> MainWindow:
     return window
 
 
-def test_switching_the_backend_reloads_and_refuses_early_exit_on_llama_cpp(qtbot):
+def described(window, qtbot) -> None:
+    """Wait until the settings panel has the loaded target's method table (its catalog entry, looked up)."""
+    qtbot.waitUntil(lambda: window.controls.method_choice("none") is not None, timeout=WAIT_MS)
+
+
+def test_auto_runs_early_exit_on_transformers_and_a_chosen_llama_cpp_refuses_it(qtbot):
+    """Under auto the built-in GGUF (on llama.cpp) runs early exit on transformers: the worker loads it there too
+    (engine.runtime.BackendRouter), the reply runs there with backend= in its setting, and the panel and the
+    status line say why and what plain decoding costs on each. Choosing llama.cpp refuses it in place with
+    engine.backends.resolve_backend's reason; transformers serves it as loaded."""
+    from engine.backends import resolve_backend
+    from engine.models.sources import resolve_source
     calls: list = []
-    window = open_window(qtbot, backend_loader(calls))
+    engines: dict = {}
+
+    def load(name, progress=None, **options):
+        engine = backend_loader(calls)(name, progress, **options)
+        engines[engine.target.backend] = engine
+        return engine
+
+    window = open_window(qtbot, load)
     controls = window.controls
     try:
         assert calls == ["auto"] and "llama.cpp" in controls.model_status.text()  # shown with the model
-        controls.apply(method="early-exit")
-        refusal = controls.problem.text()
-        try:
-            check_backend("early-exit", "llama.cpp")
-        except ConfigError as exc:
-            reason = str(exc)
-        assert controls.problem.isVisible() and refusal == f"⚠ {reason}"
-        assert "transformers" in refusal and controls.config_problem() == reason
-        assert window.send("hello") is False  # refused in place: nothing sent
-
-        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
-            controls.backend.setCurrentIndex(controls.backend.findData("transformers"))
-            controls.backend.activated.emit(controls.backend.currentIndex())
-        assert calls == ["auto", "transformers"] and blocker.args[0].backend == "transformers"
-        assert "transformers" in controls.model_status.text() and controls.config_problem() is None
-        assert not controls.problem.isVisible()
+        described(window, qtbot)
+        with qtbot.waitSignal(controls.backend_noted, timeout=WAIT_MS) as noted:
+            controls.apply(method="early-exit")
+        note = resolve_backend(resolve_source("default"), "early-exit", "auto").note
+        assert note and controls.config_problem() is None and controls.routed_backend() == "transformers"
+        assert noted.args[0] == window.status_label.text() == controls.backend_note.text()
+        assert noted.args[0].startswith(note[:1].upper() + note[1:])
+        assert "Plain decoding on llama.cpp: not measured yet; on transformers: not measured yet." in noted.args[0]
+        assert controls.read().spec.label() == "early-exit:k=4,backend=transformers"
+        with qtbot.waitSignal(window.reply_finished, timeout=WAIT_MS):
+            assert window.send("hello")
+        assert calls == ["auto", "transformers"]  # the model loaded once more, on transformers, for that method
+        assert [c.spec.method for c in engines["transformers"].calls] == ["early-exit"]
+        assert engines["llama.cpp"].calls == []
+        assert set(window.session.loaded_as) == {"llama.cpp", "transformers"}
+        controls.apply(method="prompt-lookup")  # a method llama.cpp serves: as loaded, no note
+        assert controls.routed_backend() is None and controls.backend_note.isHidden()
 
         with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
             controls.backend.setCurrentIndex(controls.backend.findData("llama.cpp"))
             controls.backend.activated.emit(controls.backend.currentIndex())
         assert calls[-1] == "llama.cpp" and blocker.args[0].backend == "llama.cpp"
-        assert controls.problem.isVisible() and "needs the transformers backend" in controls.problem.text()
-        controls.apply(method="prompt-lookup")  # a method llama.cpp serves
-        assert controls.config_problem() is None
+        described(window, qtbot)
+        controls.apply(method="early-exit")
+        try:
+            resolve_backend(resolve_source("default"), "early-exit", "llama.cpp")
+        except ConfigError as exc:
+            reason = str(exc)
+        assert controls.problem.isVisible() and controls.problem.text() == f"⚠ {reason}"
+        assert "needs the transformers backend" in reason and controls.config_problem() == reason
+        assert window.send("hello") is False  # refused in place: nothing sent
+
+        with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
+            controls.backend.setCurrentIndex(controls.backend.findData("transformers"))
+            controls.backend.activated.emit(controls.backend.currentIndex())
+        assert calls[-1] == "transformers" and blocker.args[0].backend == "transformers"
+        described(window, qtbot)
+        assert controls.config_problem() is None and controls.routed_backend() is None
+        assert not controls.problem.isVisible()
     finally:
         window.shutdown()
 

@@ -7,92 +7,35 @@ from its MethodSpec) or into the one sentence that says why the combination is r
 labels, help lines, parameters (one control each, gui.views.chat.params) and what each needs come from the
 method registry. The window reads the panel when a message is sent, so a change applies from the next message.
 
-May touch: engine.core.config and the method registry (read), engine.models.catalog.own_drafter and
-engine.models.pairs (a described target's own drafter, no file read), gui.sessions.chat.Settings (what it
-returns). No state beyond its widgets.
+Which methods the loaded target can use, and on which backend, is engine.models.availability's table (read
+from its catalog entry: a method it can't use is disabled with the reason; under "auto" a method its backend
+can't serve runs where the table says, `backend=` in the setting, with a note); the boxes are built by
+gui.views.chat.boxes. May touch: engine.core.config and the method registry (read), engine.models.catalog
+.own_drafter, engine.models.availability and engine.models.pairs (a described target's facts, no file read),
+gui.sessions.chat (Settings, what it returns; the note's words). No state beyond its widgets and what it was
+told of the loaded target.
 """
 
 from __future__ import annotations
 
-from fnmatch import fnmatch
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QPlainTextEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QFileDialog, QVBoxLayout, QWidget
 
 import engine.drafters  # noqa: F401  (registers the methods)
 from engine.backends import is_local_backend
-from engine.core.config import BACKENDS, MAX_K, SamplingConfig, SpecConfig, check_backend
+from engine.core.config import SamplingConfig, SpecConfig, check_backend
 from engine.core.errors import ConfigError
 from engine.core.methods import ModelFacts, all_params, method_spec, methods as registered_methods
 from engine.models import catalog
+from engine.models.availability import entry_choices
 from engine.models.pairs import DRAFT_IS_TARGET, pairs_for
-from gui.sessions.chat import Settings
-from gui.views.chat.params import SPIN_CEILING, changed_signal, param_widget, read_param, shown_value, write_param
-
-
-def add_method_items(combo: QComboBox, methods=None) -> None:
-    """The registered methods (or `methods`), by label, with their description as tooltip (the chat's panel and
-    the compare window's rows)."""
-    for method in registered_methods() if methods is None else methods:
-        if not method.offered:
-            continue
-        combo.addItem(method.label, method.name)
-        combo.setItemData(combo.count() - 1, method.description, Qt.ItemDataRole.ToolTipRole)
-
-
-def head_placeholder(method) -> str:
-    """What the draft field shows, empty, for a method that reads a head: a folder, or its head file's pattern."""
-    if not method.reads_head:
-        return ""
-    return f"{'an ' + method.head_file + ' head' if method.head_file else 'a head folder'} (empty: the model's own)"
-
-
-def _is_head(path: Path, head_file: str) -> bool:
-    """A head folder (head_file ""), or an existing file whose name matches `head_file` (case aside)."""
-    if not head_file:
-        return path.is_dir()
-    return fnmatch(path.name.lower(), head_file.lower()) and path.is_file()
-
-
-def build_sampling_box(panel) -> QGroupBox:
-    """The sampling fields of the settings panel (temperature, top-p, top-k, seed, budget), set on `panel`."""
-    box = QGroupBox("Sampling")
-    form = QFormLayout(box)
-    panel.temperature = QDoubleSpinBox()
-    panel.temperature.setRange(0.0, 5.0)
-    panel.temperature.setSingleStep(0.1)
-    panel.temperature.setDecimals(2)
-    panel.temperature.setSpecialValueText("0 (greedy)")
-    form.addRow("Temperature", panel.temperature)
-    panel.top_p = QDoubleSpinBox()
-    panel.top_p.setRange(0.01, 1.0)
-    panel.top_p.setSingleStep(0.05)
-    panel.top_p.setValue(1.0)
-    form.addRow("Top-p", panel.top_p)
-    panel.top_k = QSpinBox()
-    panel.top_k.setRange(0, 100000)
-    panel.top_k.setSpecialValueText("off")
-    form.addRow("Top-k", panel.top_k)
-    panel.seed = QSpinBox()
-    panel.seed.setRange(-1, 2**31 - 1)
-    panel.seed.setValue(-1)
-    panel.seed.setSpecialValueText("random")
-    form.addRow("Seed", panel.seed)
-    panel.max_new_tokens = QSpinBox()
-    panel.max_new_tokens.setRange(1, 1_000_000)
-    panel.max_new_tokens.setValue(256)
-    panel.max_new_tokens.setSingleStep(64)
-    form.addRow("Max new tokens", panel.max_new_tokens)
-    return box
-
-
-def narrow_combo() -> QComboBox:
-    """A combo box whose long items don't widen the settings dock: it asks for 20 characters (a longer item
-    is cut in the box); its popup shows each item in full."""
-    return QComboBox(minimumContentsLength=20,
-                     sizeAdjustPolicy=QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+from gui.sessions.chat import Settings, backend_note
+from gui.views.chat.boxes import (build_model_box, build_sampling_box, build_saved_box, build_spec_box,
+                                  build_system_box, note_label)
+from gui.views.chat.methods import add_method_items, draft_placeholder, draft_tooltip, is_head, mark_methods
+from gui.views.chat.params import changed_signal, read_param, shown_value, write_param
 
 
 class ControlsPanel(QWidget):
@@ -103,6 +46,7 @@ class ControlsPanel(QWidget):
     download_requested = Signal(str)  # a known-good draft's hub id (the model manager downloads it)
     saved_settings_requested = Signal()  # apply the settings a reopened chat ran with
     method_picked = Signal(str)  # the user picked a method in the list (not set by apply)
+    backend_noted = Signal(str)  # the setting now runs on another backend than the loaded model's: why, and costs
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -114,19 +58,24 @@ class ControlsPanel(QWidget):
         self._suggested_download: str | None = None
         self._draft_note_text = ""
         self._method_chosen = False  # the user (or a remembered setting) chose the method: kept as it is
+        self._entry: catalog.CatalogEntry | None = None  # the loaded target, described (None: not yet, a server)
+        self._choices: dict = {}  # method -> engine.models.availability.MethodChoice for the loaded target
+        self._plain_speeds: dict = {}  # backend -> the loaded model's measured plain speed there (Baseline)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(8)
-        outer.addWidget(self._build_saved_box())
-        outer.addWidget(self._build_model_box())
-        outer.addWidget(self._build_spec_box())
-        outer.addWidget(build_sampling_box(self))
-        outer.addWidget(self._build_system_box())
-        self.problem = self._note("problem")
+        for build in (build_saved_box, build_model_box, build_spec_box, build_sampling_box, build_system_box):
+            outer.addWidget(build(self))
+        self.problem = note_label("problem")
         outer.addWidget(self.problem)
-        self.notice = self._note("notice")
+        self.notice = note_label("notice")
         outer.addWidget(self.notice)
         outer.addStretch(1)
+        self._connect()
+        self._refresh_enabled()
+        self.revalidate()
+
+    def _connect(self) -> None:
         for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.adaptive.toggled,
                        *(changed_signal(w) for w in self.param_controls.values()), self.temperature.valueChanged, self.top_p.valueChanged, self.top_k.valueChanged,
                        self.seed.valueChanged, self.max_new_tokens.valueChanged, self.draft.currentTextChanged,
@@ -135,148 +84,32 @@ class ControlsPanel(QWidget):
         self.method.activated.connect(self._method_picked)
         self.model.activated.connect(lambda _index: self._model_chosen())
         self.model.lineEdit().editingFinished.connect(self._model_chosen)
-        self._refresh_enabled()
-        self.revalidate()
-
-    @staticmethod
-    def _note(name: str) -> QLabel:
-        label = QLabel()
-        label.setObjectName(name)
-        label.setWordWrap(True)
-        label.hide()
-        return label
-
-    def _build_saved_box(self) -> QWidget:
-        """Shown for a reopened chat: the settings its last reply ran with, and a button to use them."""
-        self.saved_box = QWidget()
-        row = QHBoxLayout(self.saved_box)
-        row.setContentsMargins(0, 0, 0, 0)
-        self.saved_note = QLabel("")
-        self.saved_note.setObjectName("notice")
-        self.saved_note.setWordWrap(True)
-        row.addWidget(self.saved_note, 1)
-        self.saved_apply = QToolButton()
-        self.saved_apply.setText("Use these")
-        self.saved_apply.setToolTip("Set the panel to what this chat ran with")
+        self.browse.clicked.connect(self._browse_model)
+        self.backend.activated.connect(lambda _index: self._backend_chosen())
+        self.compile_box.toggled.connect(lambda _on: self._backend_chosen())
+        self.models_button.clicked.connect(self.models_requested)
         self.saved_apply.clicked.connect(self.saved_settings_requested)
-        row.addWidget(self.saved_apply)
-        self.saved_box.hide()
-        return self.saved_box
+        self.draft_download.clicked.connect(lambda: self.download_requested.emit(self._suggested_download or ""))
 
     def show_saved_settings(self, words: str | None) -> None:
         """What a reopened chat ran with (None: hide the note)."""
         self.saved_note.setText(f"This chat ran with {words}." if words else "")
         self.saved_box.setVisible(bool(words))
 
-    def _build_model_box(self) -> QGroupBox:
-        box = QGroupBox("Model")
-        form = QFormLayout(box)
-        self.model = QComboBox()
-        self.model.setEditable(True)
-        self.model.addItem("default")
-        self.model.setToolTip("The target model: 'default' (built in), a Hugging Face id, a folder or a GGUF file. "
-                              "Press Enter to load.")
-        self.model.setInsertPolicy(QComboBox.InsertPolicy.InsertAtTop)
-        browse = QToolButton()
-        browse.setText("…")
-        browse.setToolTip("Choose a model folder")
-        browse.clicked.connect(self._browse_model)
-        row = QHBoxLayout()
-        row.setSpacing(4)
-        row.addWidget(self.model, 1)
-        row.addWidget(browse)
-        form.addRow("Target", row)
-        form.addRow("Backend", self._build_backend_choice())
-        self.compile_box = QCheckBox("Compile (torch.compile, transformers)")
-        self.compile_box.setObjectName("compile_choice")
-        self.compile_box.setToolTip("transformers backend: a static KV cache and torch.compile (CUDA graphs on a GPU, "
-                                    "where most of a small model's step is launch overhead). Each verify width "
-                                    "compiles on its first use: slow once, then faster. Changing it loads the "
-                                    "target again; llama.cpp runs as it is.")
-        self.compile_box.toggled.connect(lambda _on: self._backend_chosen())
-        form.addRow("", self.compile_box)
-        self.models_button = QToolButton()
-        self.models_button.setText("Models…")
-        self.models_button.setToolTip("Every model on this computer, pairing a draft, downloads (Ctrl+M)")
-        self.models_button.clicked.connect(self.models_requested)
-        form.addRow("", self.models_button)
-        self.model_status = QLabel("not loaded")
-        self.model_status.setObjectName("dim")
-        self.model_status.setWordWrap(True)
-        form.addRow("", self.model_status)
-        return box
-
-    def _build_backend_choice(self) -> QComboBox:
-        self.backend = narrow_combo()
-        self.backend.setObjectName("backend_choice")
-        for name in ("auto",) + BACKENDS:
-            self.backend.addItem("auto (GGUF on llama.cpp)" if name == "auto" else name, name)  # as the Models window
-        self.backend.setToolTip("Where the target runs (auto: a GGUF on llama.cpp, the rest on transformers): "
-                                "llama.cpp keeps a GGUF quantized and fast; transformers runs every method (early "
-                                "exit, MTP, EAGLE) and loads a GGUF dequantized. Changing it loads the target again.")
-        self.backend.activated.connect(lambda _index: self._backend_chosen())
-        return self.backend
-
-    def _build_spec_box(self) -> QGroupBox:
-        box = QGroupBox("Speculation")
-        form = QFormLayout(box)
-        self.method = narrow_combo()
-        add_method_items(self.method)
-        form.addRow("Method", self.method)
-        self.own_note = self._note("own_drafter_note")
-        form.addRow(self.own_note)
-        self.draft = QComboBox()
-        self.draft.setObjectName("draft_choice")
-        self.draft.setEditable(True)
-        self.draft.setToolTip("The draft model (draft-model method only): a smaller model with the target's "
-                              "tokenizer; the list offers the compatible, smaller ones installed")
-        form.addRow("Draft model", self.draft)
-        self.draft_note = self._note("draft_note")
-        form.addRow(self.draft_note)
-        self.draft_download = QToolButton()
-        self.draft_download.setObjectName("draft_download")
-        self.draft_download.clicked.connect(lambda: self.download_requested.emit(self._suggested_download or ""))
-        self.draft_download.hide()
-        form.addRow(self.draft_download)  # a row of its own: a hub id is long, the dock narrow
-        self.k = QSpinBox()
-        self.k.setRange(1, SPIN_CEILING)  # the range is engine.core.config's check_k: out of it, refused with it
-        self.k.setValue(4)
-        self.k.setToolTip(f"How many tokens the drafter proposes per round (1 to {MAX_K})")
-        form.addRow("k (draft length)", self.k)
-        self.spec_form = form
-        self.param_controls: dict[str, QWidget] = {}  # one per method parameter (ParamSpec), by name
-        for param in all_params():
-            self.param_controls[param.name] = param_widget(param)
-            form.addRow(param.title[:1].upper() + param.title[1:], self.param_controls[param.name])
-        self.adaptive = QCheckBox("Adaptive draft length")
-        self.adaptive.setToolTip("Draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
-        form.addRow("", self.adaptive)
-        self.method_help = QLabel()
-        self.method_help.setObjectName("dim")
-        self.method_help.setWordWrap(True)
-        form.addRow(self.method_help)
-        return box
-
-    def _build_system_box(self) -> QGroupBox:
-        box = QGroupBox("System prompt")
-        layout = QVBoxLayout(box)
-        self.system_prompt = QPlainTextEdit()
-        self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
-        self.system_prompt.setMaximumHeight(90)
-        layout.addWidget(self.system_prompt)
-        return box
-
     # ------------------------------------------------------------------ reading
     def read(self) -> Settings:
         """The settings for the next message; raises ConfigError with the reason when they are refused."""
         method = method_spec(self.method_name())
+        choice = self._choices.get(method.name)
+        if choice is not None and not choice.usable:
+            raise ConfigError(choice.refusal)
         params = {p.name: read_param(p, self.param_controls[p.name]) for p in method.params}
         spec = SpecConfig(method=method.name, k=self.k.value(), draft=self.draft_name(), params=params,
-                          adaptive=self.adaptive.isChecked() and method.speculative)
-        backend = self.effective_backend()
+                          adaptive=self.adaptive.isChecked() and method.speculative, backend=self.routed_backend())
+        backend = choice.backend if choice is not None else self.effective_backend()
         if method.check_facts is not None:
             method.check_facts(spec, ModelFacts(n_layers=self._n_layers, backend=backend))
-        if backend is not None:
+        if choice is None and backend is not None:  # the target not described yet: as loaded
             check_backend(method.name, backend)
         temperature = round(self.temperature.value(), 4)
         sampling = SamplingConfig(temperature=temperature, top_k=self.top_k.value(), top_p=self.top_p.value(),
@@ -300,9 +133,37 @@ class ControlsPanel(QWidget):
             return chosen
         return self._loaded_backend if is_local_backend(self._loaded_backend) else None
 
+    def method_choice(self, name: str):
+        """Where method `name` runs for the loaded target, or why it can't (engine.models.availability
+        .MethodChoice); None while the target is not described."""
+        return self._choices.get(name)
+
+    def routed_backend(self) -> str | None:
+        """The backend the chosen method runs on where the loaded model's can't serve it (engine.models.availability:
+        "auto" by the model and the method; the worker loads the model there too), else None: as loaded."""
+        choice = self._choices.get(self.method_name())
+        if choice is None or not choice.usable or choice.backend == self._loaded_backend:
+            return None
+        return choice.backend
+
+    def routed_note(self) -> str:
+        """Why the chosen method runs on another backend, and plain decoding's measured speed on both; "" when it
+        runs as loaded."""
+        routed = self.routed_backend()
+        if routed is None:
+            return ""
+        return backend_note(self._choices[self.method_name()].note, (self._loaded_backend, routed),
+                            self._plain_speeds)
+
+    def set_plain_speeds(self, speeds: dict) -> None:
+        """The loaded model's measured plain speed per backend (gui.sessions.chat.ChatSession.plain_speeds)."""
+        self._plain_speeds = dict(speeds)
+        self.revalidate()
+
     def set_backend(self, backend: str) -> None:
         """Choose the backend without loading (the command line; the window loads after)."""
         self.backend.setCurrentIndex(max(0, self.backend.findData(backend)))
+        self._update_choices()
 
     def compile_enabled(self) -> bool:
         """Whether the target loads torch.compile'd (transformers backend)."""
@@ -321,7 +182,7 @@ class ControlsPanel(QWidget):
         mtp-*.gguf); else None: the engine looks for the model's own head (a draft model named there is not one)."""
         method, text = method_spec(self.method_name()), self.draft.currentText().strip()
         if method.reads_head:
-            return text if text and _is_head(Path(text).expanduser(), method.head_file) else None
+            return text if text and is_head(Path(text).expanduser(), method.head_file) else None
         return (text or None) if method.needs_draft else None
 
     def values(self) -> dict:
@@ -395,6 +256,7 @@ class ControlsPanel(QWidget):
             self._loaded_model = loaded_name
             self._loaded_backend = backend
             self._n_layers = n_layers
+            self._update_choices()
             self.revalidate()
 
     def set_own_drafter(self, entry: catalog.CatalogEntry | None) -> None:
@@ -402,14 +264,19 @@ class ControlsPanel(QWidget):
         own_drafter), its method comes first in the list with a one-line note, and unless a method was
         chosen it is selected, k capped at the MTP layers where they chain (mtp: MethodSpec.own_settings) or the
         assistant draft filled in."""
+        self._entry = entry
+        self._update_choices()
         own = catalog.own_drafter(entry) if entry is not None else None
         if own is None and not self.own_note.text():
-            return  # nothing was offered: nothing changes
+            self.revalidate()  # what the table refuses or moves, said now
+            self.settings_changed.emit()
+            return  # nothing was offered: the list stays as it is
         current, every = self.method_name(), registered_methods()
         first = own[0] if own else every[0].name
         self.method.blockSignals(True)
         self.method.clear()
         add_method_items(self.method, sorted(every, key=lambda m: m.name != first) if own else every)
+        mark_methods(self.method, self._choices)
         pick = first if own and not self._method_chosen else current
         self.method.setCurrentIndex(max(0, self.method.findData(pick)))
         self.method.blockSignals(False)
@@ -472,6 +339,7 @@ class ControlsPanel(QWidget):
             settings = self.read()
         except ConfigError as exc:
             self._show_problem(str(exc))
+            self._show_backend_note("")
             return False
         if self._runtime_problem:
             self._show_problem(self._runtime_problem)
@@ -479,6 +347,7 @@ class ControlsPanel(QWidget):
             self._show_problem(None)
         notes = settings.spec.warnings
         self.setToolTip("\n".join(notes) if notes else "")
+        self._show_backend_note(self.routed_note())
         return True
 
     # ------------------------------------------------------------------ internals
@@ -488,10 +357,29 @@ class ControlsPanel(QWidget):
         self.revalidate()
         self.settings_changed.emit()
 
+    def _update_choices(self) -> None:
+        """The loaded target's method table (engine.models.availability) for the backend chosen: a method it
+        can't use is disabled in the list, with the reason as its tooltip. None while it is not described (or
+        runs on a server): every method offered, refused as the loaded backend's method table says."""
+        local = is_local_backend(self._loaded_backend)
+        choices = entry_choices(self._entry, self.backend_name(), self._loaded_backend) \
+            if self._entry is not None and local else ()
+        self._choices = {choice.method: choice for choice in choices}
+        mark_methods(self.method, self._choices)
+
+    def _show_backend_note(self, note: str) -> None:
+        """Under the method: why it runs on another backend (and the status line hears it once, when it changes)."""
+        changed = note != self.backend_note.text()
+        self.backend_note.setText(note)
+        self.backend_note.setVisible(bool(note))
+        if changed and note:
+            self.backend_noted.emit(note)
+
     def _refresh_enabled(self) -> None:
         method = method_spec(self.method_name())
         self.draft.setEnabled(method.needs_draft or method.reads_head)
-        self.draft.lineEdit().setPlaceholderText(head_placeholder(method))
+        self.draft.lineEdit().setPlaceholderText(draft_placeholder(method))
+        self.draft.setToolTip(draft_tooltip(method))
         self.k.setEnabled(method.speculative)
         self.adaptive.setEnabled(method.speculative)
         for name, widget in self.param_controls.items():  # only the method's own parameters show
@@ -503,17 +391,19 @@ class ControlsPanel(QWidget):
             widget.setEnabled(not greedy)
             widget.setToolTip("Greedy decoding (temperature 0) ignores this" if greedy else "")
         self.method_help.setText(method.description)
-        self._show_draft_note(method.needs_draft)
+        self._show_draft_note(method)
 
-    def _show_draft_note(self, needs_draft: bool) -> None:
-        """Under the draft list: the draft is the target itself (what the Models window says), or no
-        compatible smaller draft is installed (with the known-good one to download)."""
+    def _show_draft_note(self, method) -> None:
+        """Under the draft list: the draft is the target itself (what the Models window says), or, for the
+        method that drafts with a smaller model, no compatible one is installed (with the known-good one to
+        download). Another method's draft (an assistant, a head) gets no draft model's hint."""
         name = self.draft.currentText().strip()
-        is_target = needs_draft and bool(name) and name in self._target_aliases
-        note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if needs_draft else "")
+        is_target = method.needs_draft and bool(name) and name in self._target_aliases
+        model_drafts = method.implied_by_draft
+        note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if model_drafts else "")
         self.draft_note.setText(f"⚠ {note}" if note else "")
         self.draft_note.setVisible(bool(note))
-        self.draft_download.setVisible(needs_draft and bool(self._suggested_download))
+        self.draft_download.setVisible(model_drafts and bool(self._suggested_download))
 
     def _show_problem(self, message: str | None) -> None:
         self.problem.setText(f"⚠ {message}" if message else "")
@@ -530,6 +420,7 @@ class ControlsPanel(QWidget):
 
     def _backend_chosen(self) -> None:
         self._runtime_problem = None
+        self._update_choices()
         self.revalidate()
         self.backend_change_requested.emit(self.backend_name())
         self.settings_changed.emit()

@@ -100,6 +100,7 @@ def build_settings_dock(window, model: str) -> None:
     controls.settings_changed.connect(window.settings_changed)
     controls.model_change_requested.connect(window.load_model)
     controls.backend_change_requested.connect(window.loading.backend_changed)
+    controls.backend_noted.connect(window.set_status)  # a method that runs on another backend: why, and costs
     controls.models_requested.connect(window.open_models)
     controls.download_requested.connect(window.tools.download_suggested)
     controls.saved_settings_requested.connect(window.conversations.apply_saved_settings)

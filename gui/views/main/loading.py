@@ -30,6 +30,17 @@ class ModelLoading:
                            remote_code_refused=answers.remote_code_refused, pickle_allowed=answers.pickle_allowed,
                            pickle_refused=answers.pickle_refused)
 
+    def attach(self, worker) -> None:
+        """The worker loads with the options as they are now, and says when it loads the model on another
+        backend too (a method the loaded backend can't serve)."""
+        self.sync()
+        worker.model_loaded_on.connect(self.loaded_elsewhere)
+
+    def loaded_elsewhere(self, info) -> None:
+        """The loaded model on another backend too: its plain speed there, where one is stored, is known now."""
+        self.window.session.model_loaded_on(info)
+        self.window.controls.set_plain_speeds(self.window.session.plain_speeds())
+
     def sync(self) -> None:
         """The worker loads with the options as they are now."""
         self.window.worker_thread.worker.load_options = self.load_options()
@@ -87,6 +98,7 @@ class ModelLoading:
             window.settings.set_baseline(baseline_key(window.session.model_info), baseline.tok_per_s,
                                          baseline.measured_at)
         window.stats_strip.show_baseline(baseline.describe() if baseline is not None else None)
+        window.controls.set_plain_speeds(window.session.plain_speeds())
 
     def restore_settings(self, model_given: bool = False) -> None:
         """The last session's settings panel and window layout (the command line's model wins)."""

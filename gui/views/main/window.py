@@ -82,7 +82,7 @@ class MainWindow(QMainWindow):
         if persist:
             self.loading.restore_settings(model_given=model is not None)
         self.worker_thread = WorkerThread(loader)
-        self.loading.sync()
+        self.loading.attach(self.worker_thread.worker)
         self._connect_worker(self.worker_thread.worker)
         self.update_actions()
 

@@ -17,7 +17,8 @@ from gui.persistence.recorder import HistoryRecorder
 from gui.persistence.store import HistoryStore
 
 ROOT = Path(__file__).resolve().parents[3]
-INFO = SimpleNamespace(requested="default", name="fake", device="cpu", dtype="float32", describe=lambda: "fake · cpu")
+INFO = SimpleNamespace(requested="default", name="fake", device="cpu", dtype="float32", backend="transformers",
+                       describe=lambda: "fake · cpu")
 
 
 def settings(method="draft-model", k=4, **spec):
@@ -124,7 +125,8 @@ def test_one_baseline_per_model_device_and_dtype_kept_over_new_chats_and_runs():
     assert session.figures().speedup == pytest.approx(reply.turn.stats.tok_per_s / measured.tok_per_s)
     assert measured.describe().startswith(f"{measured.tok_per_s:.1f} tok/s, measured ")
     # another dtype of the same model is another baseline
-    session.model_loaded(SimpleNamespace(requested="default", name="fake", device="cpu", dtype="bfloat16"))
+    session.model_loaded(SimpleNamespace(requested="default", name="fake", device="cpu", dtype="bfloat16",
+                                         backend="transformers"))
     assert session.baseline() is None
     # a later run remembers them (gui.persistence.settings stores them by key), its own measurement wins
     later = loaded()
