@@ -71,6 +71,7 @@ class GenerationRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 256
     purpose: str = "chat"  # chat | baseline (a hidden plain-decoding run that measures the reference tok/s)
+    record: bool = False  # every round's tree too (engine generate(record=True): the round views' detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,8 @@ class EngineWorker(QObject):
             limit_torch_threads(import_torch=False)
             engine = self._engine_for((request.spec,), request.model)
             events = engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
-                                     max_new_tokens=request.max_new_tokens, cancel=self.cancel)
+                                     max_new_tokens=request.max_new_tokens, cancel=self.cancel,
+                                     record=request.record)
             for event in events:
                 if isinstance(event, RoundVerified):
                     self.round_verified.emit(rid, event)

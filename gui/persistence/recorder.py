@@ -16,8 +16,9 @@ import time
 
 from engine.core.stats import GenerationStats
 from engine.core.tokens import DisplayToken
-from gui.persistence.records import COMPLETE, INTERRUPTED, ConversationRecord
+from gui.persistence.records import COMPLETE, INTERRUPTED, ConversationRecord, round_event
 from gui.persistence.store import HistoryBusyError, HistoryError, HistoryStore
+from gui.sessions.rounds import RoundRecord
 from gui.sessions.session_model import Turn
 
 TITLE_CHARS = 60
@@ -62,10 +63,17 @@ def turns_from_conversation(conversation: ConversationRecord,
                     stats=stats_from_dict(message.stats), error=message.error)
         if message.state == INTERRUPTED and not message.error:
             turn.error = "interrupted: SpecScope closed before this reply finished; the part above was kept"
-        for stored in message.tokens:
-            token = dataclasses.replace(stored, serial=first_serial + len(tokens))
-            tokens.append(token)
-            turn.tokens.append(token)
+        committed = 0
+        for stored_round in message.rounds:
+            serials = []
+            for stored in stored_round.tokens:
+                token = dataclasses.replace(stored, serial=first_serial + len(tokens))
+                serials.append(token.serial)
+                tokens.append(token)
+                turn.tokens.append(token)
+            event = round_event(stored_round, committed)
+            committed = event.n_committed_total
+            turn.rounds.append(RoundRecord(len(turns), event, tuple(serials)))
         turns.append(turn)
     return turns, tokens
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from engine.core.events import TokenStatus
+from engine.core.events import RoundDetail, RoundVerified, TokenStatus
+from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, fill_replacements
 
 STREAMING, COMPLETE, INTERRUPTED = "streaming", "complete", "interrupted"
@@ -61,10 +62,51 @@ class StoredRound:
 
 
 def round_meta(event) -> dict:
-    """What a round keeps besides its tokens (`engine.core.events.RoundVerified`'s counts and times)."""
-    return {"drafter": event.drafter, "n_drafted": len(event.draft_ids), "n_accepted": event.n_accepted,
+    """What a round keeps besides its tokens (`engine.core.events.RoundVerified`'s counts and times, and its
+    tree where it was recorded: `detail`, RoundDetail.as_dict)."""
+    meta = {"drafter": event.drafter, "n_drafted": len(event.draft_ids), "n_accepted": event.n_accepted,
             "draft_seconds": round(event.draft_seconds, 6), "verify_seconds": round(event.verify_seconds, 6),
             "elapsed_seconds": round(event.elapsed_seconds, 6)}
+    if getattr(event, "rollback_seconds", 0.0):
+        meta["rollback_seconds"] = round(event.rollback_seconds, 6)
+    if getattr(event, "detail", None) is not None:
+        meta["detail"] = event.detail.as_dict()
+    return meta
+
+
+_TARGET_STATUSES = (TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.PLAIN)
+
+
+def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
+    """A stored round as the RoundVerified it was made from (ids of unknown tokens are -1)."""
+    meta = stored.meta or {}
+    drafted = sorted((t for t in stored.tokens if t.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)),
+                     key=lambda t: (t.position if t.position is not None else 0))
+    target = next((t for t in reversed(stored.tokens) if t.status in _TARGET_STATUSES), None)
+    committed = [t for t in stored.tokens if t.status is not TokenStatus.REJECTED]
+    n_accepted = int(meta.get("n_accepted", sum(t.status is TokenStatus.ACCEPTED for t in drafted)))
+    return RoundVerified(
+        index=stored.index, drafter=str(meta.get("drafter", plain_method().name)),
+        draft_ids=tuple(-1 if t.token_id is None else t.token_id for t in drafted),
+        draft_pieces=tuple(t.text for t in drafted), n_accepted=n_accepted,
+        target_id=-1 if target is None or target.token_id is None else target.token_id,
+        target_status=target.status if target is not None else TokenStatus.PLAIN,
+        target_piece=target.text if target is not None else "",
+        p_target=tuple(t.p_target or 0.0 for t in drafted), p_draft=tuple(t.p_draft for t in drafted),
+        p_target_of_target_id=(target.p_target if target is not None and target.p_target is not None else 1.0),
+        committed_ids=tuple(-1 if t.token_id is None else t.token_id for t in committed),
+        committed_pieces=tuple(t.text for t in committed),
+        draft_seconds=float(meta.get("draft_seconds", 0.0)), verify_seconds=float(meta.get("verify_seconds", 0.0)),
+        elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)), n_committed_total=n_before + len(committed),
+        rollback_seconds=float(meta.get("rollback_seconds", 0.0)), detail=_detail_of(meta))
+
+
+def _detail_of(meta: dict) -> RoundDetail | None:
+    """A stored round's tree (None: not recorded, or not readable: a round's tree is never worth an error)."""
+    try:
+        return RoundDetail.from_dict(meta.get("detail"))
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,13 +20,9 @@ from dataclasses import dataclass
 import engine.drafters  # noqa: F401  (registers the methods)
 from engine.core.config import SpecConfig, spec_from_record
 from engine.core.errors import ConfigError
-from engine.core.events import RoundVerified, TokenStatus
-from engine.core.methods import plain_method
+from engine.core.events import RoundVerified
 from gui.persistence.recorder import stats_from_dict
-from gui.persistence.records import ConversationRecord, StoredMessage, StoredRound
-
-_TARGET_STATUSES = (TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.PLAIN)
-
+from gui.persistence.records import ConversationRecord, StoredMessage, round_event  # noqa: F401 (re-exported)
 
 @dataclass(frozen=True, slots=True)
 class SavedRun:
@@ -38,29 +34,6 @@ class SavedRun:
     model: str
     rounds: tuple[RoundVerified, ...]
     stats: object  # engine.core.stats.GenerationStats | None (a reply that never finished)
-
-
-def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
-    """A stored round as the RoundVerified it was made from (ids of unknown tokens are -1)."""
-    meta = stored.meta or {}
-    drafted = sorted((t for t in stored.tokens if t.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)),
-                     key=lambda t: (t.position if t.position is not None else 0))
-    target = next((t for t in reversed(stored.tokens) if t.status in _TARGET_STATUSES), None)
-    committed = [t for t in stored.tokens if t.status is not TokenStatus.REJECTED]
-    n_accepted = int(meta.get("n_accepted", sum(t.status is TokenStatus.ACCEPTED for t in drafted)))
-    return RoundVerified(
-        index=stored.index, drafter=str(meta.get("drafter", plain_method().name)),
-        draft_ids=tuple(-1 if t.token_id is None else t.token_id for t in drafted),
-        draft_pieces=tuple(t.text for t in drafted), n_accepted=n_accepted,
-        target_id=-1 if target is None or target.token_id is None else target.token_id,
-        target_status=target.status if target is not None else TokenStatus.PLAIN,
-        target_piece=target.text if target is not None else "",
-        p_target=tuple(t.p_target or 0.0 for t in drafted), p_draft=tuple(t.p_draft for t in drafted),
-        p_target_of_target_id=(target.p_target if target is not None and target.p_target is not None else 1.0),
-        committed_ids=tuple(-1 if t.token_id is None else t.token_id for t in committed),
-        committed_pieces=tuple(t.text for t in committed),
-        draft_seconds=float(meta.get("draft_seconds", 0.0)), verify_seconds=float(meta.get("verify_seconds", 0.0)),
-        elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)), n_committed_total=n_before + len(committed))
 
 
 def saved_run(conversation: ConversationRecord) -> SavedRun | None:

@@ -81,7 +81,7 @@ class Outcome:
 class ChatSession(SessionModel):
     """The chat: its conversation (SessionModel) and what it is doing (`state`).
 
-    `make_request(request_id=, model=, conversation=, spec=, sampling=, max_new_tokens=, purpose=)` builds the
+    `make_request(request_id=, model=, conversation=, spec=, sampling=, max_new_tokens=, purpose=, record=)` builds the
     worker's request (the window passes `gui.worker.GenerationRequest`)."""
 
     def __init__(self, recorder: HistoryRecorder, make_request: Callable[..., Any], system_prompt: str = "") -> None:
@@ -95,6 +95,7 @@ class ChatSession(SessionModel):
         self.active = None  # the request in flight
         self.settings_in_effect: Settings | None = None  # what the last message was sent with
         self.sent_with: list[tuple[Turn, Settings]] = []  # each message sent this session and its settings
+        self.record_rounds = True  # chat replies record every round's tree (the round views' detail; a setting)
         self.saved_settings: dict | None = None  # what a reopened chat's last reply ran with (its settings record)
         self.consents: dict[tuple[str, str], bool] = {}  # (kind, model) -> the answer given this session
         self.device_override: tuple[str, str] | None = None  # (device, dtype) for this run only (--device)
@@ -239,7 +240,8 @@ class ChatSession(SessionModel):
 
     def _begin(self, purpose, model, conversation, spec, sampling, max_new_tokens):
         request = self.make_request(request_id=self._next_request_id, model=model, conversation=conversation,
-                                    spec=spec, sampling=sampling, max_new_tokens=max_new_tokens, purpose=purpose)
+                                    spec=spec, sampling=sampling, max_new_tokens=max_new_tokens, purpose=purpose,
+                                    record=self.record_rounds and purpose == CHAT)
         self._next_request_id += 1
         self.active = request
         return request
@@ -379,8 +381,11 @@ class ChatSession(SessionModel):
         self.saved_settings = run.settings if run is not None else None
         if run is not None:
             self.live.reset(k=run.k, method=run.method, model=run.model)
-            for event in run.rounds:
-                self.live.add_round(event)
+            # the reply's rounds as the round views read them: its turn's, when they are the run's rounds
+            shown = next((t for t in reversed(turns) if t.role == "assistant" and (t.rounds or t.stats)), None)
+            records = shown.rounds if shown is not None and len(shown.rounds) == len(run.rounds) else []
+            for i, event in enumerate(run.rounds):
+                self.live.add_round(event, records[i] if records else None)
             if run.stats is not None:
                 self.live.finish(run.stats)
 

@@ -21,6 +21,7 @@ from engine.core.events import GenerationFinished, GenerationStarted, RoundVerif
 from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, fold_round
 from engine.core.stats import AggregateStats, GenerationStats, StatsAccumulator, efficiency, speedup
+from gui.sessions.rounds import RoundRecord
 
 SERIES_CAPACITY = 4096  # points kept per graph series
 ROLLING_ROUNDS = 16  # window of the rolling acceptance rate, in drafting rounds
@@ -38,6 +39,7 @@ class Turn:
     stats: GenerationStats | None = None
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    rounds: list[RoundRecord] = field(default_factory=list)  # assistant: its rounds (gui.sessions.rounds)
 
     @property
     def finished(self) -> bool:
@@ -107,9 +109,12 @@ class LiveStats:
         self._drafting: deque[GenerationStats] = deque()  # snapshots before each of the last drafting rounds
         self._recent: deque[GenerationStats] = deque()  # snapshots of the last seconds' rounds
         self._last: GenerationStats | None = None
+        self.rounds: list[RoundRecord] = []  # the reply's rounds, for the round views (timeline, tree)
         self.version = 0  # bumped on every change; views redraw when it moved
 
-    def add_round(self, event: RoundVerified) -> None:
+    def add_round(self, event: RoundVerified, record: RoundRecord | None = None) -> None:
+        if record is not None:
+            self.rounds.append(record)
         before = self._last
         self.accumulator.add_round(event)
         now = self._last = self.accumulator.snapshot()
@@ -166,6 +171,7 @@ class SessionModel:
         self.system_prompt = system_prompt
         self.turns: list[Turn] = []
         self.tokens: list[DisplayToken] = []  # every token of every assistant turn, by serial
+        self.token_rounds: list[RoundRecord | None] = []  # the round of each token, by serial
         self.live = LiveStats()
         self._current: Turn | None = None
 
@@ -196,6 +202,7 @@ class SessionModel:
     def new_chat(self) -> None:
         self.turns.clear()
         self.tokens.clear()
+        self.token_rounds.clear()
         self._current = None
         self.live.reset(k=0, method=plain_method().name, model="")
 
@@ -204,6 +211,18 @@ class SessionModel:
         self.new_chat()
         self.turns.extend(turns)
         self.tokens.extend(tokens)
+        self.token_rounds.extend([None] * len(tokens))
+        for turn in turns:
+            for record in turn.rounds:
+                for serial in record.serials:
+                    if 0 <= serial < len(self.token_rounds):
+                        self.token_rounds[serial] = record
+
+    def round_of(self, serial: int | None) -> RoundRecord | None:
+        """The round a token (by serial) came from, where known."""
+        if serial is None or not 0 <= serial < len(self.token_rounds):
+            return None
+        return self.token_rounds[serial]
 
     # ------------------------------------------------------------------ events
     def start(self, event: GenerationStarted) -> Turn:
@@ -219,11 +238,15 @@ class SessionModel:
         turn = self._current
         if turn is None:
             raise RuntimeError("a round arrived before GenerationStarted")
-        self.live.add_round(event)
         first = len(self.tokens)
         new = [dataclasses.replace(display, serial=first + i) for i, display in enumerate(fold_round(event))]
+        at = len(self.turns) - 1 if self.turns[-1] is turn else self.turns.index(turn)
+        record = RoundRecord(at, event, tuple(token.serial for token in new))
+        self.live.add_round(event, record)
         self.tokens.extend(new)
+        self.token_rounds.extend([record] * len(new))
         turn.tokens.extend(new)
+        turn.rounds.append(record)
         turn.text += event.text
         return new
 

@@ -9,6 +9,7 @@ acceptance with a bonus token, a correction after a partial draft, a rejection a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -18,7 +19,8 @@ from typing import Iterator
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.drafters.early_exit import check_layers
 from engine.core.errors import ConfigError
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, target_status
+from engine.core.events import (Alternatives, GenerationFinished, GenerationStarted, PositionDetail, RoundDetail,
+                                RoundVerified, target_status)
 from engine.core.stats import StatsAccumulator
 
 WORDS = ("Speculative", " decoding", " lets", " a", " small", " drafter", " guess", " the", " next", " few",
@@ -122,6 +124,9 @@ class FakeEngine:
             if self.delay:
                 time.sleep(self.delay)
             event = self._round(index, spec, words, max_new_tokens - len(committed), start, len(committed))
+            if record:
+                event = dataclasses.replace(event, detail=fake_detail(event, sampling.greedy),
+                                            rollback_seconds=0.001 if event.n_accepted < len(event.draft_ids) else 0.0)
             accumulator.add_round(event)
             committed += event.committed_ids
             pieces += event.committed_pieces
@@ -161,3 +166,29 @@ class FakeEngine:
             draft_seconds=0.002 * n_drafted, verify_seconds=0.01,
             elapsed_seconds=max(time.perf_counter() - start, 0.001 * (index + 1)),
             n_committed_total=n_before + len(committed_ids))
+
+
+def fake_detail(event: RoundVerified, greedy: bool) -> RoundDetail:
+    """A round's tree as the engine records it (engine.core.recording's shape): at each verified position the
+    target's top-5 (the drafted token with its p_target first where it was kept, else the target's own token
+    first), an entropy, the drafter's top-5 where it has a distribution, and when sampling the draws and the
+    residual at the substitution."""
+    m = len(event.draft_ids)
+    positions = []
+    for i in range(m + 1):
+        own = event.target_id if i == min(event.n_accepted, m) else (event.draft_ids[i] if i < m else 7)
+        p_own = event.p_target_of_target_id or 0.75 if i == event.n_accepted else (event.p_target[i] if i < m else 0.6)
+        ids = (own, 11, 12, 13, 14)
+        probs = (p_own, 0.1, 0.05, 0.03, 0.02)
+        target = Alternatives(ids, probs, tuple(f"w{t}" for t in ids))
+        draft = None
+        if i < m and event.p_draft[i] is not None:
+            draft = Alternatives((event.draft_ids[i], 11, 12, 13, 14), (event.p_draft[i], 0.08, 0.04, 0.02, 0.01),
+                                 (event.draft_pieces[i], "w11", "w12", "w13", "w14"))
+        draw = None if greedy or i >= m else (0.1 if i < event.n_accepted else 0.97)
+        residual = None
+        if not greedy and i == event.n_accepted < m:
+            residual = Alternatives((event.target_id, 11, 12, 13, 14), (0.7, 0.1, 0.08, 0.07, 0.05),
+                                    (event.target_piece, "w11", "w12", "w13", "w14"))
+        positions.append(PositionDetail(target, 1.0 + 0.5 * i, draft, draw, residual))
+    return RoundDetail(tuple(positions))

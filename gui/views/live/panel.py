@@ -1,7 +1,11 @@
 """The live-panel contract: what the main window's live dock asks of every panel in it.
 
 A panel is built with the palette, renders a `LiveSnapshot` (the chat session's live stats, its figures and
-the plain-speed reference), takes a new palette and clears. The dock (gui.views.main.live_dock) holds the list
+the plain-speed reference), takes a new palette and clears. A panel about rounds (the timeline, the round's
+tree) may also take part in the round focus: it says which round the user hovers or picks (signals
+`round_hovered` / `round_selected`, a gui.sessions.rounds.RoundRecord or None) and shows the focus it is given
+(`show_focus(hovered, selected)`); the dock connects every panel that has them to the window's round focus
+(gui.views.main.round_focus), which also highlights the round's tokens in the transcript. The dock (gui.views.main.live_dock) holds the list
 of panel classes and feeds, themes and clears them in one loop each: adding a panel is one module here plus
 one line in that list.
 
@@ -46,3 +50,8 @@ class LivePanel(Protocol):
     def set_palette(self, palette: theme.Palette) -> None: ...
 
     def clear(self) -> None: ...
+
+
+def takes_focus(panel) -> bool:
+    """Whether a panel takes part in the round focus (see the module docstring)."""
+    return all(hasattr(panel, name) for name in ("round_hovered", "round_selected", "show_focus"))

@@ -1,0 +1,72 @@
+"""The round focus: which round of the chat the user hovers and which one they picked, shared by the transcript
+and the round panels (the timeline, the round's tree). Hovering a token or a timeline bar highlights that
+round everywhere; clicking picks it (the tree shows it; a token also opens its round's popover).
+
+Holds two RoundRecords (gui.sessions.rounds) and pushes them to every view that shows the focus; it reads the
+chat session's token → round map and nothing else.
+
+May touch: the chat session (read), the transcript's and the panels' focus methods and signals, QtCore.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+
+class RoundFocus(QObject):
+    changed = Signal(object, object)  # hovered, selected (RoundRecord | None each)
+
+    def __init__(self, session, parent=None) -> None:
+        super().__init__(parent)
+        self.session = session  # gui.sessions.session_model.SessionModel (round_of, turns)
+        self.hovered = None
+        self.selected = None
+        self._views: list = []
+
+    def attach(self, view) -> None:
+        """A view with `show_focus(hovered, selected)`; its `round_hovered` / `round_selected` signals, where it
+        has them, move the focus."""
+        self._views.append(view)
+        if hasattr(view, "round_hovered"):
+            view.round_hovered.connect(self.hover)
+        if hasattr(view, "round_selected"):
+            view.round_selected.connect(self.select)
+        view.show_focus(self.hovered, self.selected)
+
+    def hover_token(self, serial: int) -> None:
+        """The transcript's token under the mouse (-1: none)."""
+        self.hover(self.session.round_of(serial) if serial >= 0 else None)
+
+    def select_token(self, serial: int) -> None:
+        record = self.session.round_of(serial) if serial >= 0 else None
+        if record is not None:
+            self.select(record)
+
+    def hover(self, record) -> None:
+        if record is not self.hovered:
+            self.hovered = record
+            self._push()
+
+    def select(self, record) -> None:
+        if record is not self.selected:
+            self.selected = record
+            self._push()
+
+    def select_index(self, index: int) -> bool:
+        """Pick round `index` of the reply the live views show (the scripted --select-round); False: no such round."""
+        record = next((r for r in self.session.live.rounds if r.index == index), None)
+        if record is None:
+            return False
+        self.select(record)
+        return True
+
+    def clear(self) -> None:
+        """A new chat, a reply starts, a saved chat opens: the old rounds are gone."""
+        if self.hovered is not None or self.selected is not None:
+            self.hovered = self.selected = None
+            self._push()
+
+    def _push(self) -> None:
+        for view in self._views:
+            view.show_focus(self.hovered, self.selected)
+        self.changed.emit(self.hovered, self.selected)
