@@ -136,6 +136,11 @@ def build_live_dock(window) -> None:
     window.stats_strip.show_figures(window.session.figures())  # the empty chat's
     window.cost_curve = window.live.panel(CostCurveView)  # why speculation pays or doesn't here
     window.plots = window.live.panel(LivePlots)
+    window.round_focus = window.live.focus  # the round hovered and the round picked, in the transcript and the panels
+    if hasattr(window.transcript, "show_focus"):
+        window.round_focus.attach(window.transcript)
+    if hasattr(window.transcript, "token_hovered"):
+        window.transcript.token_hovered.connect(window.round_focus.hover_token)
     window.live_dock = add_dock(window, "Speculation", "speculation_dock", window.live.widget,
                                 Qt.DockWidgetArea.RightDockWidgetArea)
     window.resizeDocks([window.controls_dock, window.live_dock], [290, 470], Qt.Orientation.Horizontal)

@@ -15,10 +15,11 @@ from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from gui import theme
 from gui.views.live.cost_curve import CostCurveView
-from gui.views.live.panel import LivePanel, LiveSnapshot
+from gui.views.live.panel import LivePanel, LiveSnapshot, takes_focus
 from gui.views.live.plots import LivePlots
 from gui.views.live.rollback import RollbackNote
 from gui.views.live.stats import StatsStrip
+from gui.views.main.round_focus import RoundFocus
 
 REFRESH_MS = 50  # at most 20 redraws a second
 
@@ -33,11 +34,16 @@ LIVE_PANELS = (
 class LiveDock:
     """The panels of `LIVE_PANELS` in a scroll area (`widget`), top to bottom, and their redraw timer.
 
-    The timer stops once no reply is being written and every panel is drawn."""
+    The timer stops once no reply is being written and every panel is drawn. `focus` is the chat's round focus
+    (gui.views.main.round_focus): every panel that takes part in it is attached; the window attaches the transcript."""
 
     def __init__(self, palette: theme.Palette, session, parent: QWidget) -> None:
         self.session = session  # gui.sessions.chat.ChatSession
         self.panels: list[LivePanel] = [panel_class(palette) for panel_class in LIVE_PANELS]
+        self.focus = RoundFocus(session, parent)
+        for panel in self.panels:
+            if takes_focus(panel):
+                self.focus.attach(panel)
         live = QWidget()
         layout = QVBoxLayout(live)
         layout.setContentsMargins(6, 0, 6, 6)
@@ -79,9 +85,24 @@ class LiveDock:
             panel.set_palette(palette)
 
     def clear(self) -> None:
+        self.focus.clear()  # the rounds shown are gone
         for panel in self.panels:
             panel.clear()
         self._fed_version, self._more_to_draw = -1, True
+
+    def show_panels(self, panel_classes) -> None:
+        """Bring these panels into view (the scripted --panel): the graphs and the cost table give way, the dock
+        scrolls to the first."""
+        wanted = [panel for panel in self.panels if isinstance(panel, tuple(panel_classes))]
+        if not wanted:
+            return
+        for panel in self.panels:
+            if isinstance(panel, (LivePlots, CostCurveView)) and panel not in wanted:
+                panel.hide()
+        for panel in wanted:
+            panel.show()
+        self.widget.widget().adjustSize()
+        self.widget.ensureWidgetVisible(wanted[0], 0, 0)
 
     def start(self) -> None:
         """A reply is being written: redraw from the timer."""
