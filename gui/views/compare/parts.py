@@ -12,8 +12,8 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QToolButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QSplitter, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from engine.measure.compare import ComparisonRow, SweepSummary
 from engine.core.config import BACKENDS, MAX_K, REMOTE_PREFIX, SpecConfig, parse_spec
@@ -23,9 +23,11 @@ from gui import theme
 from gui.views.chat.controls import add_method_items
 from gui.views.chat.params import changed_signal, param_widget, read_param, write_param
 from gui.views.live.stats import DASH, TimeSplitBar, seconds_text
+from gui.views.live.timeline import RoundTimeline, share_scale
 from gui.views.chat.transcript import TranscriptView
 
 MAX_SWEEP_K = 16
+PANE_TIMELINE_HEIGHT = 72  # a pane's round timeline (the chat's live dock draws it taller)
 
 
 def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
@@ -176,7 +178,8 @@ class SettingRow(QWidget):
 # ------------------------------------------------------------------ one run's pane
 
 class RunPane(QFrame):
-    """One run's live coloured stream (the chat's transcript view) and its figures."""
+    """One run's live coloured stream (the chat's transcript view), its figures and its round timeline (the chat's
+    own, on one scale with the other panes', so plain decoding's one-token rounds compare with each setting's)."""
 
     def __init__(self, run, palette: theme.Palette, parent=None) -> None:
         super().__init__(parent)
@@ -196,11 +199,13 @@ class RunPane(QFrame):
         self.figures.setObjectName("dim")
         self.time_bar = TimeSplitBar(palette)
         self.time_bar.setToolTip("Draft time (orange) vs verify time (blue)")
+        self.timeline = RoundTimeline(palette, canvas_height=PANE_TIMELINE_HEIGHT)
         layout.addWidget(self.title)
         layout.addWidget(self.state)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.figures)
         layout.addWidget(self.time_bar)
+        layout.addWidget(self.timeline)
         self._shown_version = -1
 
     def _token(self, serial: int):
@@ -210,6 +215,7 @@ class RunPane(QFrame):
     def set_palette(self, palette: theme.Palette) -> None:
         self.transcript.set_palette(palette)
         self.time_bar.set_palette(palette)
+        self.timeline.set_palette(palette)
         self.rerender()
 
     def rerender(self) -> None:
@@ -234,6 +240,14 @@ class RunPane(QFrame):
         self.figures.setToolTip(f"{stats.mean_accepted_length:.2f} tokens per target pass · drafting "
                                 f"{seconds_text(stats.draft_seconds)}, verifying {seconds_text(stats.verify_seconds)}")
         self.time_bar.set_times(stats.draft_seconds, stats.verify_seconds)
+        self.timeline.show_rounds(live.rounds)
+        share_scale(pane.timeline for pane in self._lanes())
+
+    def _lanes(self) -> list["RunPane"]:
+        """This comparison's panes (the splitter's), this one included."""
+        parent = self.parentWidget()
+        siblings = [parent.widget(i) for i in range(parent.count())] if isinstance(parent, QSplitter) else []
+        return [pane for pane in siblings if isinstance(pane, RunPane)] or [self]
 
     def set_state(self, text: str) -> None:
         self.state.setText(text)

@@ -19,6 +19,7 @@ from gui.views.live.panel import LivePanel, LiveSnapshot, takes_focus
 from gui.views.live.plots import LivePlots
 from gui.views.live.rollback import RollbackNote
 from gui.views.live.stats import StatsStrip
+from gui.views.live.timeline import RoundTimeline
 from gui.views.main.round_focus import RoundFocus
 
 REFRESH_MS = 50  # at most 20 redraws a second
@@ -27,6 +28,7 @@ LIVE_PANELS = (
     StatsStrip,  # tok/s, acceptance, mean accepted length, speed-ups, draft vs verify time
     CostCurveView,  # what verifying n tokens costs against one on this machine
     RollbackNote,  # what undoing a rejected draft costs where the model keeps a recurrent state
+    RoundTimeline,  # one bar per round: draft, verify, rollback, accepted/drafted
     LivePlots,  # acceptance, tok/s, acceptance by position, accepted tokens per round
 )
 
