@@ -11,12 +11,13 @@ long the reply is.
 
 Which token each laid-out character came from is found by aligning the laid-out text with the Markdown source
 (a block's text is found whole in the source, else character by character: markup characters are what the
-layout leaves out). Each token's character format (theme.token_format: colour, strike-out, underline and the
-serial the tooltip looks up) is merged over the Markdown one (weight, italics, monospace), so a token inside
+layout leaves out). Each token's character format (one callable, gui.views.chat.colouring: by default
+theme.token_format's colour, strike-out, underline and the serial the tooltip looks up) is merged over the Markdown one (weight, italics, monospace), so a token inside
 `**bold**` or a code block keeps both. A source newline laid out as a space (a soft line break) is drawn as a
 line break, as chat apps do. Rejected drafts are drawn where they were proposed, after the layout.
 
-May touch: QtGui text classes, gui.theme, engine.core.tokens' DisplayToken (read). No state beyond the reply's layout.
+May touch: QtGui text classes, gui.theme, gui.views.chat.colouring, engine.core.tokens' DisplayToken (read). No state
+beyond the reply's layout.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from PySide6.QtGui import (QColor, QTextBlockFormat, QTextCharFormat, QTextCurso
 from engine.core.events import TokenStatus
 from engine.core.tokens import DisplayToken
 from gui import theme
+from gui.views.chat.colouring import TokenFormat, status_formatter
 
 FEATURES = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 CODE_FENCE = QTextFormat.Property.BlockCodeFence  # Qt's importer marks each line of a code block with it
@@ -160,9 +162,12 @@ class ReplyLayout:
     `start`: the document position where the reply's first block will begin (right after the block that
     holds the reply's header); nothing may be written after the reply while it streams."""
 
-    def __init__(self, document: QTextDocument, start: int, palette: theme.Palette, show_rejected: bool) -> None:
+    def __init__(self, document: QTextDocument, start: int, palette: theme.Palette, show_rejected: bool,
+                 token_format: TokenFormat | None = None) -> None:
         self.document = document
         self.palette = palette
+        # each token's format (gui.views.chat.colouring: by status, the default, or by a figure on a scale)
+        self.token_format = token_format or status_formatter(palette)
         self.show_rejected = show_rejected
         self.source = ""  # the committed text (the Markdown)
         self.starts: list[int] = []  # source offset of each committed token
@@ -307,7 +312,7 @@ class ReplyLayout:
     def _format(self, mini: QTextDocument, runs) -> None:
         """Each token's format over its characters; a soft line break drawn as a line break."""
         cursor = QTextCursor(mini)
-        p, source, starts, committed = self.palette, self.source, self.starts, self.committed
+        source, starts, committed = self.source, self.starts, self.committed
         for position, at, length in runs:
             newline = source.find("\n", at, at + length)
             while newline >= 0:
@@ -322,7 +327,7 @@ class ReplyLayout:
                     token = committed[j]
                     cursor.setPosition(position)
                     cursor.setPosition(position + n, QTextCursor.MoveMode.KeepAnchor)
-                    cursor.mergeCharFormat(theme.token_format(p, token.status, token.serial % 2 == 1, token.serial))
+                    cursor.mergeCharFormat(self.token_format(token))
                     position += n
                     at += n
                 j += 1
@@ -345,7 +350,7 @@ class ReplyLayout:
         for position, token in reversed(placed):  # from the end, so earlier positions stay put
             cursor.setPosition(position)
             fmt = markdown_format(cursor.charFormat())
-            fmt.merge(theme.token_format(self.palette, token.status, token.serial % 2 == 1, token.serial))
+            fmt.merge(self.token_format(token))
             text = ghost_text(token.text)
             cursor.insertText(text, fmt)
             drawn.append((position, len(text)))

@@ -1,31 +1,41 @@
-"""The transcript: turns as rich text, every token drawn by its status, a tooltip per token, and the legend.
+"""The transcript: turns as rich text, every token drawn by its status (or a figure: gui.views.chat.colouring),
+a tooltip per token (gui.views.chat.token_tooltip), the round under the mouse and the picked one highlighted.
 
 A reply is laid out as Markdown while it streams (gui.views.chat.markdown.ReplyLayout: headings, lists, emphasis,
 tables, code blocks in a monospace font), every token keeping its format inside it. Appending is incremental:
 each round re-lays only the block being streamed, so a long conversation costs the same per round at its end
 as at its start. Only a change of what is drawn (the rejected-drafts toggle, the theme) re-renders the whole
-document, from the session model.
+document, from the session model. The round highlight is an overlay (extra selections), never an edit.
 
-May touch: QtWidgets/QtGui, gui.theme, engine.core.tokens (the tooltip's wording); reads the session's turns and
-tokens, never changes them.
+The legend and the tooltip live beside it (gui.views.chat.legend, .token_tooltip); `LegendBar` and
+`describe_token` are imported from here too.
+
+May touch: QtWidgets/QtGui, gui.theme, gui.views.chat (markdown, colouring, token_tooltip, legend); reads the
+session's turns, tokens and rounds, never changes them.
 """
 
 from __future__ import annotations
 
-from html import escape
+from bisect import bisect_right
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QMimeData, QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import (QColor, QGuiApplication, QPainter, QTextBlockFormat, QTextCharFormat, QTextCursor,
-                           QTextDocument, QTextFrameFormat, QTextLength)
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QToolTip, QWidget
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFrameFormat, \
+    QTextLength
+from PySide6.QtWidgets import QTextEdit, QToolButton, QToolTip
 
 from engine.core.events import TokenStatus
-from engine.core.methods import plain_method
-from engine.core.tokens import DisplayToken, draft_position_words
+from engine.core.tokens import DisplayToken
 from gui import theme
 from gui.sessions.session_model import Turn
+from gui.views.chat import colouring
+from gui.views.chat.legend import LegendBar, LegendChip  # noqa: F401  (imported from here too)
 from gui.views.chat.markdown import ReplyLayout, code_block_range, is_code
+from gui.views.chat.token_tooltip import describe_token
+
+# how much of the accent a highlighted round's boxes take; on a dark palette 3/4 of that, so the light text stays
+# readable on the lighter box
+HOVER_TINT, SELECTED_TINT, DARK_TINT = 0.26, 0.42, 0.75
 
 ACTION_SCHEME = "specscope-action:"  # the links under a turn: specscope-action:<action>:<turn index>
 ACTION_TIPS = {"copy": "Copy this reply's text, without the rejected drafts (the last reply: Ctrl+Shift+C)",
@@ -35,45 +45,20 @@ ACTION_TIPS = {"copy": "Copy this reply's text, without the rejected drafts (the
                        "(the last message: Ctrl+E, or Up in an empty message box)"}
 
 
-def describe_token(token: DisplayToken) -> str:
-    """The tooltip of a token (rich text): status, round, draft position, p_target, p_draft, drafter."""
-
-    def prob(value: float | None) -> str:
-        return "—" if value is None else f"{value:.3f}"
-
-    def piece(text: str) -> str:
-        shown = text.replace("\n", "↵").replace("\t", "⇥")
-        return escape(shown if shown.strip() else repr(text))
-
-    lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{piece(token.text)}” &nbsp;(id {token.token_id})",
-             f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
-    lines.append(draft_position_words(token))
-    if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
-        p_draft = "one-hot (n-gram)" if token.p_draft is None else prob(token.p_draft)
-        lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")
-        lines.append(f"proposed by: {escape(token.drafter)}")
-    else:
-        lines.append(f"p_target {prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
-        lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"
-                                                        if token.drafter not in ("", plain_method().name) else ""))
-    if token.replaced is not None:
-        p_draft = "one-hot" if token.replaced_p_draft is None else prob(token.replaced_p_draft)
-        lines.append(f"replaced the draft “{piece(token.replaced)}” "
-                     f"(p_target {prob(token.replaced_p_target)}, p_draft {p_draft})")
-    return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
-
-
 class TranscriptView(QTextEdit):
     """Read-only rich text of the conversation; renders from `Turn`s and `DisplayToken`s, keeps no state of its own
     beyond the write cursor. With `actions`, each turn has links (Copy, Regenerate under a reply, Edit on a
     message) that emit `action_requested(action, turn index)`. A code block shows a Copy button on hover; text
-    copied from a selection (Ctrl+C) leaves the rejected drafts out."""
+    copied from a selection (Ctrl+C) leaves the rejected drafts out. `round_of` (a serial → its RoundRecord) gives
+    the tooltips the target's alternatives and the colourings by figure their rounds."""
 
     action_requested = Signal(str, int)  # copy | regenerate | edit, the turn's index in the conversation
     code_copied = Signal(str)
+    token_hovered = Signal(int)  # the serial of the token under the mouse, -1: none (only when it changes)
+    token_clicked = Signal(int, QPoint)  # a token's serial, the click's global position (a plain left click)
 
     def __init__(self, lookup: Callable[[int], DisplayToken | None], palette: theme.Palette, parent=None,
-                 actions: bool = False) -> None:
+                 actions: bool = False, round_of: colouring.RoundLookup | None = None) -> None:
         super().__init__(parent)
         self.actions = actions
         self._turns_drawn = 0  # the index the next turn drawn will have
@@ -93,23 +78,40 @@ class TranscriptView(QTextEdit):
         self.document().setDocumentMargin(14)
         self.viewport().setMouseTracking(True)
         self._lookup = lookup
+        self._round_of = round_of
         self._palette = palette
         self.show_rejected = True
+        self.colouring = colouring.STATUS  # a gui.views.chat.colouring mode name
         self._cursor = QTextCursor(self.document())
         self._reply: ReplyLayout | None = None  # the reply being written
+        self._hovered_serial = -1
+        self._highlight: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # hovered, selected rounds' serials
+        self._reply_starts: list[tuple[int, int]] = []  # (first serial, first block number) of each reply drawn
+        self._reply_block = -1  # the header block of the reply being written, until its first token
+        self._rendering = False  # in render_turns (the overlay goes on once, at its end)
 
     # ------------------------------------------------------------------ whole-document rendering
     def set_palette(self, palette: theme.Palette) -> None:
         self._palette = palette
+
+    def set_colouring(self, mode: str, round_of: colouring.RoundLookup | None = None) -> None:
+        """What the tokens' colours show from the next render (the window re-renders): a colouring mode name;
+        `round_of`, when given, replaces the serial → round lookup."""
+        colouring.mode(mode)
+        self.colouring = mode
+        if round_of is not None:
+            self._round_of = round_of
 
     def render_turns(self, turns: list[Turn], current: Turn | None = None) -> None:
         """Redraw everything (theme or toggle change, new chat); the hot path is `append_tokens`."""
         self.setUpdatesEnabled(False)
         self.document().clear()
         self._turns_drawn = 0
+        self._reply_starts.clear()
         self.copy_code_button.hide()
         batch = QTextCursor(self.document())
         batch.beginEditBlock()  # a single layout pass for the whole document
+        self._rendering = True
         try:
             self._cursor = QTextCursor(self.document())
             for turn in turns:
@@ -121,8 +123,10 @@ class TranscriptView(QTextEdit):
                     if turn.finished:
                         self.end_assistant(turn)
         finally:
+            self._rendering = False
             batch.endEditBlock()
             self.setUpdatesEnabled(True)
+        self._apply_highlight()
         self._scroll_to_end()
 
     # ------------------------------------------------------------------ incremental rendering
@@ -172,7 +176,9 @@ class TranscriptView(QTextEdit):
             cursor.insertBlock(QTextBlockFormat())
             cursor.insertText("⚠ " + warning, theme.text_format(p, small=True, color=p.warning))
         self._cursor = cursor
-        self._reply = ReplyLayout(self.document(), cursor.position() + 1, p, self.show_rejected)
+        self._reply_block = cursor.blockNumber()
+        self._reply = ReplyLayout(self.document(), cursor.position() + 1, p, self.show_rejected,
+                                  colouring.token_formatter(self.colouring, p, self._round_of))
 
     def append_tokens(self, tokens: list[DisplayToken], scroll: bool = True) -> None:
         """Insert one round's tokens at the end (the per-round hot path)."""
@@ -181,6 +187,9 @@ class TranscriptView(QTextEdit):
         if self._reply is None:
             raise RuntimeError("tokens arrived before begin_assistant")
         follow = scroll and self._at_bottom()
+        if self._reply_block >= 0 and tokens[0].serial is not None:
+            self._reply_starts.append((tokens[0].serial, self._reply_block))
+            self._reply_block = -1
         cursor = self._cursor
         cursor.beginEditBlock()  # one layout pass per round, not one per token
         try:
@@ -188,6 +197,8 @@ class TranscriptView(QTextEdit):
             self._reply.render()
         finally:
             cursor.endEditBlock()
+        if any(self._highlight) and not self._rendering:  # the live region was laid out again: its overlay too
+            self._apply_highlight()
         if follow:
             self._scroll_to_end()
 
@@ -303,6 +314,7 @@ class TranscriptView(QTextEdit):
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802
         self._show_code_button(event.position().toPoint())
+        self._set_hovered(self.serial_at(event.position().toPoint()))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor
                                   if self.anchorAt(event.position().toPoint()).startswith(ACTION_SCHEME)
                                   else Qt.CursorShape.IBeamCursor)
@@ -310,11 +322,24 @@ class TranscriptView(QTextEdit):
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802
         href = self.anchorAt(event.position().toPoint())
-        if event.button() == Qt.MouseButton.LeftButton and href.startswith(ACTION_SCHEME) \
-                and not self.textCursor().hasSelection():
+        plain_click = event.button() == Qt.MouseButton.LeftButton and not self.textCursor().hasSelection()
+        if plain_click and href.startswith(ACTION_SCHEME):
             action, _, index = href[len(ACTION_SCHEME):].partition(":")
             self.action_requested.emit(action, int(index))
+        elif plain_click:
+            serial = self.serial_at(event.position().toPoint())
+            if serial >= 0:
+                self.token_clicked.emit(serial, event.globalPosition().toPoint())
         super().mouseReleaseEvent(event)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802
+        self._set_hovered(-1)
+        super().leaveEvent(event)
+
+    def _set_hovered(self, serial: int) -> None:
+        if serial != self._hovered_serial:
+            self._hovered_serial = serial
+            self.token_hovered.emit(serial)
 
     # ------------------------------------------------------------------ hover
     def token_at_position(self, position: int) -> DisplayToken | None:
@@ -337,6 +362,11 @@ class TranscriptView(QTextEdit):
         position = self.document().documentLayout().hitTest(QPointF(point) + offset, Qt.HitTestAccuracy.ExactHit)
         return self.token_at_position(position) if position >= 0 else None
 
+    def serial_at(self, point) -> int:
+        """The serial of the token under a viewport point, -1: none."""
+        token = self.token_at(point)
+        return token.serial if token is not None and token.serial is not None else -1
+
     def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt override)
         if event.type() == QEvent.Type.ToolTip:
             token = self.token_at(event.pos())
@@ -345,12 +375,73 @@ class TranscriptView(QTextEdit):
                 QToolTip.showText(event.globalPos(), ACTION_TIPS.get(href[len(ACTION_SCHEME):].partition(":")[0], ""),
                                   self.viewport())
             elif token is not None:
-                QToolTip.showText(event.globalPos(), describe_token(token), self.viewport())
+                QToolTip.showText(event.globalPos(), describe_token(token, self._round_of), self.viewport())
             else:
                 QToolTip.hideText()
                 event.ignore()
             return True
+        if event.type() == QEvent.Type.Leave:
+            self._set_hovered(-1)
         return super().viewportEvent(event)
+
+    # ------------------------------------------------------------------ the round focus (an overlay)
+    def show_focus(self, hovered, selected) -> None:
+        """The round under the mouse and the picked one (gui.views.main.round_focus; RoundRecord | None each)."""
+        self.highlight_round(hovered.serials if hovered is not None else (),
+                             selected.serials if selected is not None else ())
+
+    def highlight_round(self, serials: tuple = (), selected_serials: tuple = ()) -> None:
+        """Tint the boxes of the tokens `serials` (the hovered round) and, more, `selected_serials` (the picked one,
+        also overlined), as extra selections: the document is not changed."""
+        self._highlight = (tuple(serials), tuple(selected_serials))
+        self._apply_highlight()
+
+    def _apply_highlight(self) -> None:
+        hovered, selected = self._highlight
+        chosen = set(selected)
+        selections = self._round_selections([s for s in hovered if s not in chosen], HOVER_TINT, False)
+        selections += self._round_selections(selected, SELECTED_TINT, True)
+        self.setExtraSelections(selections)
+
+    def _round_selections(self, serials, tint: float, overline: bool) -> list:
+        wanted, out = set(serials), []
+        if not wanted:
+            return out
+        accent, surface = self._palette.accent, self._palette.surface
+        tint *= DARK_TINT if self._palette.dark else 1.0
+        for start, length, fmt in self._fragments_of(wanted):
+            box = fmt.background().color().name() if fmt.background().style() != Qt.BrushStyle.NoBrush else surface
+            selection = QTextEdit.ExtraSelection()
+            selection.cursor = QTextCursor(self.document())
+            selection.cursor.setPosition(start)
+            selection.cursor.setPosition(start + length, QTextCursor.MoveMode.KeepAnchor)
+            overlay = QTextCharFormat()
+            overlay.setBackground(colouring.scale_colour((box, accent), tint))
+            if overline:
+                overlay.setFontOverline(True)
+            selection.format = overlay
+            out.append(selection)
+        return out
+
+    def _fragments_of(self, serials: set[int]):
+        """(position, length, format) of every drawn fragment of the tokens `serials`; only the blocks of the
+        replies that hold them are scanned (each reply's tokens have serials above the one before)."""
+        firsts = [first for first, _ in self._reply_starts]
+        block, last = self.document().begin(), None
+        if firsts and firsts == sorted(firsts):
+            i = bisect_right(firsts, min(serials)) - 1
+            block = self.document().findBlockByNumber(self._reply_starts[max(0, i)][1])
+            j = bisect_right(firsts, max(serials))
+            last = self._reply_starts[j][1] if j < len(firsts) else None
+        while block.isValid() and (last is None or block.blockNumber() < last):
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                fmt = fragment.charFormat()
+                if fmt.property(theme.TOKEN_SERIAL_PROPERTY) in serials:
+                    yield fragment.position(), fragment.length(), fmt
+                it += 1
+            block = block.next()
 
     # ------------------------------------------------------------------ helpers
     def _end_cursor(self) -> QTextCursor:
@@ -378,62 +469,3 @@ def footer_text(turn: Turn) -> str:
             parts.append(f"acceptance {stats.acceptance_rate:.0%}")
             parts.append(f"{stats.mean_accepted_length:.2f} tokens/pass")
     return " · ".join(parts)
-
-
-class LegendChip(QWidget):
-    """A status name drawn with the very format the transcript uses, so the legend cannot drift."""
-
-    def __init__(self, status: TokenStatus, palette: theme.Palette, parent=None) -> None:
-        super().__init__(parent)
-        self.status = status
-        self._doc = QTextDocument(self)
-        self._doc.setDocumentMargin(2)
-        self.setToolTip(theme.STATUS_DESCRIPTIONS[status])
-        self.set_palette(palette)
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
-
-    def set_palette(self, palette: theme.Palette) -> None:
-        self._doc.clear()
-        self._doc.setDefaultFont(self.font())
-        cursor = QTextCursor(self._doc)
-        cursor.insertText(" " + theme.STATUS_LABELS[self.status] + " ", theme.token_format(palette, self.status))
-        self.updateGeometry()
-        self.update()
-
-    def sizeHint(self) -> QSize:  # noqa: N802
-        size = self._doc.size()
-        return QSize(int(size.width()) + 2, int(size.height()) + 2)
-
-    def paintEvent(self, event) -> None:  # noqa: N802
-        painter = QPainter(self)
-        painter.translate(1, 1)
-        self._doc.drawContents(painter, QRectF(0, 0, self.width(), self.height()))
-        painter.end()
-
-
-class LegendBar(QWidget):
-    """Names every status, with the toggle that hides rejected drafts."""
-
-    show_rejected_toggled = Signal(bool)
-
-    def __init__(self, palette: theme.Palette, parent=None) -> None:
-        super().__init__(parent)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(2, 0, 2, 0)
-        layout.setSpacing(6)
-        caption = QLabel("Tokens:")
-        caption.setObjectName("dim")
-        layout.addWidget(caption)
-        self.chips = {status: LegendChip(status, palette) for status in theme.LEGEND_ORDER}
-        for chip in self.chips.values():
-            layout.addWidget(chip)
-        layout.addStretch(1)
-        self.show_rejected = QCheckBox("Show rejected")
-        self.show_rejected.setChecked(True)
-        self.show_rejected.setToolTip("Draw drafted tokens the target threw away, where they were proposed")
-        self.show_rejected.toggled.connect(self.show_rejected_toggled)
-        layout.addWidget(self.show_rejected)
-
-    def set_palette(self, palette: theme.Palette) -> None:
-        for chip in self.chips.values():
-            chip.set_palette(palette)

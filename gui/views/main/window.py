@@ -232,6 +232,13 @@ class MainWindow(QMainWindow):
         self.rejected_action.setChecked(show)
         self.transcript.render_turns(self.session.turns, self.session.current)
 
+    def set_colouring(self, mode: str) -> None:
+        """What the tokens' colours show (gui.views.chat.colouring: status, acceptance, entropy, confidence)."""
+        if self.transcript.colouring != mode:
+            self.transcript.set_colouring(mode)
+            self.legend.set_colouring(mode)  # when asked from elsewhere (its signal comes back here: a no-op)
+            self.transcript.render_turns(self.session.turns, self.session.current)
+
     def set_theme(self, name_or_palette) -> None:
         palette = theme.resolve(name_or_palette) if isinstance(name_or_palette, str) else name_or_palette
         self.palette_ = palette

@@ -1,0 +1,70 @@
+"""A token's tooltip in the transcript (rich text): its status, round and draft position, p_target and p_draft,
+min(1, p_target/p_draft) for a drafted token, who proposed it, what a correction replaced, and, where its round's
+tree was recorded, the target's top 3 alternatives at its position and the entropy there.
+
+May touch: gui.theme's labels, gui.sessions.rounds (a round's recorded detail, the per-token figures),
+engine.core.tokens' wording. Pure: a token (and its round) in, a string out.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from engine.core.events import TokenStatus
+from engine.core.methods import plain_method
+from engine.core.tokens import DisplayToken, draft_position_words
+from gui import theme
+from gui.sessions.rounds import RoundRecord, token_acceptance, token_entropy
+from gui.views.chat.colouring import RoundLookup
+
+TOP_ALTERNATIVES = 3
+
+
+def _prob(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _piece(text: str) -> str:
+    shown = text.replace("\n", "↵").replace("\t", "⇥")
+    return escape(shown if shown.strip() else repr(text))
+
+
+def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> str:
+    """The tooltip of a token; `round_of`: a token's serial → its round (SessionModel.round_of), for what the
+    target weighed at its position."""
+    record = round_of(token.serial) if round_of is not None and token.serial is not None else None
+    lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{_piece(token.text)}” &nbsp;(id {token.token_id})",
+             f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
+    lines.append(draft_position_words(token))
+    if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
+        p_draft = "one-hot (n-gram)" if token.p_draft is None else _prob(token.p_draft)
+        lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")
+        q = "1 (one-hot)" if token.p_draft is None else "p_draft"
+        lines.append(f"min(1, p_target / {q}) {_prob(token_acceptance(token))}"
+                     " &nbsp;(the chance sampling keeps it)")
+        lines.append(f"proposed by: {escape(token.drafter)}")
+    else:
+        lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
+        lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"
+                                                        if token.drafter not in ("", plain_method().name) else ""))
+    if token.replaced is not None:
+        p_draft = "one-hot" if token.replaced_p_draft is None else _prob(token.replaced_p_draft)
+        lines.append(f"replaced the draft “{_piece(token.replaced)}” "
+                     f"(p_target {_prob(token.replaced_p_target)}, p_draft {p_draft})")
+    lines += alternatives_lines(token, record)
+    return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
+
+
+def alternatives_lines(token: DisplayToken, record: RoundRecord | None) -> list[str]:
+    """The target's top alternatives at the token's position (the token itself in bold) and the entropy there."""
+    detail = record.position_detail(token.position) if record is not None else None
+    if detail is None or not detail.target.ids:
+        return ["target's alternatives not recorded for this round"]
+    target = detail.target
+    shown = []
+    for token_id, prob, piece in list(zip(target.ids, target.probs, target.pieces))[:TOP_ALTERNATIVES]:
+        entry = f"“{_piece(piece)}” {prob:.3f}"
+        shown.append(f"<b>{entry}</b>" if token_id == token.token_id else entry)
+    entropy = token_entropy(token, record)
+    return [f"target's top {len(shown)} here: " + " &nbsp;·&nbsp; ".join(shown),
+            f"target entropy here: {entropy:.2f} bits"]
