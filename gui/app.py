@@ -8,8 +8,10 @@ Scripted mode (also headless, with QT_QPA_PLATFORM=offscreen):
 
 opens the window (at exactly WxH with --window-size), sends TEXT, waits for the reply, saves a screenshot of the
 whole window, prints the finish stats as one JSON line on stdout (with `window_min_size: [w, h]`, the smallest
-the window can be) and exits 0 (2 when the settings are refused, the model does not load or the generation
-fails).
+the window can be, `backend`, and `rounds`: per round its drafted and accepted counts, draft_ms and verify_ms)
+and exits 0 (2 when the settings are refused, the model does not load or the generation fails). Before the
+screenshot, `--panel timeline tree` brings those live panels into view and `--select-round N` picks the reply's
+round N (a round it doesn't have: exit 2, saying which it has).
 
     specscope gui --compare SPEC [SPEC…] --prompt TEXT [--max-new-tokens N] --screenshot PNG --quit-when-done
 
@@ -70,12 +72,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--screenshot", default=None, metavar="PNG", help="save the window to PNG after the reply")
     parser.add_argument("--window-size", default=None, metavar="WxH", type=window_size,
                         help="open the window at exactly this size, e.g. 1366x768 (the screenshot's size)")
+    parser.add_argument("--panel", nargs="+", default=None, choices=PANEL_CHOICES, metavar="PANEL",
+                        help="after the reply, bring these live panels into view: timeline (a bar per round), "
+                             "tree (a round's drafted path and the target's alternatives)")
+    parser.add_argument("--select-round", type=nonnegative_int, default=None, metavar="N",
+                        help="after the reply, pick its round N (0: the prefill) in the timeline and the tree")
     parser.add_argument("--quit-when-done", action="store_true",
                         help="exit after the reply (with --prompt), printing its stats as one JSON line")
     parser.add_argument("--compare", nargs="+", default=None, metavar="SPEC",
                         help="compare these settings (1-4 SPECs such as prompt-lookup:k=5) with plain decoding on "
                              "--prompt, in the compare window")
     return parser
+
+
+PANEL_CHOICES = ("timeline", "tree")  # gui.views.main.live_dock.NAMED_PANELS' names
+
+
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (round 0 is the prefill)")
+    return value
 
 
 def dtype_name(text: str) -> str:
@@ -248,16 +268,34 @@ class ScriptedRun:
             self._failed(self.window.controls.config_problem() or "the message could not be sent")
 
     def _finished(self, turn) -> None:
+        self.window.refresh_live_views()
+        problem = self._show_rounds(turn)
         if not self.args.quit_when_done:
+            if problem is not None:
+                self.window.set_status(problem)
             self._save_screenshot()
             return
-        self.window.refresh_live_views()
+        if problem is not None:
+            self._failed(problem)
+            return
         self._save_screenshot()
         minimum = self.window.minimumSizeHint().expandedTo(self.window.minimumSize())
         record = {**self.window.session.finish_record(turn), "window_min_size": [minimum.width(), minimum.height()],
                   "window_size": [self.window.width(), self.window.height()]}
         print(json.dumps(record, ensure_ascii=False), flush=True)
         self._quit(EXIT_OK)
+
+    def _show_rounds(self, turn) -> str | None:
+        """--panel and --select-round, after the reply; the problem in words, or None."""
+        if self.args.select_round is not None:
+            if not self.window.round_focus.select_index(self.args.select_round):
+                indices = [r.index for r in turn.rounds]
+                return (f"--select-round {self.args.select_round}: this reply has no round {self.args.select_round} "
+                        + (f"(its rounds are {indices[0]}–{indices[-1]})" if indices else "(it has no rounds)"))
+        if self.args.panel:
+            self.window.live.show_named(self.args.panel)
+        self.window.refresh_live_views()
+        return None
 
     def _failed(self, message: str) -> None:
         if not self.args.quit_when_done:

@@ -47,6 +47,7 @@ class DemoTarget:
     n_layers: int | None
     context_length: int | None
     backend: str = "transformers"  # the backend the recording ran on
+    recorded: bool = True  # a replay: there is no model to measure (the verify-cost curve says so)
 
     @property
     def dtype_label(self) -> str:

@@ -253,6 +253,9 @@ class EngineWorker(QObject):
         if self.closing.is_set() or self._engine is None:
             return
         target = self._engine.target
+        if getattr(target, "recorded", False):
+            self.cost_failed.emit("no verify-cost curve in the demo: it replays a recording, no model is loaded")
+            return
         if not is_local_backend(target.backend):
             self.cost_failed.emit(f"no verify-cost curve for a model on {target.backend}: its passes are not ours")
             return

@@ -437,10 +437,11 @@ class ChatSession(SessionModel):
         return dataclasses.replace(figures, measure_offer_seconds=offer) if offer is not None else figures
 
     def finish_record(self, turn: Turn) -> dict:
-        """The finish stats as one flat dict (the scripted mode prints it as a JSON line)."""
+        """The finish stats as one flat dict (the scripted mode prints it as a JSON line): the reply's backend
+        and each of its rounds (drafted, accepted, draft_ms, verify_ms; gui.sessions.rounds.RoundRecord.as_dict)."""
         stats = turn.stats
-        record = {"model": turn.model, "spec": turn.spec_label, "stop_reason": turn.stop_reason,
-                  "text": turn.text}
+        record = {"model": turn.model, "backend": self.model_info.backend if self.model_info is not None else None,
+                  "spec": turn.spec_label, "stop_reason": turn.stop_reason, "text": turn.text}
         if stats is not None:
             record.update(stats.as_dict())
             baseline = self.baseline_tok_per_s()
@@ -448,6 +449,8 @@ class ChatSession(SessionModel):
             record["baseline_tok_per_s"] = baseline
             record["speedup"] = measured
             record["efficiency"] = efficiency(measured, stats.theoretical_speedup)
+            record["n_rounds"] = stats.rounds
+        record["rounds"] = [r.as_dict() for r in turn.rounds]  # the list (the stats' count is n_rounds)
         return record
 
 

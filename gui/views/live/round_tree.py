@@ -200,7 +200,8 @@ def _drafted_node(record: RoundRecord, i: int, greedy: bool | None) -> TreeNode:
     return TreeNode(i, event.draft_pieces[i] if i < len(event.draft_pieces) else "",
                     TokenStatus.ACCEPTED if kept else TokenStatus.REJECTED, True, p_target, p_draft, ratio, draw,
                     verdict, at.entropy_bits if kept and at is not None else None,
-                    _choices(at.target, event.draft_ids[i]) if kept and at is not None else ())
+                    _choices(at.target, event.draft_ids[i] if i < len(event.draft_ids) else None)
+                    if kept and at is not None else ())
 
 
 def _target_node(record: RoundRecord, greedy: bool | None) -> TreeNode:

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QProgressBar, Q
 from gui.views.chat.controls import ControlsPanel
 from gui.views.chat.history_panel import HistoryPanel
 from gui.views.chat.message_box import MessageBox
+from gui.views.chat.token_popover import TokenPopover
 from gui.views.chat.transcript import LegendBar, TranscriptView
 from gui.views.live.cost_curve import CostCurveView
 from gui.views.live.plots import LivePlots
@@ -139,10 +140,10 @@ def build_live_dock(window) -> None:
     window.cost_curve = window.live.panel(CostCurveView)  # why speculation pays or doesn't here
     window.plots = window.live.panel(LivePlots)
     window.round_focus = window.live.focus  # the round hovered and the round picked, in the transcript and the panels
-    if hasattr(window.transcript, "show_focus"):
-        window.round_focus.attach(window.transcript)
-    if hasattr(window.transcript, "token_hovered"):
-        window.transcript.token_hovered.connect(window.round_focus.hover_token)
+    window.round_focus.attach(window.transcript)  # hovering a token highlights its round; a click opens its tree
+    window.transcript.token_hovered.connect(window.round_focus.hover_token)
+    window.round_focus.popover = window.token_popover = TokenPopover(window.palette_, window)
+    window.transcript.token_clicked.connect(window.round_focus.click_token)
     window.live_dock = add_dock(window, "Speculation", "speculation_dock", window.live.widget,
                                 Qt.DockWidgetArea.RightDockWidgetArea)
     window.resizeDocks([window.controls_dock, window.live_dock], [290, 470], Qt.Orientation.Horizontal)

@@ -19,6 +19,7 @@ from gui.views.live.panel import LivePanel, LiveSnapshot, takes_focus
 from gui.views.live.plots import LivePlots
 from gui.views.live.rollback import RollbackNote
 from gui.views.live.stats import StatsStrip
+from gui.views.live.round_tree import RoundTreePanel
 from gui.views.live.timeline import RoundTimeline
 from gui.views.main.round_focus import RoundFocus
 
@@ -29,8 +30,11 @@ LIVE_PANELS = (
     CostCurveView,  # what verifying n tokens costs against one on this machine
     RollbackNote,  # what undoing a rejected draft costs where the model keeps a recurrent state
     RoundTimeline,  # one bar per round: draft, verify, rollback, accepted/drafted
+    RoundTreePanel,  # the picked round: its drafted path, the target's alternatives, the draws, the times
     LivePlots,  # acceptance, tok/s, acceptance by position, accepted tokens per round
 )
+
+NAMED_PANELS: dict[str, type] = {"timeline": RoundTimeline, "tree": RoundTreePanel}  # the scripted --panel's names
 
 
 class LiveDock:
@@ -85,6 +89,7 @@ class LiveDock:
     def set_palette(self, palette: theme.Palette) -> None:
         for panel in self.panels:
             panel.set_palette(palette)
+        self.focus.set_palette(palette)
 
     def clear(self) -> None:
         self.focus.clear()  # the rounds shown are gone
@@ -105,6 +110,10 @@ class LiveDock:
             panel.show()
         self.widget.widget().adjustSize()
         self.widget.ensureWidgetVisible(wanted[0], 0, 0)
+
+    def show_named(self, names) -> None:
+        """show_panels by the scripted mode's names (`NAMED_PANELS`)."""
+        self.show_panels([NAMED_PANELS[name] for name in names if name in NAMED_PANELS])
 
     def start(self) -> None:
         """A reply is being written: redraw from the timer."""

@@ -13,6 +13,7 @@ from PySide6.QtCore import QByteArray, QRect
 from engine.core.errors import ConfigError
 from gui.sessions.chat import baseline_key
 from gui.worker import REMOTE_CODE, LoadOptions
+from gui.views.chat.colouring import MODES
 
 
 class ModelLoading:
@@ -121,6 +122,9 @@ class ModelLoading:
         show_rejected = settings.value("view/show_rejected", None, bool)
         if show_rejected is not None:
             window.set_show_rejected(show_rejected)
+        colouring = settings.value("view/colour_by", None, str)
+        if colouring in MODES:  # a name this version doesn't know keeps colouring by status
+            window.set_colouring(colouring)
 
     def save_settings(self) -> None:
         window = self.window
@@ -131,4 +135,5 @@ class ModelLoading:
         window.settings.set_value("window/normal_geometry", window.normalGeometry())
         window.settings.set_value("window/state", window.saveState())
         window.settings.set_value("view/show_rejected", window.transcript.show_rejected)
+        window.settings.set_value("view/colour_by", window.transcript.colouring)
         window.settings.sync()

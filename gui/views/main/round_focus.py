@@ -3,7 +3,8 @@ and the round panels (the timeline, the round's tree). Hovering a token or a tim
 round everywhere; clicking picks it (the tree shows it; a token also opens its round's popover).
 
 Holds two RoundRecords (gui.sessions.rounds) and pushes them to every view that shows the focus; it reads the
-chat session's token → round map and nothing else.
+chat session's token → round map and nothing else. A click on a token picks its round and opens the round's
+popover there (the token's position focused).
 
 May touch: the chat session (read), the transcript's and the panels' focus methods and signals, QtCore.
 """
@@ -21,6 +22,7 @@ class RoundFocus(QObject):
         self.session = session  # gui.sessions.session_model.SessionModel (round_of, turns)
         self.hovered = None
         self.selected = None
+        self.popover = None  # gui.views.chat.token_popover.TokenPopover: a clicked token's round, beside it
         self._views: list = []
 
     def attach(self, view) -> None:
@@ -41,6 +43,19 @@ class RoundFocus(QObject):
         record = self.session.round_of(serial) if serial >= 0 else None
         if record is not None:
             self.select(record)
+
+    def click_token(self, serial: int, global_point) -> None:
+        """A token clicked in the transcript: its round is picked, and its tree opens beside it (the popover)."""
+        record = self.session.round_of(serial) if serial >= 0 else None
+        if record is None:
+            return
+        self.select(record)
+        if self.popover is not None:
+            self.popover.show_for(record, self.session.tokens[serial].position, global_point)
+
+    def set_palette(self, palette) -> None:
+        if self.popover is not None:
+            self.popover.set_palette(palette)
 
     def hover(self, record) -> None:
         if record is not self.hovered:
