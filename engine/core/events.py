@@ -82,7 +82,8 @@ class PositionDetail:
 @dataclass(frozen=True, slots=True)
 class RoundDetail:
     """A round's tree, recorded when asked (`generate(record=True)`): one PositionDetail per position the
-    target verified, 0…len(draft_ids) (the drafted positions, then the one after the whole draft)."""
+    target decided, 0…n_accepted (each kept draft, then the first turned down or, all kept, the bonus position;
+    past the first rejection the target's rows follow a refused prefix and decide nothing)."""
 
     positions: tuple[PositionDetail, ...]
 

@@ -21,7 +21,7 @@ from engine.core.events import RoundDetail, RoundVerified, target_status
 from engine.core.recording import record_round
 from engine.core.sampling import probabilities
 from engine.core.stats import StatsAccumulator
-from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy
+from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy, verify_greedy_probs
 
 
 @dataclass(slots=True)
@@ -93,9 +93,14 @@ def verify_pass(runner, feed: list[int], proposal: Proposal, sampling: SamplingC
     logits = runner.forward(feed + draft_ids, m + 1)
     draws = p_draft_rows = None
     if sampling.greedy:
-        n_accepted, target_id, p_target, p_own = verify_greedy(logits, draft_ids)
+        if piece is None:
+            p_target_rows = None
+            n_accepted, target_id, p_target, p_own = verify_greedy(logits, draft_ids)
+        else:  # the round's tree reads the very softmax the decision used
+            rows = torch.softmax(logits, dim=-1)
+            n_accepted, target_id, p_target, p_own = verify_greedy_probs(rows, draft_ids)
+            p_target_rows = rows.float()
         p_draft = drafted_probabilities(proposal)
-        p_target_rows = probabilities(logits, sampling) if piece is not None else None
     else:
         p_target_rows = probabilities(logits, sampling)
         p_draft_rows = None if proposal.p_draft is None else \
@@ -106,7 +111,8 @@ def verify_pass(runner, feed: list[int], proposal: Proposal, sampling: SamplingC
         if proposal.p_draft is None:
             p_draft = [None] * m
     detail = None if piece is None else record_round(
-        p_target_rows, proposal.p_draft if p_draft_rows is None else p_draft_rows, draft_ids, n_accepted, draws, piece)
+        p_target_rows, proposal.p_draft if p_draft_rows is None else p_draft_rows, draft_ids, n_accepted, draws, piece,
+        logits=logits if sampling.greedy else None)
     # The cache holds everything fed; keep it up to the last accepted draft token. The target's own
     # token is not in it yet: it is fed at the start of the next round.
     t_rollback = time.perf_counter()

@@ -22,8 +22,12 @@ def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[in
     Returns n_accepted, the target's own token (argmax at the first disagreement, or the bonus), the
     target's probability of each drafted token, and its probability of its own token.
     """
+    return verify_greedy_probs(torch.softmax(target_logits, dim=-1), draft_ids)
+
+
+def verify_greedy_probs(probs: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
+    """verify_greedy on the softmax of the target's logits, computed by the caller (a recorded round keeps it)."""
     m = len(draft_ids)
-    probs = torch.softmax(target_logits, dim=-1)
     if probs.device.type == "cpu" and probs.dtype == torch.float32:
         return _verify_greedy_on_host(probs.detach().numpy(), draft_ids)
     top_p, top_id = probs.max(dim=-1)

@@ -169,13 +169,13 @@ class FakeEngine:
 
 
 def fake_detail(event: RoundVerified, greedy: bool) -> RoundDetail:
-    """A round's tree as the engine records it (engine.core.recording's shape): at each verified position the
+    """A round's tree as the engine records it (engine.core.recording's shape): at each decided position the
     target's top-5 (the drafted token with its p_target first where it was kept, else the target's own token
     first), an entropy, the drafter's top-5 where it has a distribution, and when sampling the draws and the
     residual at the substitution."""
     m = len(event.draft_ids)
     positions = []
-    for i in range(m + 1):
+    for i in range(event.n_accepted + 1):  # the positions the target decided
         own = event.target_id if i == min(event.n_accepted, m) else (event.draft_ids[i] if i < m else 7)
         p_own = event.p_target_of_target_id or 0.75 if i == event.n_accepted else (event.p_target[i] if i < m else 0.6)
         ids = (own, 11, 12, 13, 14)

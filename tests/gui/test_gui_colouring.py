@@ -54,7 +54,9 @@ def test_each_modes_value_is_the_rounds_figure(replied):
         confidence = colouring.token_value("confidence", token, round_of)
         assert colouring.token_value("status", token, round_of) is None
         assert acceptance == token_acceptance(token) and confidence == token_confidence(token)
-        assert entropy == token_entropy(token, record) == record.position_detail(token.position).entropy_bits
+        decided = token.position is None or token.position <= record.n_accepted  # recorded where the target decided
+        assert entropy == token_entropy(token, record)
+        assert entropy == (record.position_detail(token.position).entropy_bits if decided else None)
         if token.status in DRAFTED:
             assert acceptance == acceptance_probability(token.p_target, token.p_draft) \
                 == pytest.approx(min(1.0, token.p_target / token.p_draft))
@@ -108,8 +110,11 @@ def test_changing_the_colouring_re_renders_in_the_scales_colours(replied, qtbot)
             assert fmt.underlineStyle() == status_formats[serial].underlineStyle()
         assert any(background(formats[s]) != background(status_formats[s]) for s in formats)
         assert len({background(f) for f in formats.values()} - {None}) > 1  # a scale, not one colour
-        if mode == "entropy":  # every round was recorded: every token has a value
-            assert all(background(f) is not None for f in formats.values())
+        if mode == "entropy":  # every round was recorded: every token the target decided has a value
+            for serial, f in formats.items():
+                token, record = tokens[serial], window.session.round_of(serial)
+                decided = token.position is None or token.position <= record.n_accepted
+                assert (background(f) is not None) == decided, token
     pick(window, "status")
     assert {s: background(f) for s, f in drawn(window).items()} == \
         {s: background(f) for s, f in status_formats.items()}

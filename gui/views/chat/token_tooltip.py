@@ -58,6 +58,8 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
 def alternatives_lines(token: DisplayToken, record: RoundRecord | None) -> list[str]:
     """The target's top alternatives at the token's position (the token itself in bold) and the entropy there."""
     detail = record.position_detail(token.position) if record is not None else None
+    if detail is None and record is not None and record.detail is not None:
+        return ["nothing decided here: a draft before it was turned down"]
     if detail is None or not detail.target.ids:
         return ["target's alternatives not recorded for this round"]
     target = detail.target

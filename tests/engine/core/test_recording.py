@@ -33,7 +33,7 @@ def test_recording_changes_no_token_for_any_method(tiny_model, tiny_draft_dir, s
         check_round_invariants(recorded[1], recorded[2])
         assert all(r.detail is None for r in plain[1])
         for r in recorded[1]:
-            assert len(r.detail.positions) == len(r.draft_ids) + 1
+            assert len(r.detail.positions) == r.n_accepted + 1  # the positions the target decided
             assert 0.0 <= r.rollback_seconds <= r.verify_seconds
             assert RoundDetail.from_dict(event_to_dict(r)["detail"]) is not None
 
@@ -59,6 +59,7 @@ def test_alternatives_equal_a_full_vocabulary_computation(tiny_model, tiny_draft
     for r in rounds[:6]:
         m = len(r.draft_ids)
         expected = _target_rows(tiny_model, context + list(r.draft_ids), m + 1, sampling)
+        assert len(r.detail.positions) == r.n_accepted + 1
         for i, position in enumerate(r.detail.positions):
             top = torch.topk(expected[i], 5)
             assert position.target.probs == pytest.approx(top.values.tolist(), abs=2e-4)
