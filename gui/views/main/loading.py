@@ -122,6 +122,9 @@ class ModelLoading:
         show_rejected = settings.value("view/show_rejected", None, bool)
         if show_rejected is not None:
             window.set_show_rejected(show_rejected)
+        record = settings.value("view/record_rounds", None, bool)
+        if record is not None:
+            window.record_action.setChecked(record)
         colouring = settings.value("view/colour_by", None, str)
         if colouring in MODES:  # a name this version doesn't know keeps colouring by status
             window.set_colouring(colouring)
@@ -136,4 +139,5 @@ class ModelLoading:
         window.settings.set_value("window/state", window.saveState())
         window.settings.set_value("view/show_rejected", window.transcript.show_rejected)
         window.settings.set_value("view/colour_by", window.transcript.colouring)
+        window.settings.set_value("view/record_rounds", window.session.record_rounds)
         window.settings.sync()
