@@ -47,6 +47,10 @@ def test_no_compatible_smaller_draft_is_said_with_the_known_pair(make_window, qt
     controls.apply(draft="default")
     assert controls.draft_note.text() == f"⚠ {DRAFT_IS_TARGET}"
     assert controls.usable_draft() is None
+    controls.apply(draft="/models/SmolLM2-135M-Instruct.Q2_K.gguf")  # a draft given: it is checked when it loads
+    assert not controls.draft_note.isVisibleTo(controls) and not controls.draft_download.isVisibleTo(controls)
+    controls.apply(draft="")
+    assert "No compatible, smaller draft" in controls.draft_note.text() and controls.draft_download.isVisibleTo(controls)
     controls.apply(method="prompt-lookup")
     assert not controls.draft_note.isVisibleTo(controls) and not controls.draft_download.isVisibleTo(controls)
 

@@ -395,15 +395,16 @@ class ControlsPanel(QWidget):
 
     def _show_draft_note(self, method) -> None:
         """Under the draft list: the draft is the target itself (what the Models window says), or, for the
-        method that drafts with a smaller model, no compatible one is installed (with the known-good one to
-        download). Another method's draft (an assistant, a head) gets no draft model's hint."""
+        method that drafts with a smaller model and no draft given yet, no compatible one is installed (with the
+        known-good one to download). Another method's draft (an assistant, a head) gets no draft model's hint."""
         name = self.draft.currentText().strip()
         is_target = method.needs_draft and bool(name) and name in self._target_aliases
         model_drafts = method.implied_by_draft
-        note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if model_drafts else "")
+        empty = not name  # a draft given (a path, a hub id) is checked when it loads: no "none installed" then
+        note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if model_drafts and empty else "")
         self.draft_note.setText(f"⚠ {note}" if note else "")
         self.draft_note.setVisible(bool(note))
-        self.draft_download.setVisible(model_drafts and bool(self._suggested_download))
+        self.draft_download.setVisible(model_drafts and empty and bool(self._suggested_download))
 
     def _show_problem(self, message: str | None) -> None:
         self.problem.setText(f"⚠ {message}" if message else "")
