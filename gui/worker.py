@@ -16,6 +16,7 @@ QObject and a QThread), no widgets; the engine is driven only through its genera
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -191,8 +192,9 @@ class EngineWorker(QObject):
         rid = request.request_id
         try:
             limit_torch_threads(import_torch=False)
-            engine = self._engine_for((request.spec,), request.model)
-            events = engine.generate(request.conversation, spec=request.spec, sampling=request.sampling,
+            spec = self._place(request.spec)
+            engine = self._engine_for((spec,), request.model)
+            events = engine.generate(request.conversation, spec=spec, sampling=request.sampling,
                                      max_new_tokens=request.max_new_tokens, cancel=self.cancel,
                                      record=request.record)
             for event in events:
@@ -225,12 +227,13 @@ class EngineWorker(QObject):
 
         try:
             limit_torch_threads(import_torch=False)
-            engine = self._engine_for(request.specs, request.model)
-            refused = self._refused(request.specs, engine)
+            specs = self.placed(request.specs)
+            engine = self._engine_for(specs, request.model)
+            refused = self._refused(specs, engine)
             if refused:
                 self.comparison_failed.emit(rid, refused)
                 return
-            for index, event in comparison_events(engine, request.prompt, list(request.specs),
+            for index, event in comparison_events(engine, request.prompt, list(specs),
                                                   max_new_tokens=request.max_new_tokens, sampling=request.sampling,
                                                   cancel=self.cancel, system=request.system,
                                                   strict=request.strict):
@@ -289,6 +292,28 @@ class EngineWorker(QObject):
                 return engine
             self._router = BackendRouter(self._engine, load_on)
         return self._router
+
+    def placed(self, specs) -> tuple:
+        """The specs with auto's backend filled in where the loaded backend can't serve a method (a compared early
+        exit on a GGUF runs on transformers, as in the chat: engine.backends.resolve_backend); an explicit
+        backend, or a method no backend can run here, is left as it is (validate says why)."""
+        return tuple(self._place(spec) for spec in specs)
+
+    def _place(self, spec):
+        if spec.backend is not None or self.load_options.backend not in (None, "auto") or self._engine is None:
+            return spec
+        from engine.backends import resolve_backend
+        from engine.core.methods import method_spec
+
+        target = self._engine.target
+        source = getattr(target, "source", None)
+        try:
+            if source is None or target.backend in method_spec(spec.method).backends:
+                return spec
+            choice = resolve_backend(source, spec.method, "auto")
+        except SpecScopeError:
+            return spec
+        return dataclasses.replace(spec, backend=choice.name) if choice.name != target.backend else spec
 
     def _callbacks(self) -> dict:
         """What an engine is built with: where its slow steps are reported (loading a draft model) and the

@@ -222,3 +222,36 @@ def test_the_compile_box_loads_the_target_again_compiled_and_gui_compile_sets_it
         assert calls == [True, False]
     finally:
         window.shutdown()
+
+
+def test_compare_under_auto_runs_a_method_where_the_chat_would(qtbot):
+    """A compared (or swept) early exit on the built-in GGUF under auto runs on transformers, as the chat's does:
+    the worker fills in resolve_backend's choice instead of refusing "needs the transformers backend"."""
+    from engine.core.config import parse_spec
+    from engine.models.sources import resolve_source
+
+    calls: list = []
+    engines: dict = {}
+
+    def load(name, progress=None, **options):
+        engine = backend_loader(calls)(name, progress, **options)
+        engine.target.source = resolve_source("default")  # the built-in GGUF: auto puts it on llama.cpp
+        engines[engine.target.backend] = engine
+        return engine
+
+    window = open_window(qtbot, load)
+    compare = window.open_compare()
+    qtbot.addWidget(compare)
+    try:
+        compare.set_specs([parse_spec("early-exit:k=2,layers=4"), parse_spec("prompt-lookup:k=3")])
+        assert [r.spec().backend for r in compare.setting_rows] == [None, None]  # "as loaded"
+        compare.prompt.setPlainText("Say it twice: speculative decoding.")
+        compare.max_new_tokens.setValue(12)
+        with qtbot.waitSignal(compare.comparison_finished, timeout=WAIT_MS) as blocker:
+            assert compare.run_comparison()
+        assert [run.state for run in blocker.args[0].runs] == ["done"] * 3
+        assert calls == ["auto", "transformers"]
+        assert [c.spec.label() for c in engines["transformers"].calls] == ["early-exit:k=2,layers=4,backend=transformers"]
+        assert [c.spec.label() for c in engines["llama.cpp"].calls] == ["none", "prompt-lookup:k=3"]
+    finally:
+        window.shutdown()
