@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_compile_arg(parser)
     parser.add_argument("--theme", choices=("auto", "light", "dark"), default="auto")
     parser.add_argument("--hide-rejected", action="store_true", help="start with rejected drafts hidden")
+    parser.add_argument("--colour-by", default=None, choices=COLOUR_CHOICES,
+                        help="what the tokens' colours show: status (the default), acceptance (min(1, p/q)), "
+                             "entropy (the target's, in bits) or confidence (the drafter's p)")
     parser.add_argument("--demo", action="store_true",
                         help="replay a recorded generation of the built-in model (no model is loaded): a tour of "
                              "the visualiser")
@@ -85,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COLOUR_CHOICES = ("status", "acceptance", "entropy", "confidence")  # gui.views.chat.colouring.MODES
 PANEL_CHOICES = ("timeline", "tree")  # gui.views.main.live_dock.NAMED_PANELS' names
 
 
@@ -202,6 +206,8 @@ def apply_args(window, args: argparse.Namespace) -> None:
         window.set_compile(True)
     if args.hide_rejected:
         window.set_show_rejected(False)
+    if args.colour_by is not None:
+        window.set_colouring(args.colour_by)
 
 
 def held_problem(window, args: argparse.Namespace) -> str | None:

@@ -188,10 +188,11 @@ def compact(value, digits: int = 5):
 
 def record(path: str | Path, model: str = "default", specs=RECORDED_SPECS, prompt: str = RECORDED_PROMPT,
            max_new_tokens: int = 120) -> None:
-    """Run the real model once per spec (greedy) and write the demo recording."""
+    """Run the real model once per spec (greedy, on transformers: early exit runs there) and write the demo
+    recording, each round's tree recorded (the round views have real alternatives to show)."""
     from engine.runtime import load_engine
 
-    engine = load_engine(model)
+    engine = load_engine(model, backend="transformers")
     target = engine.target
     header = {"type": "recording", "prompt": prompt, "model": target.label,
               "device": str(target.device), "dtype": str(target.dtype).replace("torch.", ""),
@@ -200,7 +201,7 @@ def record(path: str | Path, model: str = "default", specs=RECORDED_SPECS, promp
     lines = [json.dumps(header, ensure_ascii=False)]
     for text in specs:
         for event in engine.generate([{"role": "user", "content": prompt}], spec=parse_spec(text),
-                                     max_new_tokens=max_new_tokens):
+                                     max_new_tokens=max_new_tokens, record=True):
             lines.append(json.dumps(compact(event_to_dict(event)), ensure_ascii=False))
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 

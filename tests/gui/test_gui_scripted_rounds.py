@@ -6,14 +6,22 @@ import json
 
 from PySide6.QtGui import QImage
 
+from gui import app
+from gui.views.chat.colouring import MODES
+from gui.views.main.live_dock import NAMED_PANELS
 from test_gui_scripted import run_gui
+
+
+def test_the_options_name_what_the_window_has():
+    assert app.PANEL_CHOICES == tuple(NAMED_PANELS) and app.COLOUR_CHOICES == tuple(MODES)
 
 
 def test_json_rounds_and_backend_and_the_panels_picked(tmp_path):
     png = tmp_path / "rounds.png"
     result = run_gui("gui", "--demo", "--theme", "dark", "--method", "prompt-lookup", "--k", "4",
                      "--max-new-tokens", "40", "--prompt", "Explain it", "--panel", "timeline", "tree",
-                     "--select-round", "2", "--window-size", "1366x768", "--screenshot", str(png),
+                     "--select-round", "2", "--colour-by", "entropy", "--window-size", "1366x768",
+                     "--screenshot", str(png),
                      "--quit-when-done")
     assert result.returncode == 0, result.stderr
     record = json.loads([line for line in result.stdout.splitlines() if line.strip()][-1])
