@@ -23,6 +23,21 @@ def backend_loader(calls: list):
     return load
 
 
+def engines_by_backend(source=None):
+    """backend_loader's calls, the engines it made by backend, and the loader (`source`: the targets' model
+    source, which the worker's auto resolution reads)."""
+    calls: list = []
+    engines: dict = {}
+
+    def load(name, progress=None, **options):
+        engine = backend_loader(calls)(name, progress, **options)
+        if source is not None:
+            engine.target.source = source
+        engines[engine.target.backend] = engine
+        return engine
+    return calls, engines, load
+
+
 def open_window(qtbot, loader) -> MainWindow:
     window = MainWindow(loader=loader, persist=False)
     qtbot.addWidget(window)
@@ -44,14 +59,7 @@ def test_auto_runs_early_exit_on_transformers_and_a_chosen_llama_cpp_refuses_it(
     engine.backends.resolve_backend's reason; transformers serves it as loaded."""
     from engine.backends import resolve_backend
     from engine.models.sources import resolve_source
-    calls: list = []
-    engines: dict = {}
-
-    def load(name, progress=None, **options):
-        engine = backend_loader(calls)(name, progress, **options)
-        engines[engine.target.backend] = engine
-        return engine
-
+    calls, engines, load = engines_by_backend()
     window = open_window(qtbot, load)
     controls = window.controls
     try:
@@ -150,14 +158,7 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
     the model on transformers for that row only, and the table has a row per run with its backend."""
     from engine.core.config import parse_spec
 
-    calls: list = []
-    engines: dict = {}
-
-    def load(name, progress=None, **options):
-        engine = backend_loader(calls)(name, progress, **options)
-        engines[engine.target.backend] = engine
-        return engine
-
+    calls, engines, load = engines_by_backend()
     window = open_window(qtbot, load)
     compare = window.open_compare()
     qtbot.addWidget(compare)
@@ -230,15 +231,7 @@ def test_compare_under_auto_runs_a_method_where_the_chat_would(qtbot):
     from engine.core.config import parse_spec
     from engine.models.sources import resolve_source
 
-    calls: list = []
-    engines: dict = {}
-
-    def load(name, progress=None, **options):
-        engine = backend_loader(calls)(name, progress, **options)
-        engine.target.source = resolve_source("default")  # the built-in GGUF: auto puts it on llama.cpp
-        engines[engine.target.backend] = engine
-        return engine
-
+    calls, engines, load = engines_by_backend(resolve_source("default"))  # the built-in GGUF: on llama.cpp
     window = open_window(qtbot, load)
     compare = window.open_compare()
     qtbot.addWidget(compare)
