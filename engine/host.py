@@ -67,6 +67,16 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("specscope", appauthor=False))
 
 
+def data_root() -> Path:
+    """Where SpecScope keeps the user's own data (the chat history, what suffix decoding learned):
+    SPECSCOPE_DATA_DIR overrides (tests)."""
+    override = os.environ.get("SPECSCOPE_DATA_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+    return Path(platformdirs.user_data_dir("specscope", appauthor=False))
+
+
 # ---- GPUs and memory
 
 def mps_available() -> bool:

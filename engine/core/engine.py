@@ -171,6 +171,9 @@ class Engine:
         except torch.OutOfMemoryError:
             self._out_of_memory(state)
         state.stats.set_elapsed(time.perf_counter() - state.started)
+        learn = getattr(drafter, "learn", None)  # a drafter that learns from finished replies (suffix decoding)
+        if learn is not None and state.output:
+            learn(list(state.output))
         after = rollback_cost() if before is not None else None
         if after is not None:
             state.stats.set_rollbacks(after["restores"] - before["restores"],

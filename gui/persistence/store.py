@@ -24,7 +24,8 @@ write fail after BUSY_TIMEOUT_S with HistoryBusyError (the GUI thread never wait
 (gui.persistence.recorder) keeps such writes and replays them when the database frees.
 
 Privacy: the database, its -wal/-shm files, the locks and the migration backup are created owner-only (0600,
-umask 077 around their creation, chmod after).
+umask 077 around their creation, chmod after). Deleting a conversation or a reply also makes suffix decoding's
+store beside the database (engine.drafters.suffix_store, "learn from my chats") forget those replies.
 
 Versions: an older database is migrated in place after a backup copy (`history.sqlite3.v<version>.bak`); a
 database from a newer SpecScope is opened read-only with a message saying so, and never changed or wiped.
@@ -325,8 +326,22 @@ class HistoryStore:
                                   (_dumps(settings), time.time(), conversation_id)), conversation_id)
 
     def delete_conversation(self, conversation_id: int) -> None:
+        """The conversation and what suffix decoding learned from its replies."""
         with self._write() as conn:
+            replies = self._reply_ids(conn, "conversation_id", conversation_id)
             conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self._forget_learned(replies)
+
+    def _reply_ids(self, conn: sqlite3.Connection, column: str, value: int) -> list[list[int]]:
+        """The committed token ids of each assistant reply whose `column` (id, conversation_id) is `value`."""
+        ids = conn.execute(f"SELECT id FROM messages WHERE {column} = ? AND role = 'assistant'", (value,)).fetchall()
+        return [[t.token_id for r in self._rounds(conn, message_id) for t in r.tokens
+                 if t.committed and t.token_id is not None] for (message_id,) in ids]
+
+    def _forget_learned(self, replies: list[list[int]]) -> None:
+        """Cleared with the history: suffix decoding's store beside it forgets these replies (if it was ever made)."""
+        from engine.drafters.suffix_store import STORE_NAME, forget_replies
+        forget_replies(replies, self.path.with_name(STORE_NAME))
 
     def list_conversations(self, limit: int | None = None, offset: int = 0) -> list[ConversationSummary]:
         """Newest activity first."""
@@ -445,7 +460,9 @@ class HistoryStore:
 
     def delete_message(self, message_id: int) -> None:
         with self._write() as conn:
+            replies = self._reply_ids(conn, "id", message_id)
             conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        self._forget_learned(replies)
 
     # -- reading back
     @staticmethod

@@ -130,13 +130,24 @@ def test_the_scripted_gui_runs_a_method_registered_by_a_plugin(tiny_dir, tmp_pat
     assert record["spec"] == "toy-fixed:k=2,toy_token=5" and record["drafted_tokens"] > 0
 
 
+def other_value(param):
+    """A value of `param` other than its default, within its range (a switch flipped)."""
+    if param.type is bool:
+        return not param.default
+    if param.default is None:
+        return (param.min or 1) + 1
+    if param.max is None or param.default + 1 <= param.max:
+        return param.default + 1
+    return param.default - 1 if param.type is int else param.default - (param.default - (param.min or 0)) / 2
+
+
 @pytest.mark.parametrize("method", [m for m in methods() if m.cache_params], ids=lambda m: m.name)
 def test_a_changed_cache_parameter_needs_a_new_drafter_and_k_does_not(method):
     spec = SpecConfig(method.name, draft="default" if method.needs_draft else None)
     assert drafter_cache_key(spec.with_k(spec.k + 1)) == drafter_cache_key(spec)
     for name in method.cache_params:
         param = method.param(name)
-        other = (param.min or 1) + 1 if param.default is None else param.default + 1
+        other = other_value(param)
         if name == "ngram_min":  # it stays ≤ ngram_max
             spec_other = spec.with_params(ngram_max=other + 1, ngram_min=other)
         else:

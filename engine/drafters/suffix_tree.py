@@ -1,0 +1,152 @@
+"""The suffix structure suffix decoding drafts from (Oliaro et al., "SuffixDecoding", arXiv 2411.04975; Arctic
+Inference's suffix cache): token sequences, and for any pattern (the context's last tokens) how often it
+occurred and how often each continuation followed it.
+
+A depth-limited suffix tree answers exactly two questions at a node: its count (how many suffixes pass through
+it: the occurrences of the pattern) and its children's counts (which token followed, how often). `SuffixTree`
+answers the same questions from an index of each token's positions, narrowing a pattern's occurrences one token
+at a time, so memory stays one entry per token (a Python node per suffix and depth would be tens of bytes per
+token per level). Sequences are kept apart by a separator no token equals, so no match crosses two of them.
+
+`speculate` is the paper's path speculation: for each match length m (1 … max_depth), the draft may be
+min(k, m·spec_factor + spec_offset) long; from the matched occurrences it follows the most frequent continuation,
+its probability the product of the frequencies on the way, and stops where that falls below min_token_prob. The
+candidate with the highest score (the sum of its tokens' probabilities) wins; equal scores go to the longer
+match. Pure Python, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SEPARATOR = -1  # between sequences: equals no token id
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A drafted path: its ids, each one's probability (the product of frequencies up to it), the path's score
+    (their sum) and the length of the pattern it continues."""
+
+    ids: tuple[int, ...] = ()
+    probs: tuple[float, ...] = ()
+    score: float = 0.0
+    match_length: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationLimits:
+    """How far a match may be followed (the Arctic Inference knobs)."""
+
+    max_depth: int = 24  # the longest pattern matched
+    spec_factor: float = 1.0  # a draft is at most match length × this (+ spec_offset) tokens
+    spec_offset: float = 0.0
+    min_token_prob: float = 0.1  # stop where the path's probability falls below this
+
+
+@dataclass(slots=True)
+class SuffixTree:
+    """Sequences of token ids and where each token occurs in them."""
+
+    tokens: list[int] = field(default_factory=list)  # the sequences, separated by SEPARATOR
+    _positions: dict[int, list[int]] = field(default_factory=dict)  # token -> its positions in `tokens`
+    n_sequences: int = 0
+
+    def add(self, ids) -> None:
+        """A new sequence (a past reply)."""
+        if self.tokens:
+            self.tokens.append(SEPARATOR)
+        self.n_sequences += 1
+        self.extend(ids)
+
+    def extend(self, ids) -> None:
+        """More tokens at the end of the last sequence (the conversation as it grows)."""
+        if self.n_sequences == 0:
+            self.n_sequences = 1
+        positions, tokens = self._positions, self.tokens
+        for token in ids:
+            positions.setdefault(token, []).append(len(tokens))
+            tokens.append(token)
+
+    def clear(self) -> None:
+        self.tokens.clear()
+        self._positions.clear()
+        self.n_sequences = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens) - max(0, self.n_sequences - 1)
+
+    def occurrences(self, pattern) -> list[int]:
+        """Where `pattern` ends in the sequences, each followed by something (a token or a sequence's end): an
+        occurrence at the very end of the last sequence (the context matching itself) is not one."""
+        if not pattern:
+            return []
+        last = len(self.tokens) - 1
+        ends = [p for p in self._positions.get(pattern[-1], ()) if p < last]
+        for back in range(2, len(pattern) + 1):
+            ends = self._narrow(ends, pattern[-back], back)
+        return ends
+
+    def _narrow(self, ends: list[int], token: int, back: int) -> list[int]:
+        """The occurrences in `ends` whose token `back` places before the end (1: the end itself) is `token`."""
+        tokens = self.tokens
+        return [p for p in ends if p - back + 1 >= 0 and tokens[p - back + 1] == token]
+
+    def continuations(self, ends: list[int]) -> dict[int, int]:
+        """How often each token followed the occurrences ending at `ends` (a sequence's end is no token)."""
+        counts: dict[int, int] = {}
+        tokens, n = self.tokens, len(self.tokens)
+        for p in ends:
+            if p + 1 < n and tokens[p + 1] != SEPARATOR:
+                counts[tokens[p + 1]] = counts.get(tokens[p + 1], 0) + 1
+        return counts
+
+    def speculate(self, context, k: int, limits: SpeculationLimits = SpeculationLimits()) -> Candidate:
+        """The best path continuing `context`'s last tokens, at most k long (see the module's docstring)."""
+        best = Candidate()
+        if k < 1 or not context or not self.tokens:
+            return best
+        tail = list(context[-limits.max_depth:])
+        last = len(self.tokens) - 1
+        ends = [p for p in self._positions.get(tail[-1], ()) if p < last]
+        match_length = 1
+        while ends:
+            length = min(k, int(match_length * limits.spec_factor + limits.spec_offset + 1e-6))
+            if length >= 1:
+                candidate = self._follow(ends, length, limits.min_token_prob, match_length)
+                if candidate.ids and candidate.score >= best.score:
+                    best = candidate
+            if match_length == len(tail):
+                break
+            match_length += 1
+            ends = self._narrow(ends, tail[-match_length], match_length)
+        return best
+
+    def _follow(self, ends: list[int], length: int, min_token_prob: float, match_length: int) -> Candidate:
+        """The most frequent continuation of the occurrences `ends`, up to `length` tokens, while its probability
+        stays at or above min_token_prob. Equal counts go to the token that followed most recently."""
+        tokens, n = self.tokens, len(self.tokens)
+        ids: list[int] = []
+        probs: list[float] = []
+        prob = 1.0
+        while len(ids) < length and ends:
+            counts = self.continuations(ends)
+            if not counts:
+                break
+            latest = {tokens[p + 1]: p for p in ends if p + 1 < n}
+            token = max(counts, key=lambda t: (counts[t], latest[t]))
+            prob *= counts[token] / len(ends)
+            if prob < min_token_prob:
+                break
+            ids.append(token)
+            probs.append(prob)
+            ends = [p + 1 for p in ends if p + 1 < n and tokens[p + 1] == token]
+        return Candidate(tuple(ids), tuple(probs), sum(probs), match_length)
+
+
+def best_of(*candidates: Candidate) -> Candidate:
+    """The candidate with the highest score; the first of equals (the conversation's own tree comes first)."""
+    best = Candidate()
+    for candidate in candidates:
+        if candidate.ids and candidate.score > best.score:
+            best = candidate
+    return best
