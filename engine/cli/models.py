@@ -84,18 +84,19 @@ def _models_list(args) -> int:
 
 def _models_check(args) -> int:
     from engine.models import catalog
-    from engine.core.compat import explain_mismatch, tokenizer_difference
-    from engine.core.errors import TokenizerMismatchError
+    from engine.core.compat import CROSS_TOKENIZER_WORDS, tokenizer_difference
+    from engine.drafters.cross_tokenizer import shared_vocabulary_words
     from engine.models.consent import require
     from engine.models.load import load_tokenizer_only
     require((args.target, args.draft), trust_remote_code=args.trust_remote_code, allow_pickle=True)
     target = load_tokenizer_only(args.target, trust_remote_code=args.trust_remote_code)
     draft = load_tokenizer_only(args.draft, trust_remote_code=args.trust_remote_code)
     difference = tokenizer_difference(target, draft)
-    if difference:
-        raise TokenizerMismatchError(f"{args.draft} cannot draft for {args.target}. "
-                                     f"{explain_mismatch(difference)} (first difference: {difference})")
-    print(f"compatible: {args.draft} can draft for {args.target}")
+    if difference:  # the draft-model method drafts through text
+        print(f"{CROSS_TOKENIZER_WORDS}: {args.draft} can draft for {args.target} (first difference: {difference})")
+        print(shared_vocabulary_words(target, draft))
+    else:
+        print(f"compatible: {args.draft} can draft for {args.target}")
     try:
         target_entry, draft_entry = catalog.describe_name(args.target), catalog.describe_name(args.draft)
         if target_entry.n_parameters and draft_entry.n_parameters \

@@ -20,6 +20,8 @@ from engine.core.errors import TokenizerMismatchError
 VOCAB_SIZE_TOLERANCE = 128  # as llama.cpp allows between target and draft
 _ADVICE = ("The draft's guesses would mean different text to the target, so it cannot speed it up. Pick a draft "
            "from the same family (for example Qwen3-0.6B for Qwen3-32B, Llama-3.2-1B for Llama-3.1-8B).")
+# what a pair of different tokenizers gets with the draft-model method (engine.drafters.cross_tokenizer)
+CROSS_TOKENIZER_WORDS = "different tokenizers: cross-tokenizer drafting (slower per draft, exact)"
 
 
 @dataclass(frozen=True, slots=True)

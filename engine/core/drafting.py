@@ -21,11 +21,14 @@ class Proposal:
     # What kind of guess this is, for the adaptive draft length's acceptance estimates (prompt lookup: the
     # matched n-gram size). Drafters with one kind of guess leave it at 0.
     bucket: int = 0
+    # For each id, the drafter's own pieces that spelled it (a draft model of another tokenizer), else None.
+    sources: tuple[str, ...] | None = None
 
     def trimmed(self, length: int) -> "Proposal":
         if length >= len(self.ids):
             return self
-        return Proposal(self.ids[:length], None if self.p_draft is None else self.p_draft[:length], self.bucket)
+        return Proposal(self.ids[:length], None if self.p_draft is None else self.p_draft[:length], self.bucket,
+                        None if self.sources is None else self.sources[:length])
 
     @staticmethod
     def empty() -> "Proposal":

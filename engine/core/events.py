@@ -136,6 +136,8 @@ class RoundVerified:
     n_committed_total: int
     rollback_seconds: float = 0.0  # cutting the rejected drafts off the cache (part of verify_seconds)
     detail: RoundDetail | None = None  # recorded only when asked (generate(record=True))
+    draft_sources: tuple[str, ...] = ()  # per drafted token, the draft model's own pieces that spelled it
+    # (a draft of another tokenizer: engine.drafters.cross_tokenizer); empty for every other drafter
 
     @property
     def accepted_ids(self) -> tuple[int, ...]:

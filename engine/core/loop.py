@@ -160,7 +160,8 @@ def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: i
         p_target_of_target_id=verdict.p_own, committed_ids=tuple(committed), committed_pieces=tuple(pieces),
         draft_seconds=verdict.draft_seconds, verify_seconds=verdict.verify_seconds,
         elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output),
-        rollback_seconds=verdict.rollback_seconds, detail=verdict.detail)
+        rollback_seconds=verdict.rollback_seconds, detail=verdict.detail,
+        draft_sources=verdict.proposal.sources or ())
 
 
 def apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):

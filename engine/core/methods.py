@@ -113,6 +113,7 @@ class MethodSpec:
     build: Callable  # (spec, target, draft, target_runner) -> Drafter; imports its heavy modules itself
     params: tuple[ParamSpec, ...] = ()
     needs_draft: bool = False  # needs a separate draft model (`draft=` / --draft)
+    cross_tokenizer: bool = False  # its draft model may have another tokenizer than the target's
     reads_head: bool = False  # `draft=` / --draft names a trained head folder, not a model (optional)
     head_file: str = ""  # a reads_head method whose head is one file: its name pattern (mtp: "mtp-*.gguf");
     # "": a head folder

@@ -47,6 +47,7 @@ class DisplayToken:
     replaced_p_target: float | None = None
     replaced_p_draft: float | None = None
     serial: int | None = None
+    draft_source: str | None = None  # a drafted token of a draft of another tokenizer: the draft's own pieces
 
     @property
     def committed(self) -> bool:
@@ -63,9 +64,11 @@ def fold_round(event: RoundVerified) -> list[DisplayToken]:
     n_committed, n_drafted, n_accepted = len(event.committed_ids), len(event.draft_ids), event.n_accepted
 
     def token(text, status, position, token_id, p_target, p_draft) -> DisplayToken:
+        drafted = status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)
         return DisplayToken(text=text, status=status, round_index=event.index, position=position,
                             draft_length=n_drafted, p_target=p_target, p_draft=p_draft, drafter=event.drafter,
-                            token_id=token_id)
+                            token_id=token_id,
+                            draft_source=_at(event.draft_sources, position) if drafted else None)
 
     tokens = [token(event.committed_pieces[i], TokenStatus.ACCEPTED, i, event.committed_ids[i],
                     _at(event.p_target, i), _at(event.p_draft, i))

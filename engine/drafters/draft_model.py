@@ -1,8 +1,9 @@
-"""Method `draft-model`: a smaller model of the same tokenizer family drafts autoregressively, with its
-own KV cache (Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 2302.01318).
+"""Method `draft-model`: a smaller model drafts autoregressively, with its own KV cache (Leviathan et al.,
+arXiv 2211.17192; Chen et al., arXiv 2302.01318).
 
 `RunnerDrafter` drafts with any engine.backends Runner (early exit reuses it with a view of the target);
-`ModelDrafter` is that with a runner of the draft model. Touches only its runner.
+`ModelDrafter` is that with a runner of the draft model. A draft of another tokenizer drafts through text
+(engine.drafters.cross_tokenizer). Touches only its runner.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner
+from engine.core.compat import tokenizer_difference
 from engine.core.drafting import PickingDrafter, Proposal
 from engine.core.methods import MethodSpec
 
@@ -60,17 +62,27 @@ class ModelDrafter(RunnerDrafter):
 def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None) -> ModelDrafter:
     if draft is None:
         raise ValueError(f"{spec.method} needs a loaded draft model")
+    if tokenizer_difference(target.tokenizer, draft.tokenizer) is not None:
+        from engine.drafters.cross_tokenizer import CrossTokenizerDrafter
+        return CrossTokenizerDrafter(draft, target)
     return ModelDrafter(draft)
 
 
 def hf_kwargs(spec, engine) -> dict:
-    """transformers generate()'s assisted generation with the same draft model and a constant k."""
-    return {"assistant_model": engine.drafts.draft_model(spec.draft).model, "num_assistant_tokens": spec.k,
-            "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    """transformers generate()'s assisted generation with the same draft model and a constant k; a draft of
+    another tokenizer gets its universal assisted generation (both tokenizers given)."""
+    draft = engine.drafts.draft_model(spec.draft)
+    kwargs = {"assistant_model": draft.model, "num_assistant_tokens": spec.k,
+              "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    if tokenizer_difference(engine.target.tokenizer, draft.tokenizer) is not None:
+        kwargs.update(tokenizer=engine.target.tokenizer, assistant_tokenizer=draft.tokenizer)
+    return kwargs
 
 
 METHOD = MethodSpec(
     name=RunnerDrafter.name, label="draft model",
-    description="A smaller model with the same tokenizer drafts k tokens; the target verifies them in one pass.",
-    build=build, needs_draft=True, implied_by_draft=True, hf_generate_kwargs=hf_kwargs, sweep_rank=2,
+    description="A smaller model drafts k tokens (through text where its tokenizer differs); the target verifies "
+                "them in one pass.",
+    build=build, needs_draft=True, cross_tokenizer=True, implied_by_draft=True, hf_generate_kwargs=hf_kwargs,
+    sweep_rank=2,
     draft_help="a draft model: a name, a path or 'default'")

@@ -14,20 +14,21 @@ from engine.core.errors import SpecScopeError
 from engine.models.catalog import CatalogEntry
 from engine.models.sources import resolve_source
 
-__all__ = ["is_smaller", "same_model", "draft_difference", "compatible_drafts"]
+__all__ = ["is_smaller", "same_model", "draft_difference", "compatible_drafts", "load_tokenizer"]
 
 _tokenizers: dict[tuple, object] = {}
 
 
-def _load_tokenizer(entry: CatalogEntry):
-    from engine.backends.transformers import load_tokenizer
+def load_tokenizer(entry: CatalogEntry):
+    """The entry's tokenizer (cached per model file)."""
+    from engine.backends.transformers import load_tokenizer as load_hf_tokenizer
     try:
         stamp = file_stamp(entry.path)
     except OSError:
         stamp = None
     key = (entry.name, str(entry.path), stamp)
     if key not in _tokenizers:
-        _tokenizers[key] = load_tokenizer(resolve_source(entry.name), entry.name)
+        _tokenizers[key] = load_hf_tokenizer(resolve_source(entry.name), entry.name)
     return _tokenizers[key]
 
 
@@ -53,7 +54,7 @@ def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDiff
         sizes = size_difference(target.vocab_size, draft.vocab_size)
         if sizes:
             return sizes
-    return tokenizer_difference(_load_tokenizer(target), _load_tokenizer(draft))
+    return tokenizer_difference(load_tokenizer(target), load_tokenizer(draft))
 
 
 def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:

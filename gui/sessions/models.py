@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.core.compat import explain_mismatch
+from engine.core.compat import CROSS_TOKENIZER_WORDS
 from engine.core.errors import SpecScopeError
 from engine.models import catalog, pairing, pairs, secrets
 from engine.models.memory import DEFAULT_CONTEXT_TOKENS, estimate_memory_on
@@ -113,15 +113,26 @@ def pair_job(target, draft, candidates) -> Callable[[], PairVerdict]:
             difference = pairing.draft_difference(target, draft)
         except SpecScopeError as exc:
             return PairVerdict(target.name, draft.name, False, f"The pair cannot be checked: {exc}", drafts)
-        if difference is not None:
-            return PairVerdict(target.name, draft.name, False, explain_mismatch(difference), drafts)
         note = ""
         if not pairing.is_smaller(draft, target):
             note = " It is not smaller than the target, though, so it will not make replies faster."
+        if difference is not None:  # the draft-model method drafts through text
+            return PairVerdict(target.name, draft.name, True, _cross_words(target, draft, difference) + note, drafts)
         return PairVerdict(target.name, draft.name, True,
                            f"These two share one tokenizer: {draft.label} can draft for {target.label}.{note}",
                            drafts)
     return run
+
+
+def _cross_words(target, draft, difference) -> str:
+    """The verdict on a pair of different tokenizers: drafting through text, and their shared vocabulary."""
+    from engine.drafters.cross_tokenizer import shared_vocabulary_words
+    try:
+        shared = shared_vocabulary_words(pairing.load_tokenizer(target), pairing.load_tokenizer(draft))
+    except SpecScopeError as exc:
+        shared = f"Their shared vocabulary could not be read: {exc}"
+    return (f"{CROSS_TOKENIZER_WORDS[0].upper()}{CROSS_TOKENIZER_WORDS[1:]}: {draft.label} can draft for "
+            f"{target.label} (first difference: {difference}). {shared}")
 
 
 @dataclass(frozen=True, slots=True)

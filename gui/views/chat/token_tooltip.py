@@ -1,5 +1,6 @@
 """A token's tooltip in the transcript (rich text): its status, round and draft position, p_target and p_draft,
-min(1, p_target/p_draft) for a drafted token, who proposed it, what a correction replaced, and, where its round's
+min(1, p_target/p_draft) for a drafted token, who proposed it (and, from a draft of another tokenizer,
+the draft's own tokens that spelled it), what a correction replaced, and, where its round's
 tree was recorded, the target's top 3 alternatives at its position and the entropy there.
 
 May touch: gui.theme's labels, gui.sessions.rounds (a round's recorded detail, the per-token figures),
@@ -43,6 +44,8 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
         lines.append(f"min(1, p_target / {q}) {_prob(token_acceptance(token))}"
                      " &nbsp;(the chance sampling keeps it)")
         lines.append(f"proposed by: {escape(token.drafter)}")
+        if token.draft_source:
+            lines.append(f"drafted as the draft model's tokens: {_piece(token.draft_source)}")
     else:
         lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
         lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"

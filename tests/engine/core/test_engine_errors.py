@@ -268,10 +268,18 @@ def wordlevel_draft_dir(tmp_path_factory, tiny_tokenizer):
     return save_tiny_model(tmp_path_factory.mktemp("wordlevel-draft"), fast, seed=3)
 
 
-def test_draft_with_another_vocabulary_type(tiny_engine, wordlevel_draft_dir):
-    spec = SpecConfig("draft-model", draft=str(wordlevel_draft_dir))
-    with pytest.raises(TokenizerMismatchError, match="vocabulary types differ: target BPE, draft WordLevel"):
-        tiny_engine.generate("hello", spec=spec)
+def test_draft_with_another_vocabulary_type_drafts_through_text(tiny_engine, wordlevel_draft_dir):
+    """Not refused: cross-tokenizer drafting (engine.drafters.cross_tokenizer), greedy output the target's own;
+    sampling with it is refused, in one line, for the shared vocabulary is too small."""
+    spec = SpecConfig("draft-model", k=3, draft=str(wordlevel_draft_dir))
+    plain = list(tiny_engine.generate("hello", max_new_tokens=8))[-1]
+    crossed = list(tiny_engine.generate("hello", spec=spec, max_new_tokens=8))[-1]
+    assert crossed.output_ids == plain.output_ids
+    with pytest.raises(ConfigError, match="cross-tokenizer drafting can't sample here: the two tokenizers share") \
+            as info:
+        list(tiny_engine.generate("hello", spec=spec, sampling=SamplingConfig(temperature=1.0, seed=0),
+                                  max_new_tokens=4))
+    assert "\n" not in str(info.value)
 
 
 def test_tokenizer_difference_of_identical_tokenizers_is_none(tiny_tokenizer):
@@ -324,10 +332,12 @@ def test_builtin_vs_a_swapped_token_names_the_first_difference(default_tokenizer
 
 
 @pytest.mark.model
-def test_builtin_engine_refuses_a_draft_with_another_tokenizer(default_model, tiny_dir):
+def test_builtin_engine_drafts_through_text_with_a_draft_of_another_tokenizer(default_model, tiny_dir):
     engine = local_engine(default_model)
-    with pytest.raises(TokenizerMismatchError, match="vocabulary sizes differ"):
-        engine.generate("hello", spec=SpecConfig("draft-model", draft=str(tiny_dir)))
+    plain = list(engine.generate("hello", max_new_tokens=8))[-1]
+    started, *_, crossed = engine.generate("hello", spec=SpecConfig("draft-model", k=3, draft=str(tiny_dir)),
+                                           max_new_tokens=8)
+    assert crossed.output_ids == plain.output_ids and "cross-tokenizer drafting" in " ".join(started.warnings)
 
 
 def test_every_error_is_a_specscope_error():

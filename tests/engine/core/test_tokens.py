@@ -85,3 +85,13 @@ def test_terminal_draws_the_fold(show_rejected):
     stream.round(make_round(2, [" a", " b", " c"], 1, " d", S, committed=1))  # cut: its ghosts are not drawn
     expected = " is big the a" if show_rejected else " is the a"
     assert out.getvalue() == expected
+
+
+def test_a_cross_tokenizer_round_keeps_the_draft_pieces_of_each_drafted_token():
+    import dataclasses
+    event = dataclasses.replace(make_round(5, ["hello", " wor", "ld"], 2, " world", S),
+                                draft_sources=("hel · lo", " world", " world"))
+    tokens = fold_round(event)
+    assert [(t.status, t.draft_source) for t in tokens] == [
+        (A, "hel · lo"), (A, " world"), (R, " world"), (S, None)]
+    assert all(t.draft_source is None for t in fold_round(make_round(1, [" of"], 1, ".", B)))
