@@ -45,23 +45,25 @@ class SpeculationLimits:
 
 @dataclass(slots=True)
 class SuffixTree:
-    """Sequences of token ids and where each token occurs in them."""
+    """Sequences of token ids and where each token occurs in them: closed ones (`add`: past replies, each ended
+    by SEPARATOR) and at most one open one, last (`extend`: the conversation as it grows)."""
 
-    tokens: list[int] = field(default_factory=list)  # the sequences, separated by SEPARATOR
+    tokens: list[int] = field(default_factory=list)  # the sequences, each closed one followed by SEPARATOR
     _positions: dict[int, list[int]] = field(default_factory=dict)  # token -> its positions in `tokens`
     n_sequences: int = 0
+    _open: bool = False  # the last sequence is still growing
 
     def add(self, ids) -> None:
-        """A new sequence (a past reply)."""
-        if self.tokens:
-            self.tokens.append(SEPARATOR)
-        self.n_sequences += 1
+        """A finished sequence (a past reply)."""
         self.extend(ids)
+        self.tokens.append(SEPARATOR)
+        self._open = False
 
     def extend(self, ids) -> None:
-        """More tokens at the end of the last sequence (the conversation as it grows)."""
-        if self.n_sequences == 0:
-            self.n_sequences = 1
+        """More tokens at the end of the open sequence (the conversation as it grows), opening one if none is."""
+        if not self._open:
+            self.n_sequences += 1
+            self._open = True
         positions, tokens = self._positions, self.tokens
         for token in ids:
             positions.setdefault(token, []).append(len(tokens))
@@ -71,13 +73,15 @@ class SuffixTree:
         self.tokens.clear()
         self._positions.clear()
         self.n_sequences = 0
+        self._open = False
 
     def __len__(self) -> int:
-        return len(self.tokens) - max(0, self.n_sequences - 1)
+        """How many tokens it holds."""
+        return sum(len(p) for p in self._positions.values())
 
     def occurrences(self, pattern) -> list[int]:
         """Where `pattern` ends in the sequences, each followed by something (a token or a sequence's end): an
-        occurrence at the very end of the last sequence (the context matching itself) is not one."""
+        occurrence at the very end of the open sequence (the context matching itself) is not one."""
         if not pattern:
             return []
         last = len(self.tokens) - 1
@@ -101,24 +105,24 @@ class SuffixTree:
         return counts
 
     def speculate(self, context, k: int, limits: SpeculationLimits = SpeculationLimits()) -> Candidate:
-        """The best path continuing `context`'s last tokens, at most k long (see the module's docstring)."""
+        """The best path continuing `context`'s last tokens, at most k long (see the module's docstring). The
+        longest match is followed first; a shorter one only while its length bound could beat the best score."""
         best = Candidate()
         if k < 1 or not context or not self.tokens:
             return best
         tail = list(context[-limits.max_depth:])
         last = len(self.tokens) - 1
-        ends = [p for p in self._positions.get(tail[-1], ()) if p < last]
-        match_length = 1
-        while ends:
+        matches = [[p for p in self._positions.get(tail[-1], ()) if p < last]]  # occurrences of the last 1, 2, …
+        while matches[-1] and len(matches) < len(tail):
+            matches.append(self._narrow(matches[-1], tail[-len(matches) - 1], len(matches) + 1))
+        for match_length in range(len(matches), 0, -1):
             length = min(k, int(match_length * limits.spec_factor + limits.spec_offset + 1e-6))
-            if length >= 1:
-                candidate = self._follow(ends, length, limits.min_token_prob, match_length)
-                if candidate.ids and candidate.score >= best.score:
-                    best = candidate
-            if match_length == len(tail):
+            if length <= best.score:  # a path's score is at most its length: no shorter match can win
                 break
-            match_length += 1
-            ends = self._narrow(ends, tail[-match_length], match_length)
+            if matches[match_length - 1]:
+                candidate = self._follow(matches[match_length - 1], length, limits.min_token_prob, match_length)
+                if candidate.ids and candidate.score > best.score:
+                    best = candidate
         return best
 
     def _follow(self, ends: list[int], length: int, min_token_prob: float, match_length: int) -> Candidate:

@@ -37,9 +37,11 @@ def data_dir(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ the tree
 
 def tree_of(*sequences) -> SuffixTree:
+    """Finished sequences, then the last one open (as a conversation is: its very end is no occurrence)."""
     tree = SuffixTree()
-    for ids in sequences:
+    for ids in sequences[:-1]:
         tree.add(ids)
+    tree.extend(sequences[-1])
     return tree
 
 
@@ -92,6 +94,15 @@ def test_sequences_do_not_run_into_each_other():
     assert len(tree) == 6 and tree.n_sequences == 2
 
 
+def test_a_finished_sequences_end_counts_as_an_occurrence_that_stopped():
+    tree = SuffixTree()
+    tree.add([1, 2])
+    tree.add([7, 1])  # a reply that ended right after 1
+    assert len(tree.occurrences([1])) == 2 and tree.continuations(tree.occurrences([1])) == {2: 1}
+    assert tree.speculate([1], k=4, limits=SpeculationLimits(min_token_prob=0.0)).probs == (0.5,)
+    assert tree.speculate([1], k=4, limits=SpeculationLimits(min_token_prob=0.6)).ids == ()
+
+
 def test_the_higher_scoring_tree_drafts():
     local = tree_of([1, 2, 3, 1, 2, 4, 1])  # "1 2" then 3 or 4: 1/2 each
     learned = tree_of([8, 1, 2, 5, 6], [1, 2, 5, 6])  # "1 2" then 5 6 always
@@ -100,6 +111,63 @@ def test_the_higher_scoring_tree_drafts():
     b = learned.speculate(context, 4, SpeculationLimits(spec_factor=2.0))
     assert best_of(a, b) is b and b.ids == (5, 6)
     assert best_of(b, b) is b and best_of().ids == ()
+
+
+def naive_speculate(sequences, context, k, limits):
+    """The same speculation by brute force over a plain list of sequences: every match length, every path
+    counted by scanning (a reference for SuffixTree.speculate)."""
+    best = ((), 0.0, 0)
+    tail = list(context[-limits.max_depth:])
+    for m in range(1, len(tail) + 1):
+        pattern = tail[-m:]
+        # occurrences: (sequence, end index) with something after the end, or the end of a sequence that is not
+        # the last position of the last sequence
+        ends = [(s, e) for s, seq in enumerate(sequences) for e in range(m - 1, len(seq))
+                if seq[e - m + 1:e + 1] == pattern and not (s == len(sequences) - 1 and e == len(seq) - 1)]
+        if not ends:
+            break
+        length = min(k, int(m * limits.spec_factor + limits.spec_offset + 1e-6))
+        ids, probs, prob = [], [], 1.0
+        while len(ids) < length and ends:
+            nexts = [(sequences[s][e + 1], e) for s, e in ends if e + 1 < len(sequences[s])]
+            if not nexts:
+                break
+            counts = {}
+            for token, _ in nexts:
+                counts[token] = counts.get(token, 0) + 1
+            latest = {}
+            for (s, e) in ends:
+                if e + 1 < len(sequences[s]):
+                    latest[sequences[s][e + 1]] = (s, e)
+            token = max(counts, key=lambda t: (counts[t], latest[t]))
+            prob *= counts[token] / len(ends)
+            if prob < limits.min_token_prob:
+                break
+            ids.append(token)
+            probs.append(prob)
+            ends = [(s, e + 1) for s, e in ends if e + 1 < len(sequences[s]) and sequences[s][e + 1] == token]
+        if ids and (sum(probs) > best[1] or (sum(probs) == best[1] and m > best[2])):
+            best = (tuple(ids), sum(probs), m)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_speculation_equals_a_brute_force_count(seed):
+    import random
+    rng = random.Random(seed)
+    vocab = rng.choice([2, 3, 5])
+    sequences = [[rng.randrange(vocab) for _ in range(rng.randrange(1, 30))] for _ in range(rng.randrange(1, 4))]
+    limits = SpeculationLimits(max_depth=rng.choice([2, 4, 24]), spec_factor=rng.choice([0.5, 1.0, 2.0]),
+                               min_token_prob=rng.choice([0.0, 0.1, 0.4]))
+    tree = tree_of(*sequences)
+    context = sequences[-1]
+    k = rng.choice([1, 3, 8])
+    candidate = tree.speculate(context, k, limits)
+    ids, score, match_length = naive_speculate(sequences, context, k, limits)
+    assert candidate.ids == ids
+    assert candidate.score == pytest.approx(score)
+    if ids:
+        assert candidate.match_length == match_length
 
 
 # ------------------------------------------------------------------ the store
@@ -395,7 +463,7 @@ def test_default_suffix_greedy_equals_plain(default_engine, data_dir):
     for name, prompt in DEFAULT_PROMPTS.items():
         _, _, plain = run(default_engine, prompt, max_new_tokens=48)
         assert len(plain.output_ids) == 48, name
-        for learn in (False, True, True):
+        for learn in (False, True, True):  # off; on, the first pass (nothing learned of it yet); on again
             spec = SpecConfig("suffix", k=6, params={"learn": learn})
             _, rounds, finished = run(default_engine, prompt, spec=spec, max_new_tokens=48)
             assert finished.output_ids == plain.output_ids, f"suffix learn={learn} on {name!r} differs from plain"
