@@ -162,6 +162,11 @@ class CrossTokenizerDrafter:
         self.draft_tok, self.target_tok = draft.tokenizer, target.tokenizer
         self._target_special = frozenset(getattr(self.target_tok, "all_special_ids", ()) or ())
         self._draft_special = frozenset(getattr(self.draft_tok, "all_special_ids", ()) or ())
+        # the target's special tokens the draft knows by the same text (a chat template's markers): kept in the
+        # text the draft reads; the others are left out of it
+        draft_markers = {self.draft_tok.decode([i]) for i in self._draft_special}
+        self._dropped = self._target_special - {i for i in self._target_special
+                                                if self.target_tok.decode([i]) in draft_markers}
         self._sampling = SamplingConfig()
         self._generator = None
         self._shared = None  # (draft ids, target ids) tensors while sampling
@@ -179,7 +184,8 @@ class CrossTokenizerDrafter:
         return torch.tensor(draft_ids, dtype=torch.long), torch.tensor(target_ids, dtype=torch.long)
 
     def _draft_context(self, context_ids: list[int]) -> list[int]:
-        text = self.target_tok.decode(context_ids, skip_special_tokens=True)
+        """The context as the draft's ids: its text re-tokenized (the special tokens it shares parsed as its own)."""
+        text = self.target_tok.decode([t for t in context_ids if t not in self._dropped])
         return self.draft_tok.encode(text, add_special_tokens=False)
 
     def _anchor(self, context_ids: list[int]) -> list[int]:
@@ -212,6 +218,8 @@ class CrossTokenizerDrafter:
         ends = piece_ends(self.draft_tok, drafted, tail)
         text = continuation(self.draft_tok, tail, drafted)
         pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        # bytes that make no character can't be told to the target as text: the draft ends before them
+        pieces = pieces[:next((i for i, piece in enumerate(pieces) if "\ufffd" in piece), len(pieces))]
         translation = translate(self.target_tok, self._anchor(context_ids), pieces, k)
         return Proposal(translation.ids, None, sources=translation.sources)
 
