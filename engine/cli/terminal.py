@@ -44,7 +44,11 @@ def stats_line(finished: GenerationFinished) -> str:
         from engine.remote.engine import server_figures_words
         parts += server_figures_words(finished.server)
     elif s.drafted_tokens:
-        parts += [f"acceptance {s.acceptance_rate:.0%}", f"mean accepted length {s.mean_accepted_length:.2f}",
+        acceptance = f"acceptance {s.acceptance_rate:.0%}"
+        if len(s.by_drafter) > 1:  # a combined method: each drafter's own
+            acceptance += " (" + ", ".join(f"{name} {rate:.0%} of {drafted}"
+                                           for name, drafted, _a, rate in s.drafter_acceptance()) + ")"
+        parts += [acceptance, f"mean accepted length {s.mean_accepted_length:.2f}",
                   f"theoretical ×{s.theoretical_speedup:.2f}",
                   f"draft {s.draft_seconds:.2f} s / verify {s.verify_seconds:.2f} s"]
     parts.append(f"stop: {finished.stop_reason}")

@@ -140,6 +140,9 @@ class MethodSpec:
     offered: bool = True  # in the GUI's method lists and the fastest-setting sweep
     sweep_rank: int | None = None  # where the fastest-setting sweep tries it (None: it doesn't)
     draft_help: str = ""  # what --draft / draft= names for this method
+    lookup: bool = False  # drafts from the text alone (no model, no distribution): it may go first in a
+    # combination `lookup+model` (engine.drafters.combined), drafting where it has a match
+    parts: tuple[str, ...] = ()  # a combination's methods, first the lookup (else ())
 
     @property
     def speculative(self) -> bool:
@@ -200,12 +203,77 @@ def method_names() -> tuple[str, ...]:
 
 
 def method_spec(name: str) -> MethodSpec:
-    """The registered method called `name`; ConfigError naming the choices for an unknown one."""
+    """The registered method called `name` (a combination `lookup+model` of two registered ones, made on first
+    use: combined_spec); ConfigError naming the choices for an unknown one."""
     by_name = _nonempty()
     try:
         return by_name[name]
     except (KeyError, TypeError):
-        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(by_name)}") from None
+        pass
+    if isinstance(name, str) and "+" in name:
+        made = _COMBINED.get(name)
+        if made is None:
+            made = _COMBINED[name] = combined_spec(*(method_spec(part.strip()) for part in name.split("+")))
+        return made
+    raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(by_name)}, or a lookup method and a "
+                      f"model's joined by + (prompt-lookup+draft-model)") from None
+
+
+_COMBINED: dict[str, MethodSpec] = {}  # combinations made on first use (not listed unless registered)
+
+
+def combined_spec(*parts: MethodSpec) -> MethodSpec:
+    """The method `first+second`: `first`, a lookup (drafts from the text alone), drafts where it has a match;
+    `second`, a model or head, drafts otherwise. Its parameters, draft and checks are both methods'; it runs
+    on the backends both serve. ConfigError for a combination that can't work, saying why."""
+    if len(parts) != 2:
+        raise ConfigError(f"a combined method joins two methods (a lookup first, then a model or head), not "
+                          f"{len(parts)}: {'+'.join(p.name for p in parts)}")
+    first, second = parts
+    name = f"{first.name}+{second.name}"
+    if not first.lookup:
+        raise ConfigError(f"{name}: the first method of a combination drafts from the text alone (a lookup such "
+                          f"as prompt-lookup); {first.name} is not one")
+    if second.plain or second.lookup or second.parts:
+        raise ConfigError(f"{name}: the second method of a combination drafts with a model or head (draft-model, "
+                          f"early-exit, eagle, mtp, assistant); {second.name} does not")
+    clash = {p.name for p in first.params} & {p.name for p in second.params}
+    if clash:
+        raise ConfigError(f"{name}: both methods have a parameter {', '.join(sorted(clash))}")
+    backends = tuple(b for b in second.backends if b in first.backends)
+    if not backends:
+        raise ConfigError(f"{name}: no backend serves both methods")
+
+    def both(attribute: str):
+        one, two = getattr(first, attribute), getattr(second, attribute)
+        if one is None and two is None:
+            return None
+
+        def run(*args):
+            for check in (one, two):
+                if check is not None:
+                    check(*args)
+        return run
+
+    def check_params(params: dict) -> None:
+        for method in parts:
+            if method.check_params is not None:
+                method.check_params({p.name: params.get(p.name, p.default) for p in method.params})
+
+    def build(spec, target, draft, target_runner):
+        from engine.drafters.combined import CombinedDrafter  # noqa: PLC0415 (the drafters import torch)
+        return CombinedDrafter(first.build(spec, target, None, target_runner),
+                               second.build(spec, target, draft, target_runner))
+
+    return MethodSpec(
+        name=name, label=f"{first.label} + {second.label}",
+        description=f"{first.label} drafts where it finds a match in the text; {second.label} drafts otherwise.",
+        build=build, params=first.params + second.params, needs_draft=second.needs_draft,
+        reads_head=second.reads_head, head_file=second.head_file, backends=backends,
+        why_not=second.why_not or first.why_not, cache_params=first.cache_params + second.cache_params,
+        check=both("check"), check_facts=both("check_facts"), check_params=check_params,
+        why_unusable=second.why_unusable, needs_target_runner=first.needs_target_runner or second.needs_target_runner,
+        draft_help=second.draft_help, parts=(first.name, second.name), offered=False)
 
 
 def plain_method() -> MethodSpec:

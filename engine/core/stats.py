@@ -180,6 +180,13 @@ class GenerationStats(_Rates):
     rollback_restores: int = 0
     rollback_seconds: float = 0.0
     rollback_refills: int = 0
+    # per drafter that drafted (a combined method has two): (name, drafting rounds, drafted, accepted)
+    by_drafter: tuple[tuple[str, int, int, int], ...] = ()
+
+    def drafter_acceptance(self) -> tuple[tuple[str, int, int, float], ...]:
+        """(name, drafted, accepted, acceptance rate) of each drafter that drafted, in the order they first did."""
+        return tuple((name, drafted, accepted, accepted / drafted if drafted else 0.0)
+                     for name, _rounds, drafted, accepted in self.by_drafter)
 
     @property
     def decode_tokens(self) -> int:
@@ -202,6 +209,7 @@ class GenerationStats(_Rates):
         out["per_position_acceptance"] = list(self.per_position_acceptance)
         out["accept_length_histogram"] = list(self.accept_length_histogram)
         out["verify_cost_seconds"] = list(self.verify_cost_seconds)
+        out["by_drafter"] = [list(row) for row in self.by_drafter]
         return out
 
 
@@ -226,6 +234,7 @@ class StatsAccumulator:
         self._accepted_at: list[int] = []
         self._histogram: list[int] = []
         self.rollback_restores, self.rollback_seconds, self.rollback_refills = 0, 0.0, 0
+        self._by_drafter: dict[str, list[int]] = {}  # name → [drafting rounds, drafted, accepted]
 
     def add_round(self, event) -> None:
         """Take one RoundVerified (duck-typed so that stats need not import events)."""
@@ -242,6 +251,10 @@ class StatsAccumulator:
             self.drafting_rounds += 1
             self.drafted_tokens += n_drafted
             self.accepted_tokens += event.n_accepted
+            mine = self._by_drafter.setdefault(event.drafter, [0, 0, 0])
+            mine[0] += 1
+            mine[1] += n_drafted
+            mine[2] += event.n_accepted
             grow = n_drafted - len(self._drafted_at)
             if grow > 0:
                 self._drafted_at += [0] * grow
@@ -271,7 +284,8 @@ class StatsAccumulator:
             verify_seconds=self.verify_seconds, per_position_acceptance=per_position,
             accept_length_histogram=tuple(histogram) if self.drafting_rounds else (),
             verify_cost_seconds=self.verify_cost_seconds, rollback_restores=self.rollback_restores,
-            rollback_seconds=self.rollback_seconds, rollback_refills=self.rollback_refills)
+            rollback_seconds=self.rollback_seconds, rollback_refills=self.rollback_refills,
+            by_drafter=tuple((name, *counts) for name, counts in self._by_drafter.items()))
 
 
 def describe_rollback(cost: dict | None) -> str:

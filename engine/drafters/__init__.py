@@ -6,11 +6,14 @@ torch: each MethodSpec's build and check import their drafter's heavy modules th
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.backends import LoadedModel, Runner
 from engine.core.config import SpecConfig, check_backend
 from engine.core.drafting import Drafter, Proposal
-from engine.core.methods import method_spec, register
-from engine.drafters import assistant, draft_model, eagle, early_exit, mtp, none, prompt_lookup
+from engine.core.methods import combined_spec, method_spec, register
+from engine.drafters import (assistant, draft_model, eagle, early_exit, mtp, ngram_map, ngram_mod, none,
+                             prompt_lookup, suffix)
 
 register(none.METHOD)
 register(draft_model.METHOD)
@@ -19,6 +22,12 @@ register(early_exit.METHOD)
 register(mtp.METHOD)
 register(assistant.METHOD)
 register(eagle.METHOD)
+register(suffix.METHOD)
+register(ngram_mod.METHOD)
+register(ngram_map.METHOD)
+# combinations a menu offers (any lookup+model one parses on demand: engine.core.methods.combined_spec)
+register(dataclasses.replace(combined_spec(prompt_lookup.METHOD, draft_model.METHOD), offered=True))
+register(dataclasses.replace(combined_spec(prompt_lookup.METHOD, early_exit.METHOD), offered=True))
 
 __all__ = ["Drafter", "Proposal", "make_drafter", "check_drafter", "drafter_cache_key"]
 

@@ -258,4 +258,4 @@ METHOD = MethodSpec(
     cache_params=("size_n", "size_m", "min_hits", "four_values"),
     build=lambda spec, target, draft, target_runner: NgramMapDrafter(
         spec.param("size_n"), spec.param("size_m"), spec.param("min_hits"), spec.param("four_values")),
-    sweep_rank=5)
+    sweep_rank=5, lookup=True)

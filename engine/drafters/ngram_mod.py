@@ -165,4 +165,4 @@ METHOD = MethodSpec(
     cache_params=("n_match", "n_min", "n_max"),
     build=lambda spec, target, draft, target_runner: NgramModDrafter(
         spec.param("n_match"), spec.param("n_min"), spec.param("n_max")),
-    sweep_rank=4)
+    sweep_rank=4, lookup=True)

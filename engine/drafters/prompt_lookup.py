@@ -90,4 +90,4 @@ METHOD = MethodSpec(
     llama_reference=lambda spec: {"k": spec.k, "ngram_max": spec.param("ngram_max")},
     build=lambda spec, target, draft, target_runner: PromptLookupDrafter(spec.param("ngram_max"),
                                                                          spec.param("ngram_min")),
-    sweep_rank=0)
+    sweep_rank=0, lookup=True)

@@ -40,6 +40,10 @@ def stats_from_dict(data: dict | None) -> GenerationStats | None:
     values["per_position_acceptance"] = tuple(values["per_position_acceptance"] or ())
     values["accept_length_histogram"] = tuple(values["accept_length_histogram"] or ())
     values["verify_cost_seconds"] = tuple(data.get("verify_cost_seconds") or ())  # absent in older histories
+    try:  # absent in older histories
+        values["by_drafter"] = tuple((str(n), int(r), int(d), int(a)) for n, r, d, a in data.get("by_drafter") or ())
+    except (TypeError, ValueError):
+        values["by_drafter"] = ()
     return GenerationStats(**values)
 
 

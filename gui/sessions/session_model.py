@@ -162,6 +162,7 @@ class Figures:
     committed_tokens: int
     speculative: bool
     measure_offer_seconds: int | None = None  # ≈ seconds of the plain-speed measurement offered (ChatSession)
+    by_drafter: tuple = ()  # a combined method's drafters: (name, drafted, accepted, rate) each (GenerationStats)
 
 
 class SessionModel:
@@ -293,5 +294,6 @@ class SessionModel:
             theoretical_speedup=theoretical,
             efficiency=efficiency(measured, theoretical) if theoretical else None,
             draft_seconds=stats.draft_seconds, verify_seconds=stats.verify_seconds,
-            committed_tokens=stats.committed_tokens, speculative=speculative)
+            committed_tokens=stats.committed_tokens, speculative=speculative,
+            by_drafter=stats.drafter_acceptance() if len(stats.by_drafter) > 1 else ())
 

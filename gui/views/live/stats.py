@@ -241,7 +241,8 @@ class StatsStrip(QWidget):
         self.tok_per_s.set(f"{figures.tok_per_s:.1f}" if figures.committed_tokens > 1 else DASH,
                            f"{figures.committed_tokens} tokens" if figures.committed_tokens else "")
         self.acceptance.set(DASH if figures.acceptance_rate is None else f"{figures.acceptance_rate:.0%}",
-                            "" if figures.speculative else "no drafting")
+                            " · ".join(f"{name} {rate:.0%}" for name, _d, _a, rate in figures.by_drafter)
+                            if figures.by_drafter else "" if figures.speculative else "no drafting")
         self.mean_length.set(f"{figures.mean_accepted_length:.2f}" if figures.committed_tokens else DASH,
                              "tokens / pass")
         if figures.speedup is not None:
