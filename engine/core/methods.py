@@ -269,6 +269,7 @@ def combined_spec(*parts: MethodSpec) -> MethodSpec:
         name=name, label=f"{first.label} + {second.label}",
         description=f"{first.label} drafts where it finds a match in the text; {second.label} drafts otherwise.",
         build=build, params=first.params + second.params, needs_draft=second.needs_draft,
+        cross_tokenizer=second.cross_tokenizer,
         reads_head=second.reads_head, head_file=second.head_file, backends=backends,
         why_not=second.why_not or first.why_not, cache_params=first.cache_params + second.cache_params,
         check=both("check"), check_facts=both("check_facts"), check_params=check_params,

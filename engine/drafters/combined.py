@@ -36,7 +36,7 @@ class CombinedDrafter:
             return proposal
         self._last, self.name = self.model, self.model.name
         guess = self.model.propose(context_ids, k)
-        return Proposal(guess.ids, guess.p_draft, MODEL_BUCKET + guess.bucket)
+        return Proposal(guess.ids, guess.p_draft, MODEL_BUCKET + guess.bucket, guess.sources)
 
     def observe(self, n_accepted: int) -> None:
         if self._last is not None:

@@ -232,13 +232,15 @@ def test_a_gguf_draft_with_another_vocabulary_drafts_through_text(tiny_target):
     except DefaultModelMissingError as exc:
         pytest.skip(str(exc))
     engine = local_engine(tiny_target)
-    spec = SpecConfig("draft-model", k=3, draft=builtin)
     for name, prompt in TINY_PROMPTS.items():
         _, _, plain = run(engine, prompt, max_new_tokens=24)
-        started, rounds, crossed = run(engine, prompt, spec=spec, max_new_tokens=24)
-        check_round_invariants(rounds, crossed)
-        assert_same_as_plain(crossed, plain, name)
-        assert any(r.draft_ids for r in rounds) and "cross-tokenizer drafting" in " ".join(started.warnings)
+        for spec in (SpecConfig("draft-model", k=3, draft=builtin),
+                     SpecConfig("prompt-lookup+draft-model", k=3, draft=builtin)):  # the model where no match
+            started, rounds, crossed = run(engine, prompt, spec=spec, max_new_tokens=24)
+            check_round_invariants(rounds, crossed)
+            assert_same_as_plain(crossed, plain, f"{name} {spec.method}")
+            assert any(r.draft_sources for r in rounds), (name, spec.method)
+            assert "cross-tokenizer drafting" in " ".join(started.warnings)
 
 
 def test_a_draft_runs_on_its_targets_backend(tiny_target, tiny_ggufs, tiny_dir, tiny_model):
