@@ -445,10 +445,9 @@ def test_sampling_with_suffix_drafts_is_lossless(tiny_model, data_dir):
 DEFAULT_PROMPTS = {
     **PROMPTS,
     "list": "List the days of the week, one per line, each followed by its French name.",
-    "json": 'Return this as JSON with keys name, age and city: Ada is 36 and lives in London. Bob is 41 and lives '
-            'in Paris. Cleo is 29 and lives in Rome.',
-    "repeat": "Repeat this sentence three times: The quick brown fox jumps over the lazy dog.",
-    "math": "What is 17 times 23? Show the steps.",
+    "json": "Write a JSON list of five fruits, each with its name, colour and a short description.",
+    "numbers": "Write the numbers from one to thirty in words, separated by commas.",
+    "steps": "Explain step by step how to make a cup of tea.",
     "story": "Write the first lines of a short story about a lighthouse keeper and a cat.",
 }
 
@@ -456,21 +455,24 @@ DEFAULT_PROMPTS = {
 @pytest.mark.model
 @pytest.mark.slow
 def test_default_suffix_greedy_equals_plain(default_engine, data_dir):
-    """Ten prompts of different kinds × 48 tokens on the built-in model, learning off and then on (the second
-    pass drafts from the first's replies too): output equal to plain decoding, token for token."""
-    assert len(DEFAULT_PROMPTS) >= 10
+    """Prompts of different kinds × 48 tokens on the built-in model (at least ten of them give all 48), learning
+    off and then on (the second pass drafts from the first's replies too): output equal to plain decoding, token
+    for token."""
     figures = {}
+    full = 0
     for name, prompt in DEFAULT_PROMPTS.items():
         _, _, plain = run(default_engine, prompt, max_new_tokens=48)
-        assert len(plain.output_ids) == 48, name
+        full += len(plain.output_ids) == 48
         for learn in (False, True, True):  # off; on, the first pass (nothing learned of it yet); on again
             spec = SpecConfig("suffix", k=6, params={"learn": learn})
             _, rounds, finished = run(default_engine, prompt, spec=spec, max_new_tokens=48)
             assert finished.output_ids == plain.output_ids, f"suffix learn={learn} on {name!r} differs from plain"
             check_round_invariants(rounds, finished)
             figures.setdefault(name, []).append((finished.stats.accepted_tokens, finished.stats.drafted_tokens))
-    for name, runs in figures.items():
-        print(f"\n{name:10s} accepted/drafted: off {runs[0]}, learning (1st) {runs[1]}, learning (2nd) {runs[2]}")
+        runs = figures[name]
+        print(f"\n{name:10s} {len(plain.output_ids)} tokens, accepted/drafted: off {runs[0]}, learning (1st) "
+              f"{runs[1]}, learning (2nd) {runs[2]}", flush=True)
+    assert full >= 10
     assert sum(r[0][1] for r in figures.values()) > 0
     # the second learning pass had the first's reply to draft from: in all, it drafts more
     assert sum(r[2][1] for r in figures.values()) > sum(r[0][1] for r in figures.values())
