@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine.core.config import SamplingConfig, SpecConfig, spec_to_record
+from engine.core.config import SamplingConfig, SpecConfig, parse_spec, spec_to_record
+from engine.core.errors import ConfigError
 from engine.models.consent import PICKLE, REMOTE_CODE, ConsentAnswers
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.core.methods import plain_method
@@ -440,7 +441,7 @@ class ChatSession(SessionModel):
         """The finish stats as one flat dict (the scripted mode prints it as a JSON line): the reply's backend
         and each of its rounds (drafted, accepted, draft_ms, verify_ms; gui.sessions.rounds.RoundRecord.as_dict)."""
         stats = turn.stats
-        record = {"model": turn.model, "backend": self.model_info.backend if self.model_info is not None else None,
+        record = {"model": turn.model, "backend": reply_backend(turn.spec_label, self.model_info),
                   "spec": turn.spec_label, "stop_reason": turn.stop_reason, "text": turn.text}
         if stats is not None:
             record.update(stats.as_dict())
@@ -452,6 +453,15 @@ class ChatSession(SessionModel):
             record["n_rounds"] = stats.rounds
         record["rounds"] = [r.as_dict() for r in turn.rounds]  # the list (the stats' count is n_rounds)
         return record
+
+
+def reply_backend(spec_label: str, info) -> str | None:
+    """The backend a reply ran on: its setting's (auto may have moved the method), else the loaded model's."""
+    try:
+        moved = parse_spec(spec_label).backend if spec_label else None
+    except ConfigError:
+        moved = None
+    return moved or (info.backend if info is not None else None)
 
 
 def backend_note(note: str, backends: tuple[str, ...], speeds: dict[str, Baseline]) -> str:

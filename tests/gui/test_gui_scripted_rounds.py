@@ -16,6 +16,14 @@ def test_the_options_name_what_the_window_has():
     assert app.PANEL_CHOICES == tuple(NAMED_PANELS) and app.COLOUR_CHOICES == tuple(MODES)
 
 
+def test_the_json_backend_is_where_the_reply_ran():
+    from gui.sessions.chat import reply_backend
+    loaded = type("Info", (), {"backend": "llama.cpp"})()
+    assert reply_backend("early-exit:k=2,layers=4,backend=transformers", loaded) == "transformers"
+    assert reply_backend("prompt-lookup:k=3", loaded) == "llama.cpp"
+    assert reply_backend("not a spec:::", loaded) == "llama.cpp" and reply_backend("", None) is None
+
+
 def test_json_rounds_and_backend_and_the_panels_picked(tmp_path):
     png = tmp_path / "rounds.png"
     result = run_gui("gui", "--demo", "--theme", "dark", "--method", "prompt-lookup", "--k", "4",

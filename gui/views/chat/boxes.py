@@ -16,9 +16,28 @@ from gui.views.chat.methods import add_method_items
 from gui.views.chat.params import SPIN_CEILING, param_widget
 
 
+class NoteLabel(QLabel):
+    """A wrapped note that is always as tall as its text at its width: a form layout inside a scroll area
+    otherwise keeps the height it computed for another width, and clips a long note top and bottom."""
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._fit(event.size().width())
+
+    def setText(self, text: str) -> None:  # noqa: N802
+        super().setText(text)
+        self._fit(self.width())
+
+    def _fit(self, width: int) -> None:
+        if self.wordWrap() and width > 0:
+            height = self.heightForWidth(width)
+            if height > 0 and height != self.minimumHeight():
+                self.setMinimumHeight(height)
+
+
 def note_label(name: str) -> QLabel:
     """A wrapped one-line note, hidden until it has something to say."""
-    label = QLabel()
+    label = NoteLabel()
     label.setObjectName(name)
     label.setWordWrap(True)
     label.hide()
