@@ -9,6 +9,7 @@ from engine.core.config import SamplingConfig
 from engine.core.errors import ConfigError
 from engine.core.events import GenerationFinished
 from engine.core.stats import GenerationStats
+from engine.measure.fastest import sweep_methods
 from gui.sessions.fastest import REQUEST_ID_BASE, FastestState, Plan
 
 PLAN = Plan(model="default", prompt="Write a haiku", sampling=SamplingConfig(), max_new_tokens=16)
@@ -31,12 +32,14 @@ def feed(state, request, speeds):
 def test_repeats_follow_one_another_and_give_the_answer():
     state = FastestState(make_request=SimpleNamespace)
     request = state.start(PLAN, "2, 4", 3, draft=None)
-    assert request.request_id >= REQUEST_ID_BASE and [s.label() for s in request.specs] == \
-        ["prompt-lookup:k=2", "prompt-lookup:k=4", "early-exit:k=2", "early-exit:k=4"]
+    swept = [m.name for m in sweep_methods() if not m.needs_draft]  # no draft given: the draft-free ones
+    assert swept[:2] == ["prompt-lookup", "early-exit"] and request.request_id >= REQUEST_ID_BASE
+    assert [s.label() for s in request.specs] == [f"{name}:k={k}" for name in swept for k in (2, 4)]
     assert not state.advanced(1, 0, finished(10))  # the compare window's request 1: not ours
+    speeds = [10, 15, 12, 9, 8] + [7] * (len(request.specs) - 4)  # plain first; prompt-lookup:k=2 fastest
     for repeat in range(3):
         assert state.running and state.repeat == repeat
-        nxt = feed(state, request, [10, 15, 12, 9, 8])
+        nxt = feed(state, request, speeds)
         assert (nxt is None) == (repeat == 2)
         request = nxt or request
     assert state.winner().label() == "prompt-lookup:k=2" and state.status() == "Done · 3 of 3 repeats"
@@ -48,7 +51,8 @@ def test_a_refused_method_is_left_out_and_a_stop_gives_no_answer():
     state = FastestState(make_request=SimpleNamespace)
     request = state.start(PLAN, "2", 3, draft=None)
     retry = state.failed(request.request_id, "early-exit:k=2: method early-exit needs the transformers backend")
-    assert [s.label() for s in retry.specs] == ["prompt-lookup:k=2"] and retry.request_id == request.request_id + 1
+    left = [f"{m.name}:k=2" for m in sweep_methods() if not m.needs_draft and m.name != "early-exit"]
+    assert [s.label() for s in retry.specs] == left and retry.request_id == request.request_id + 1
     assert "Left out: early exit (self-speculative): method early-exit needs" in state.verdict()
     assert state.advanced(retry.request_id, 0, finished(10))
     assert state.advanced(retry.request_id, 1, finished(20, stop_reason="cancelled"))
