@@ -220,6 +220,13 @@ def method_spec(name: str) -> MethodSpec:
 
 
 _COMBINED: dict[str, MethodSpec] = {}  # combinations made on first use (not listed unless registered)
+_COMBINER: dict[str, Callable] = {}  # "drafter": (lookup drafter, model drafter) -> the combined drafter
+
+
+def register_combiner(combine: Callable) -> None:
+    """The drafter of every combined method (engine.drafters registers engine.drafters.combined's), so this
+    module builds combinations without importing a drafter."""
+    _COMBINER["drafter"] = combine
 
 
 def combined_spec(*parts: MethodSpec) -> MethodSpec:
@@ -261,9 +268,10 @@ def combined_spec(*parts: MethodSpec) -> MethodSpec:
                 method.check_params({p.name: params.get(p.name, p.default) for p in method.params})
 
     def build(spec, target, draft, target_runner):
-        from engine.drafters.combined import CombinedDrafter  # noqa: PLC0415 (the drafters import torch)
-        return CombinedDrafter(first.build(spec, target, None, target_runner),
-                               second.build(spec, target, draft, target_runner))
+        combine = _COMBINER.get("drafter")
+        if combine is None:
+            raise RuntimeError("no combined drafter is registered: import engine.drafters first")
+        return combine(first.build(spec, target, None, target_runner), second.build(spec, target, draft, target_runner))
 
     return MethodSpec(
         name=name, label=f"{first.label} + {second.label}",
@@ -325,6 +333,7 @@ def check_params(method: MethodSpec, params: Mapping[str, object]) -> None:
         method.check_params(dict(params))
 
 
-__all__ = ["ParamSpec", "MethodSpec", "ModelFacts", "register", "unregister", "registered", "methods",
+__all__ = ["ParamSpec", "MethodSpec", "ModelFacts", "register", "register_combiner", "combined_spec", "unregister",
+           "registered", "methods",
            "method_names", "method_spec", "plain_method", "implied_method", "head_method", "speculative_methods",
            "param_owner", "all_params", "check_params"]

@@ -11,9 +11,9 @@ import dataclasses
 from engine.backends import LoadedModel, Runner
 from engine.core.config import SpecConfig, check_backend
 from engine.core.drafting import Drafter, Proposal
-from engine.core.methods import combined_spec, method_spec, register
-from engine.drafters import (assistant, draft_model, eagle, early_exit, mtp, ngram_map, ngram_mod, none,
-                             prompt_lookup, suffix)
+from engine.core.methods import combined_spec, method_spec, register, register_combiner
+from engine.drafters import (assistant, combined, draft_model, eagle, early_exit, mtp, ngram_map, ngram_mod,
+                             none, prompt_lookup, suffix)
 
 register(none.METHOD)
 register(draft_model.METHOD)
@@ -25,6 +25,7 @@ register(eagle.METHOD)
 register(suffix.METHOD)
 register(ngram_mod.METHOD)
 register(ngram_map.METHOD)
+register_combiner(combined.CombinedDrafter)
 # combinations a menu offers (any lookup+model one parses on demand: engine.core.methods.combined_spec)
 register(dataclasses.replace(combined_spec(prompt_lookup.METHOD, draft_model.METHOD), offered=True))
 register(dataclasses.replace(combined_spec(prompt_lookup.METHOD, early_exit.METHOD), offered=True))
