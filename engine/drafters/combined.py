@@ -42,6 +42,12 @@ class CombinedDrafter:
         if self._last is not None:
             self._last.observe(n_accepted)
 
+    def learn(self, reply_ids: list[int]) -> None:
+        """A finished reply, for a lookup that learns from past replies (suffix with learning on)."""
+        for part in (self.lookup, self.model):
+            if hasattr(part, "learn"):
+                part.learn(reply_ids)
+
     def release(self) -> None:
         self.lookup.release()
         self.model.release()

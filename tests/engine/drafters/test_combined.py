@@ -108,3 +108,14 @@ def test_the_combinations_in_the_menus_and_their_parameters():
     spec = parse_spec("prompt-lookup+early-exit:k=3,layers=2,ngram_max=2")
     assert parse_spec(spec.label()) == spec
     assert dataclasses.replace(spec, k=4).label() == "prompt-lookup+early-exit:k=4,ngram_max=2,layers=2"
+
+
+def test_a_learning_lookup_learns_through_the_combination():
+    class Learner(ScriptedDrafter):
+        learned: list = []
+
+        def learn(self, reply_ids):
+            self.learned.append(list(reply_ids))
+    lookup, model = Learner([]), ScriptedDrafter([])
+    CombinedDrafter(lookup, model).learn([4, 5, 6])
+    assert lookup.learned == [[4, 5, 6]]
