@@ -33,6 +33,8 @@ def other_value(param: ParamSpec):
         return f"{param.default or ''}x"
     low = param.min if param.min is not None else 0
     value = (low + 1) if param.default is None else param.default + 1
+    if param.max is not None and value > param.max:  # a bounded parameter (a probability): halfway down instead
+        value = ((param.default if param.default is not None else param.max) + low) / 2
     return param.type(value)
 
 
