@@ -233,3 +233,27 @@ def random_prompt(seed: int, n: int = 8, vocab: int = 390) -> list[int]:
     import random
     rng = random.Random(seed)
     return [rng.randrange(3, vocab) for _ in range(n)]
+
+
+def exact_joint(model, prompt_ids: list[int], sampling) -> dict[tuple[int, int], float]:
+    """The target's own probability of each first two new tokens (x1, x2) under `sampling`, from a fresh runner
+    of the same model (the lossless-sampling tests' reference)."""
+    import torch
+
+    from engine.core.sampling import probabilities
+    runner = model.new_runner()
+    p1 = probabilities(runner.forward(prompt_ids, 1).clone(), sampling)[0]
+    joint = {}
+    for x1 in torch.nonzero(p1).flatten().tolist():
+        runner.rollback(len(prompt_ids))
+        p2 = probabilities(runner.forward([x1], 1).clone(), sampling)[0]
+        joint.update({(x1, x2): float(p1[x1] * p2[x2]) for x2 in torch.nonzero(p2).flatten().tolist()})
+    runner.release()
+    return joint
+
+
+def chi_square(counts: dict, probs: dict, n: int) -> float:
+    """Pearson's statistic of `counts` (n draws) against the exact `probs` of every cell."""
+    assert set(counts) <= set(probs), "a pair the target gives probability 0 was emitted"
+    return sum((counts.get(cell, 0) - p * n) ** 2 / (p * n) for cell, p in probs.items())
+

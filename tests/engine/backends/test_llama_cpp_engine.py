@@ -15,9 +15,9 @@ from engine.measure.compare import first_difference  # noqa: E402
 from engine.core.config import SamplingConfig, SpecConfig  # noqa: E402
 from engine.core.errors import ConfigError  # noqa: E402
 from engine.models.load import load_model  # noqa: E402
-from engine.core.sampling import probabilities  # noqa: E402
 from engine.runtime import local_engine  # noqa: E402
-from engine_testkit import PROMPTS, check_round_invariants, run, save_tiny_model  # noqa: E402
+from engine_testkit import PROMPTS, check_round_invariants, chi_square, run, save_tiny_model  # noqa: E402
+from engine_testkit import exact_joint as joint_under  # noqa: E402
 from tests.fixtures.tiny_gguf import quantize, write_tiny_gguf  # noqa: E402
 
 N_NEW = 48
@@ -165,22 +165,8 @@ CHI2_CRITICAL_DF8 = 44.81
 
 
 def exact_joint(model, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
-    """The target's own probability of each first two new tokens (x1, x2) under SAMPLING, from a fresh
-    runner of the same model."""
-    runner = model.new_runner()
-    p1 = probabilities(runner.forward(prompt_ids, 1).clone(), SAMPLING)[0]
-    joint = {}
-    for x1 in torch.nonzero(p1).flatten().tolist():
-        runner.rollback(len(prompt_ids))
-        p2 = probabilities(runner.forward([x1], 1).clone(), SAMPLING)[0]
-        joint.update({(x1, x2): float(p1[x1] * p2[x2]) for x2 in torch.nonzero(p2).flatten().tolist()})
-    runner.release()
-    return joint
-
-
-def chi_square(counts: dict, probs: dict, n: int) -> float:
-    assert set(counts) <= set(probs), "a pair the target gives probability 0 was emitted"
-    return sum((counts.get(cell, 0) - p * n) ** 2 / (p * n) for cell, p in probs.items())
+    """The target's own joint of the first two new tokens under SAMPLING (engine_testkit.exact_joint)."""
+    return joint_under(model, prompt_ids, SAMPLING)
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from engine.drafters.suffix import LearnedReplies, SuffixDrafter, model_key
 from engine.drafters.suffix_store import STORE_NAME, SuffixStore, clear_store, decode, encode, forget_replies
 from engine.drafters.suffix_tree import SpeculationLimits, SuffixTree, best_of
 from engine.runtime import local_engine
-from engine_testkit import PROMPTS, check_round_invariants, run
+from engine_testkit import PROMPTS, check_round_invariants, chi_square, run
+from engine_testkit import exact_joint as joint_under
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -377,23 +378,8 @@ CHI2_CRITICAL_DF8 = 44.81  # 8 degrees of freedom (3 × 3 cells − 1) at p = 1e
 
 
 def exact_joint(model, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
-    """The target's own probability of each first two new tokens under SAMPLING, from a fresh runner (as
-    tests/engine/backends/test_llama_cpp_engine.py computes it)."""
-    from engine.core.sampling import probabilities
-    runner = model.new_runner()
-    p1 = probabilities(runner.forward(prompt_ids, 1).clone(), SAMPLING)[0]
-    joint = {}
-    for x1 in p1.nonzero().flatten().tolist():
-        runner.rollback(len(prompt_ids))
-        p2 = probabilities(runner.forward([x1], 1).clone(), SAMPLING)[0]
-        joint.update({(x1, x2): float(p1[x1] * p2[x2]) for x2 in p2.nonzero().flatten().tolist()})
-    runner.release()
-    return joint
-
-
-def chi_square(counts: dict, probs: dict, n: int) -> float:
-    assert set(counts) <= set(probs), "a pair the target gives probability 0 was emitted"
-    return sum((counts.get(cell, 0) - p * n) ** 2 / (p * n) for cell, p in probs.items())
+    """The target's own joint of the first two new tokens under SAMPLING (engine_testkit.exact_joint)."""
+    return joint_under(model, prompt_ids, SAMPLING)
 
 
 @pytest.fixture
