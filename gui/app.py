@@ -274,8 +274,8 @@ class ScriptedRun:
             self._failed(self.window.controls.config_problem() or "the message could not be sent")
 
     def _finished(self, turn) -> None:
-        self.window.refresh_live_views()
         problem = self._show_rounds(turn)
+        self.window.refresh_live_views()
         if not self.args.quit_when_done:
             if problem is not None:
                 self.window.set_status(problem)
@@ -300,7 +300,6 @@ class ScriptedRun:
                         + (f"(its rounds are {indices[0]}–{indices[-1]})" if indices else "(it has no rounds)"))
         if self.args.panel:
             self.window.live.show_named(self.args.panel)
-        self.window.refresh_live_views()
         return None
 
     def _failed(self, message: str) -> None:

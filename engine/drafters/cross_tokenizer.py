@@ -151,13 +151,14 @@ def shared_vocabulary_words(target_tok, draft_tok) -> str:
 # ---------------------------------------------------------------- the drafter
 
 class CrossTokenizerDrafter:
-    """`draft-model` with a draft whose tokenizer differs from the target's."""
+    """`draft-model` with a draft whose tokenizer differs from the target's; `name` is the method's (its
+    module, engine.drafters.draft_model, says it)."""
 
-    name = "draft-model"
     free_to_propose = False
     note = "the draft's tokenizer differs from the target's: cross-tokenizer drafting (slower per draft, exact)"
 
-    def __init__(self, draft: LoadedModel, target: LoadedModel) -> None:
+    def __init__(self, draft: LoadedModel, target: LoadedModel, name: str) -> None:
+        self.name = name
         self.runner: Runner = draft.new_runner()
         self.draft_tok, self.target_tok = draft.tokenizer, target.tokenizer
         self._target_special = frozenset(getattr(self.target_tok, "all_special_ids", ()) or ())

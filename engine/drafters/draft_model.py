@@ -64,7 +64,7 @@ def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: R
         raise ValueError(f"{spec.method} needs a loaded draft model")
     if tokenizer_difference(target.tokenizer, draft.tokenizer) is not None:
         from engine.drafters.cross_tokenizer import CrossTokenizerDrafter
-        return CrossTokenizerDrafter(draft, target)
+        return CrossTokenizerDrafter(draft, target, ModelDrafter.name)
     return ModelDrafter(draft)
 
 
