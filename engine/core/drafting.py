@@ -30,6 +30,12 @@ class Proposal:
         return Proposal(self.ids[:length], None if self.p_draft is None else self.p_draft[:length], self.bucket,
                         None if self.sources is None else self.sources[:length])
 
+    def ended(self, eos_ids) -> "Proposal":
+        """Cut after the first end-of-sequence id: nothing drafted past the reply's end can be committed, so it
+        is neither verified nor counted as drafted."""
+        end = next((i + 1 for i, token in enumerate(self.ids) if token in eos_ids), None)
+        return self if end is None else self.trimmed(end)
+
     @staticmethod
     def empty() -> "Proposal":
         return Proposal([], None)

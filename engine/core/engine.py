@@ -203,7 +203,7 @@ class Engine:
             # below by the kind of guess it turned out to be.
             k = k if drafter.free_to_propose else policy.best_length(limit=k)
         t_draft = time.perf_counter()
-        proposal = self._propose(drafter, state.ids, k).trimmed(k) if k > 0 else Proposal.empty()
+        proposal = self._propose(drafter, state.ids, k).trimmed(k).ended(self.eos_ids) if k > 0 else Proposal.empty()
         if policy is not None and proposal.ids:
             proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
         t_verify = time.perf_counter()

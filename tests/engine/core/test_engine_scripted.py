@@ -217,3 +217,29 @@ def test_sampling_round_events_with_a_scripted_drafter(tiny_model, prompt, basel
                 assert r.target_status in (TokenStatus.SUBSTITUTED, TokenStatus.BONUS)
         outs.append((finished.output_ids, [r.n_accepted for r in rounds]))
     assert outs[0] == outs[1]  # the same seed gives the same reply
+
+
+def test_nothing_past_an_end_of_sequence_is_verified(tiny_model, tiny_tokenizer, prompt, baseline):
+    """A draft that ends the reply early is cut after its end-of-sequence id: the tokens past it could never be
+    committed, so they are neither verified nor counted as drafted (nor as accepted)."""
+    b = baseline
+    engine = local_engine(tiny_model, drafter_factory=factory_for(ScriptedDrafter([[b[1], engine_eos(tiny_model),
+                                                                                 b[3], b[4]]])))
+    _, rounds, finished = run(engine, prompt, spec=SPEC, max_new_tokens=8)
+    assert list(finished.output_ids) == b[:8]
+    drafting = rounds[1]
+    assert drafting.draft_ids == (b[1], engine_eos(tiny_model))  # cut after the end-of-sequence id
+    assert drafting.n_accepted == 1 and drafting.target_id == b[2]
+    assert (finished.stats.drafted_tokens, finished.stats.accepted_tokens) == (2, 1)
+
+
+def engine_eos(tiny_model) -> int:
+    return min(local_engine(tiny_model).eos_ids)
+
+
+def test_a_proposal_ends_at_its_first_end_of_sequence():
+    proposal = Proposal([5, 6, 2, 7, 2], torch.eye(8)[[5, 6, 2, 7, 2]], bucket=3, sources=("a", "b", "c", "d", "e"))
+    ended = proposal.ended({2})
+    assert ended.ids == [5, 6, 2] and ended.sources == ("a", "b", "c") and ended.bucket == 3
+    assert torch.equal(ended.p_draft, proposal.p_draft[:3])
+    assert proposal.ended({9}) is proposal and Proposal.empty().ended({2}).ids == []
