@@ -67,10 +67,13 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("specscope", appauthor=False))
 
 
+DATA_DIR_VARIABLE = "SPECSCOPE_DATA_DIR"
+
+
 def data_root() -> Path:
     """Where SpecScope keeps the user's own data (the chat history, what suffix decoding learned):
-    SPECSCOPE_DATA_DIR overrides (tests)."""
-    override = os.environ.get("SPECSCOPE_DATA_DIR")
+    SPECSCOPE_DATA_DIR overrides (tests, a benchmark's own store)."""
+    override = os.environ.get(DATA_DIR_VARIABLE)
     if override:
         return Path(override).expanduser()
     import platformdirs

@@ -112,6 +112,11 @@ class SpecConfig:
         return self.info.speculative
 
     @property
+    def learns(self) -> bool:
+        """This setting learns from finished replies across chats (the method's MethodSpec.learns)."""
+        return self.info.learns is not None and bool(self.info.learns(self))
+
+    @property
     def remote_url(self) -> str | None:
         """The server's address when this setting runs on a server (`backend=remote:url=…`), else None."""
         return parse_remote(self.backend) if self.backend and self.backend.startswith(REMOTE_PREFIX) else None

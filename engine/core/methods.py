@@ -143,6 +143,8 @@ class MethodSpec:
     lookup: bool = False  # drafts from the text alone (no model, no distribution): it may go first in a
     # combination `lookup+model` (engine.drafters.combined), drafting where it has a match
     parts: tuple[str, ...] = ()  # a combination's methods, first the lookup (else ())
+    learns: Callable | None = None  # (spec) -> bool: this setting learns from finished replies across chats
+    # (kept in the data folder), so a benchmark gives it a store of its own (engine.measure.bench)
 
     @property
     def speculative(self) -> bool:
@@ -282,7 +284,7 @@ def combined_spec(*parts: MethodSpec) -> MethodSpec:
         why_not=second.why_not or first.why_not, cache_params=first.cache_params + second.cache_params,
         check=both("check"), check_facts=both("check_facts"), check_params=check_params,
         why_unusable=second.why_unusable, needs_target_runner=first.needs_target_runner or second.needs_target_runner,
-        draft_help=second.draft_help, parts=(first.name, second.name), offered=False)
+        draft_help=second.draft_help, parts=(first.name, second.name), offered=False, learns=first.learns)
 
 
 def plain_method() -> MethodSpec:

@@ -130,4 +130,4 @@ METHOD = MethodSpec(
             ParamSpec("max_learned", int, 1000, "suffix: most past replies kept per model", min=1, max=100000,
                       label="replies kept")),
     cache_params=("tree_depth", "spec_factor", "min_token_prob", "learn", "max_learned"),
-    build=build, sweep_rank=3, lookup=True)
+    build=build, sweep_rank=3, lookup=True, learns=lambda spec: bool(spec.param("learn")))

@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from engine.measure.compare import strict_engine, sweep_specs, with_plain_first
 from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
 from engine.backends import is_local_backend
+from engine.host import DATA_DIR_VARIABLE
 from engine.core.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
 from engine.measure.fastest import sweep_methods
 from engine.measure.divergence import Divergence, diagnose
@@ -58,6 +63,10 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="rerun every config in float32 on the CPU with the transformers backend, where "
                              "greedy outputs must be identical to plain decoding (the algorithm, not the numerics)")
+    parser.add_argument("--learn-pass", action="store_true",
+                        help="configs that learn from past replies (suffix:learn=true) first run once over the "
+                             "prompts untimed, then the timed run: the repeat-chat case. Without it they learn "
+                             "as the run goes. Either way they learn into a store of the run's own, never yours")
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
 
 
@@ -177,11 +186,13 @@ def _record_hf(result: ConfigResult, prompt: Prompt, finished, new_ids: list[int
 
 def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_new_tokens: int,
                   sampling: SamplingConfig, compare_hf: bool = False, progress=None,
-                  comparisons: dict | None = None, remotes: tuple = ()) -> list[ConfigResult]:
+                  comparisons: dict | None = None, remotes: tuple = (), learn_pass: bool = False
+                  ) -> list[ConfigResult]:
     """Run plain decoding plus every spec on every prompt (engine.measure.compare.with_plain_first: plain first,
     once). Every spec is validated before the first run. `comparisons` (engine.measure.bench_llama, by config label)
     run llama-cpp-python's own loop after ours on the same prompt ids. `remotes` (RemoteEngines) run each
-    prompt on their server after the local configs, as their servers were started."""
+    prompt on their server after the local configs, as their servers were started. With `learn_pass`, the specs
+    that learn from finished replies first run once over every prompt, untimed (learning_pass)."""
     comparisons = comparisons or {}
     specs = with_plain_first(specs)
     for spec in specs:
@@ -192,6 +203,8 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
         [ConfigResult(SpecConfig(), remote=r) for r in remotes]
     progress = progress or (lambda done, total, label: None)
     _warm_up(engine, specs, sampling, comparisons, remotes)
+    if learn_pass:
+        learning_pass(engine, prompts, specs, sampling, max_new_tokens, progress)
     total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons) + len(remotes)), 0
     for prompt in prompts:
         ids = engine.prompt_ids(prompt.text) if compare_hf or comparisons else None  # a server's: never ours
@@ -219,6 +232,35 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
 
 
 WARM_UP = Prompt("warm-up", "warm-up", "Hello!")
+
+
+def learning_pass(engine, prompts: list[Prompt], specs: list[SpecConfig], sampling, max_new_tokens: int,
+                  progress) -> None:
+    """Every spec that learns from finished replies runs once over the prompts, untimed: the timed run then
+    measures a chat that was had before (the repeat-chat case of suffix decoding)."""
+    learning = [spec for spec in specs if spec.learns]
+    for done, (spec, prompt) in enumerate(((s, p) for s in learning for p in prompts), 1):
+        _run_one(engine, prompt, spec, sampling, max_new_tokens)
+        progress(done, len(learning) * len(prompts), f"learning pass {spec.label()}")
+
+
+@contextmanager
+def own_learning_store(specs: list[SpecConfig]) -> Iterator[str | None]:
+    """A run whose configs learn from past replies keeps what they learn in a throwaway data folder (its path,
+    else None): a benchmark starts from nothing and never reads or writes the user's own store."""
+    if not any(spec.learns for spec in specs):
+        yield None
+        return
+    previous = os.environ.get(DATA_DIR_VARIABLE)
+    with tempfile.TemporaryDirectory(prefix="specscope-bench-") as folder:
+        os.environ[DATA_DIR_VARIABLE] = folder
+        try:
+            yield folder
+        finally:
+            if previous is None:
+                os.environ.pop(DATA_DIR_VARIABLE, None)
+            else:
+                os.environ[DATA_DIR_VARIABLE] = previous
 
 
 def _warm_up(engine, specs: list[SpecConfig], sampling, comparisons: dict, remotes: tuple) -> None:
@@ -261,6 +303,7 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
                 "draft_seconds": pooled.draft_seconds,
                 "verify_seconds": pooled.verify_seconds,
                 "drafted_tokens": pooled.drafted_tokens,
+                "accepted_tokens": pooled.accepted_tokens,
                 "cost_ratio": pooled.cost_ratio,
             }
             if cost is not None:
@@ -307,6 +350,7 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
         "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
         "temperature": args.temperature, "compile": bool(getattr(args, "compile", False)), "seconds": seconds,
+        "learn_pass": bool(getattr(args, "learn_pass", False)),
         "platform": platform.platform(), "configs": summary, "backend": engine.target.backend,
         "verify_cost": None if cost is None else cost.as_dict(),
     }
@@ -351,13 +395,18 @@ def run(args) -> int:
                      f"{args.max_new_tokens} new tokens max, {engine.target.label} on "
                      f"{engine.target.device_label or engine.target.device} ({engine.target.dtype_label})"))
     started = time.perf_counter()
-    summary, cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
-    print_table(summary, args.compare_hf)
-    print_sources(summary)
-    print_divergences(summary)
-    if sweep:
-        print_sweep(summary, cost)
-    strict = _strict(engine, prompts, specs, args, sampling) if args.strict else None
+    with own_learning_store(specs) as store:
+        if store is not None:
+            err.print(escape(f"configs that learn from past replies learn into a store of this run's own ({store}), "
+                             + ("after one untimed pass over the prompts" if args.learn_pass else
+                                "starting empty and learning as the run goes")))
+        summary, cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
+        print_table(summary, args.compare_hf)
+        print_sources(summary)
+        print_divergences(summary)
+        if sweep:
+            print_sweep(summary, cost)
+        strict = _strict(engine, prompts, specs, args, sampling) if args.strict else None
     if args.json_out:
         _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict)
         err.print(escape(f"figures written to {args.json_out}"))
@@ -415,7 +464,7 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
 
     try:
         results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, args.compare_hf, progress,
-                                comparisons, remotes)
+                                comparisons, remotes, args.learn_pass)
     finally:
         close_comparisons(comparisons)
     summary = summarise(results, args.compare_hf, comparisons, cost)
@@ -437,7 +486,8 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
                          trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
                          compile=getattr(args, "compile", False))
     cost = _verify_cost(engine, specs, args.remeasure_cost)
-    results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress)
+    results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress,
+                            learn_pass=args.learn_pass)
     results[0].spec = SpecConfig(backend=backend)
     summary = summarise(results, False, None, cost)
     for key, row in summary[results[0].spec.label()].items():
