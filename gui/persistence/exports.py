@@ -5,7 +5,8 @@ them (`HistoryStore.load_conversation`, `HistoryStore.add_conversation`). No SQL
 
 JSON format versions: 1 named a token's round `round`; 2 (current) writes the token fields under
 engine.core.tokens.DisplayToken's own names (`round_index`, …). Both are read; a token's round is its round's
-`index` either way.
+`index` either way. A token drafted by a draft of another tokenizer also has its `draft_source` (the draft
+model's own pieces), written only where there is one; a token without it reads back with None.
 """
 
 from __future__ import annotations
@@ -36,13 +37,16 @@ def write_private(path: str | os.PathLike, text: str) -> None:
 # ---------------------------------------------------------------- JSON
 
 def _token_dict(token: DisplayToken) -> dict:
-    return {name: getattr(token, name).value if name == "status" else getattr(token, name) for name in _TOKEN_FIELDS}
+    data = {name: getattr(token, name).value if name == "status" else getattr(token, name) for name in _TOKEN_FIELDS}
+    if token.draft_source is not None:
+        data["draft_source"] = token.draft_source
+    return data
 
 
 def _token_row(data: dict) -> list:
     """An exported token as a stored row (gui.persistence.records; its round gives the rest)."""
     return [data["text"], STATUS_CODE[TokenStatus(data["status"])], data.get("position"), data.get("p_target"),
-            data.get("p_draft"), data.get("token_id")]
+            data.get("p_draft"), data.get("token_id"), data.get("draft_source")]
 
 
 def conversation_json(conversation: ConversationRecord) -> str:

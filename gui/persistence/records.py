@@ -2,10 +2,12 @@
 messages, their rounds of `engine.core.tokens.DisplayToken`s, list and search entries, and the compact row a
 token is stored as. No SQL, no Qt; used by the store, the exports, the recorder, fork and replay.
 
-A token is stored as a row `[text, status code, position, p_target, p_draft, token id]`; its round's index,
-drafter and draft length are the round's (its row and its meta), so a stored round reads back as the very
-DisplayTokens the fold made: p's rounded to 4 places, each correction told its ghost (`fill_replacements`),
-positions in engine.core.tokens' 0-based convention, as they are.
+A token is stored as a row `[text, status code, position, p_target, p_draft, token id]`, and a token drafted by a
+draft of another tokenizer (engine.drafters.cross_tokenizer) adds its `draft_source` (the draft model's own
+pieces) as a seventh element; a row without it (every other token's, and every row of an older history) reads
+back with None. Its round's index, drafter and draft length are the round's (its row and its meta), so a stored
+round reads back as the very DisplayTokens the fold made: p's rounded to 4 places, each correction told its
+ghost (`fill_replacements`), positions in engine.core.tokens' 0-based convention, as they are.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ def _round_p(p: float | None) -> float | None:
 
 def token_row(token: DisplayToken) -> list:
     """The stored form of a token (see the module docstring)."""
-    return [token.text, STATUS_CODE[token.status], token.position, _round_p(token.p_target),
-            _round_p(token.p_draft), token.token_id]
+    row = [token.text, STATUS_CODE[token.status], token.position, _round_p(token.p_target),
+           _round_p(token.p_draft), token.token_id]
+    return row if token.draft_source is None else row + [token.draft_source]
 
 
 def _status_of(code: str) -> TokenStatus:
@@ -54,10 +57,10 @@ class StoredRound:
         drafter, n_drafted = str(meta.get("drafter", "")), int(meta.get("n_drafted", 0))
         tokens = []
         for row in rows:
-            text, code, position, p_target, p_draft, token_id = (list(row) + [None] * 6)[:6]
+            text, code, position, p_target, p_draft, token_id, draft_source = (list(row) + [None] * 7)[:7]
             tokens.append(DisplayToken(text=text, status=_status_of(code), round_index=index, position=position,
                                        draft_length=n_drafted, p_target=p_target, p_draft=p_draft,
-                                       drafter=drafter, token_id=token_id))
+                                       drafter=drafter, token_id=token_id, draft_source=draft_source))
         return cls(index, tuple(fill_replacements(tokens)), meta)
 
 
@@ -98,7 +101,15 @@ def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
         committed_pieces=tuple(t.text for t in committed),
         draft_seconds=float(meta.get("draft_seconds", 0.0)), verify_seconds=float(meta.get("verify_seconds", 0.0)),
         elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)), n_committed_total=n_before + len(committed),
-        rollback_seconds=float(meta.get("rollback_seconds", 0.0)), detail=_detail_of(meta))
+        rollback_seconds=float(meta.get("rollback_seconds", 0.0)), detail=_detail_of(meta),
+        draft_sources=_draft_sources(drafted))
+
+
+def _draft_sources(drafted: Sequence[DisplayToken]) -> tuple[str, ...]:
+    """A stored round's `draft_sources` as its drafted tokens keep them (empty: no draft of another tokenizer)."""
+    if all(t.draft_source is None for t in drafted):
+        return ()
+    return tuple(t.draft_source or "" for t in drafted)
 
 
 def _detail_of(meta: dict) -> RoundDetail | None:
