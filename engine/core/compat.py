@@ -22,6 +22,8 @@ _ADVICE = ("The draft's guesses would mean different text to the target, so it c
            "from the same family (for example Qwen3-0.6B for Qwen3-32B, Llama-3.2-1B for Llama-3.1-8B).")
 # what a pair of different tokenizers gets with the draft-model method (engine.drafters.cross_tokenizer)
 CROSS_TOKENIZER_WORDS = "different tokenizers: cross-tokenizer drafting (slower per draft, exact)"
+# the same, said of one draft of another tokenizer in a list of the drafts installed for a target
+CROSS_DRAFT_WORDS = "another tokenizer: drafts through text (slower per draft, exact)"
 
 
 @dataclass(frozen=True, slots=True)

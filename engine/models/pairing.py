@@ -1,11 +1,14 @@
-"""Which installed drafts fit a target: smaller, not the same files, and with a tokenizer that passes
-engine.core.compat's check against the target's. The known-good pairs worth downloading are engine.models.pairs'.
+"""Which installed drafts fit a target: smaller, not the same files, with a tokenizer that loads; those whose
+tokenizer passes engine.core.compat's check against the target's first, then those of another tokenizer (the
+draft-model method drafts through text with them: engine.drafters.cross_tokenizer). The known-good pairs worth
+downloading are engine.models.pairs'.
 
 Loads tokenizers (never weights), cached per model file; touches nothing else.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
 from engine.backends.source import file_stamp
@@ -14,9 +17,18 @@ from engine.core.errors import SpecScopeError
 from engine.models.catalog import CatalogEntry
 from engine.models.sources import resolve_source
 
-__all__ = ["is_smaller", "same_model", "draft_difference", "compatible_drafts", "load_tokenizer"]
+__all__ = ["DraftCandidate", "is_smaller", "same_model", "draft_difference", "compatible_drafts", "load_tokenizer"]
 
 _tokenizers: dict[tuple, object] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCandidate:
+    """An installed model that can draft for a target: with the target's own tokenizer, or with another one
+    (drafted through text, slower per draft, exact)."""
+
+    entry: CatalogEntry
+    same_tokenizer: bool
 
 
 def load_tokenizer(entry: CatalogEntry):
@@ -48,7 +60,7 @@ def same_model(a: CatalogEntry, b: CatalogEntry) -> bool:
 
 
 def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDifference | None:
-    """The engine's tokenizer difference between two catalog entries (None: compatible). Loads the two
+    """The engine's tokenizer difference between two catalog entries (None: the same tokenizer). Loads the two
     tokenizers (never the weights); a cheap vocabulary-size check runs first."""
     if target.vocab_size is not None and draft.vocab_size is not None:
         sizes = size_difference(target.vocab_size, draft.vocab_size)
@@ -57,18 +69,20 @@ def draft_difference(target: CatalogEntry, draft: CatalogEntry) -> TokenizerDiff
     return tokenizer_difference(load_tokenizer(target), load_tokenizer(draft))
 
 
-def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[CatalogEntry]:
-    """The usable candidates that are smaller than `target` and whose tokenizer passes
-    `engine.core.compat.tokenizer_difference` against the target's, in the order given."""
-    found = []
+def compatible_drafts(target: CatalogEntry, candidates: Iterable[CatalogEntry]) -> list[DraftCandidate]:
+    """The usable candidates smaller than `target` whose tokenizer loads: those whose tokenizer passes
+    `engine.core.compat.tokenizer_difference` against the target's first, then those of another tokenizer, each
+    in the order given. A candidate whose tokenizer (or the target's) cannot be loaded is left out."""
+    same, other = [], []
     for candidate in candidates:
         if not candidate.usable or same_model(candidate, target) or not is_smaller(candidate, target):
             continue
         try:
-            if draft_difference(target, candidate) is None:
-                found.append(candidate)
-        except SpecScopeError:  # its tokenizer cannot be loaded: not a draft we can offer
+            difference = draft_difference(target, candidate)
+            if difference is not None:  # sizes alone may have told: drafting through text needs both tokenizers
+                load_tokenizer(target)
+                load_tokenizer(candidate)
+        except SpecScopeError:  # a tokenizer cannot be loaded: not a draft we can offer
             continue
-    return found
-
-
+        (same if difference is None else other).append(DraftCandidate(candidate, difference is None))
+    return same + other

@@ -1,9 +1,9 @@
 """The model manager's logic, in plain Python (no Qt): what it lists, checks and says.
 
 The catalog look-ups it runs on background threads (listing with memory estimates, the pair check, the draft
-list the settings panel offers), their answers (`PairVerdict`, `DraftChoices`), and the words of each table row,
-the free-memory line, a download's progress and the token note. The window (gui.views.dialogs.models) asks and
-renders; all the work is `engine.models` (catalog, pairing, memory, hub).
+list the settings panel offers), their answers (`PairVerdict`, `DraftChoices`), the words of each table row and
+of each draft found, the free-memory line, a download's progress and the token note. The window
+(gui.views.dialogs.models) asks and renders; all the work is `engine.models` (catalog, pairing, memory, hub).
 
 May touch: engine.models (public functions only), engine.backends.device (which devices exist), engine.models.secrets
 (whether a token is set, never the token's text). Never Qt.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.core.compat import CROSS_TOKENIZER_WORDS
+from engine.core.compat import CROSS_DRAFT_WORDS, CROSS_TOKENIZER_WORDS
 from engine.core.errors import SpecScopeError
 from engine.models import catalog, pairing, pairs, secrets
 from engine.models.memory import DEFAULT_CONTEXT_TOKENS, estimate_memory_on
@@ -36,7 +36,7 @@ class PairVerdict:
     draft: str | None
     compatible: bool | None  # None: no draft chosen
     explanation: str
-    drafts: tuple  # compatible CatalogEntry candidates for the target
+    drafts: tuple  # engine.models.pairing.DraftCandidate for the target: same tokenizer first, then another
 
 
 def device_choices() -> tuple[str, ...]:
@@ -135,26 +135,39 @@ def _cross_words(target, draft, difference) -> str:
             f"{target.label} (first difference: {difference}). {shared}")
 
 
+def draft_list_words(candidate) -> tuple[str, str]:
+    """The Models window's line for a draft found for the target (engine.models.pairing.DraftCandidate) and
+    its tooltip: a draft of another tokenizer says it drafts through text."""
+    entry = candidate.entry
+    text = f"{entry.label}  ({catalog.format_parameters(entry.n_parameters)} parameters)"
+    if candidate.same_tokenizer:
+        return text, f"{entry.label} shares the target's tokenizer. Double-click to use it as the draft."
+    return (f"{text} — {CROSS_DRAFT_WORDS}",
+            f"{entry.label} has {CROSS_DRAFT_WORDS}. Double-click to use it as the draft.")
+
+
 @dataclass(frozen=True, slots=True)
 class DraftChoices:
     """What the settings panel's draft list offers for a target (gui.views.chat.controls.set_draft_choices)."""
 
     target: str
-    names: tuple[str, ...]  # compatible, smaller, installed
+    names: tuple[str, ...]  # smaller, installed: those of the target's tokenizer first, then those of another
     target_aliases: frozenset[str]  # the target's own names: a draft that is one of them is the target itself
     note: str  # when none is installed: why, and the known-good draft
     download: str | None  # the known-good draft's hub id, to download
+    cross_tokenizer: frozenset[str] = frozenset()  # those of `names` with another tokenizer (drafted through text)
 
 
 def draft_choices(target_name: str, added: list[str]) -> DraftChoices:
-    """The compatible, smaller drafts installed for `target_name` (loads tokenizers, never weights); when
-    there is none, engine.models.pairs' known-good draft for its family."""
+    """The smaller drafts installed for `target_name`, those of its tokenizer first, then those of another
+    (loads tokenizers, never weights); when there is none, engine.models.pairs' known-good draft for its family."""
     target = catalog.describe_name(target_name)
     entries = catalog.list_models(added)
     drafts = pairing.compatible_drafts(target, entries)
     aliases = {target_name, target.name, str(target.path)} | {e.name for e in entries if pairing.same_model(e, target)}
     if drafts:
-        return DraftChoices(target_name, tuple(e.name for e in drafts), frozenset(aliases), "", None)
+        cross = frozenset(d.entry.name for d in drafts if not d.same_tokenizer)
+        return DraftChoices(target_name, tuple(d.entry.name for d in drafts), frozenset(aliases), "", None, cross)
     names = (target_name, target.name, target.label, target.repo_id)
     known, bigger = pairs.pairs_for(*names), pairs.pairs_drafted_by(*names)
     download = known[0].draft if known else bigger[0].targets[0] if bigger else None  # the draft, or its target

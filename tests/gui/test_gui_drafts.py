@@ -1,7 +1,7 @@
-"""Drafts that can help: the draft list offers compatible smaller models only, says when the draft is the
-target itself or when none is installed (with the known-good pair to download); a model that fails to load
-never changes the chat's settings; a folder that is not a model is never ready; out-of-range values are
-refused with their range."""
+"""Drafts that can help: the draft list offers smaller models only (those of another tokenizer:
+test_gui_cross_drafts), says when the draft is the target itself or when none is installed (with the known-good
+pair to download); a model that fails to load never changes the chat's settings; a folder that is not a model is
+never ready; out-of-range values are refused with their range."""
 
 import json
 

@@ -34,6 +34,7 @@ from engine.models.pairs import DRAFT_IS_TARGET, pairs_for
 from gui.sessions.chat import Settings, backend_note
 from gui.views.chat.boxes import (build_model_box, build_sampling_box, build_saved_box, build_spec_box,
                                   build_system_box, note_label)
+from gui.views.chat.draft_list import cross_draft_note, fill_drafts
 from gui.views.chat.methods import add_method_items, draft_placeholder, draft_tooltip, is_head, mark_methods
 from gui.views.chat.params import changed_signal, read_param, shown_value, write_param
 
@@ -57,6 +58,7 @@ class ControlsPanel(QWidget):
         self._target_aliases: set[str] = set()  # names of the loaded target's files ("default", its path)
         self._suggested_download: str | None = None
         self._draft_note_text = ""
+        self._cross_drafts: set[str] = set()  # the drafts offered that are of another tokenizer
         self._method_chosen = False  # the user (or a remembered setting) chose the method: kept as it is
         self._entry: catalog.CatalogEntry | None = None  # the loaded target, described (None: not yet, a server)
         self._choices: dict = {}  # method -> engine.models.availability.MethodChoice for the loaded target
@@ -296,14 +298,15 @@ class ControlsPanel(QWidget):
             self._set_combo_text(self.draft, values["draft"])
 
     def set_draft_choices(self, names: list[str], *, target_aliases: set[str], note: str = "",
-                          download: str | None = None) -> None:
-        """The drafts to offer (compatible, smaller, installed), the loaded target's own names (a draft
-        that is one of them is the target itself), and when none is installed, why and what to download."""
+                          download: str | None = None, cross_tokenizer: set[str] = frozenset()) -> None:
+        """The drafts to offer (smaller, installed: the target's tokenizer first, then those of another, named in
+        `cross_tokenizer` and marked), the loaded target's own names (a draft that is one of them is the target
+        itself), and when none is installed, why and what to download."""
         self._target_aliases = {a for a in target_aliases if a}
+        self._cross_drafts = set(cross_tokenizer)
         current = self.draft.currentText().strip()
         self.draft.blockSignals(True)
-        self.draft.clear()
-        self.draft.addItems(names)
+        fill_drafts(self.draft, names, self._cross_drafts)
         self.draft.setEditText(current if current else (names[0] if names else ""))
         self.draft.blockSignals(False)
         self._suggested_download = download
@@ -395,15 +398,17 @@ class ControlsPanel(QWidget):
 
     def _show_draft_note(self, method) -> None:
         """Under the draft list: the draft is the target itself (what the Models window says), or, for the
-        method that drafts with a smaller model and no draft given yet, no compatible one is installed (with the
-        known-good one to download). Another method's draft (an assistant, a head) gets no draft model's hint."""
+        method that drafts with a smaller model, the draft offered is of another tokenizer (drafted through text),
+        or no draft is given yet and none is installed (with the known-good one to download). Another method's
+        draft (an assistant, a head) gets no draft model's hint."""
         name = self.draft.currentText().strip()
         is_target = method.needs_draft and bool(name) and name in self._target_aliases
         model_drafts = method.implied_by_draft
         empty = not name  # a draft given (a path, a hub id) is checked when it loads: no "none installed" then
         note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if model_drafts and empty else "")
-        self.draft_note.setText(f"⚠ {note}" if note else "")
-        self.draft_note.setVisible(bool(note))
+        cross = cross_draft_note(name) if model_drafts and name in self._cross_drafts else ""
+        self.draft_note.setText(f"⚠ {note}" if note else cross)
+        self.draft_note.setVisible(bool(note or cross))
         self.draft_download.setVisible(model_drafts and empty and bool(self._suggested_download))
 
     def _show_problem(self, message: str | None) -> None:

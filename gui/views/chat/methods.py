@@ -60,7 +60,8 @@ def draft_tooltip(method) -> str:
     that drafts with a smaller model."""
     if not (method.needs_draft or method.reads_head):
         return f"{method.label} takes no draft"
-    offered = "; the list offers the compatible, smaller ones installed" if method.implied_by_draft else ""
+    offered = ("; the list offers the smaller ones installed (another tokenizer's marked: they draft through text)"
+               if method.implied_by_draft else "")
     return f"{method.label}: {method.draft_help or head_placeholder(method)}{offered}"
 
 

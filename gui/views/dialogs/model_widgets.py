@@ -133,7 +133,8 @@ def push_button(text: str, slot) -> QPushButton:
 
 
 def build_pair_box(manager) -> QGroupBox:
-    """Target and draft pickers, the verdict in plain words and the compatible drafts found."""
+    """Target and draft pickers, the verdict in plain words and the drafts found (those of another tokenizer
+    marked)."""
     box = QGroupBox("Target and draft")
     form = QFormLayout(box)
     manager.target = QComboBox()
@@ -147,7 +148,8 @@ def build_pair_box(manager) -> QGroupBox:
     manager.verdict_label.setWordWrap(True)
     manager.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     form.addRow(manager.verdict_label)
-    manager.drafts_caption = QLabel("Compatible drafts found for this target (same vocabulary, smaller):")
+    manager.drafts_caption = QLabel("Smaller drafts found for this target: those of its own tokenizer first, then "
+                                     "those of another, which draft through text:")
     manager.drafts_caption.setObjectName("dim")
     manager.drafts_caption.setWordWrap(True)
     form.addRow(manager.drafts_caption)

@@ -1,6 +1,6 @@
 """The model manager: every model on this machine with its facts, target and draft picking with an
-instant compatibility check in plain words, the compatible drafts found, and downloads from the Hugging Face
-Hub with progress, cancel and resume.
+instant compatibility check in plain words, the drafts found (of the target's tokenizer, then of another), and
+downloads from the Hugging Face Hub with progress, cancel and resume.
 
 All the work is `engine.models` (catalog, pairing, memory, hub), run on background threads (gui.jobs) through the
 look-ups of gui.sessions.models, which also says what each row and line reads; its widgets are built by
@@ -25,8 +25,8 @@ from engine.models import catalog, secrets, sources
 from gui import theme
 from gui.jobs import BackgroundJobs
 from gui.persistence.settings import AppSettings
-from gui.sessions.models import (PairVerdict, estimates_job, free_memory_words, list_job, model_row, pair_job, plural,
-                                 progress_words, token_note)
+from gui.sessions.models import (PairVerdict, draft_list_words, estimates_job, free_memory_words, list_job, model_row,
+                                 pair_job, plural, progress_words, token_note)
 from gui.views.dialogs.model_widgets import COLUMNS, build
 from gui.views.main.dialogs import ask_yes_no
 
@@ -252,9 +252,11 @@ class ModelManager(QDialog):
             self.verdict_label.setText("⚠ " + verdict.explanation)
             self.verdict_label.setStyleSheet(f"color: {p.error};")
         self.drafts_list.clear()
-        for entry in verdict.drafts:
-            item = QListWidgetItem(f"{entry.label}  ({catalog.format_parameters(entry.n_parameters)} parameters)")
-            item.setData(Qt.ItemDataRole.UserRole, entry.name)
+        for candidate in verdict.drafts:  # the target's own tokenizer first, then another's (drafted through text)
+            text, tip = draft_list_words(candidate)
+            item = QListWidgetItem(text)
+            item.setData(Qt.ItemDataRole.UserRole, candidate.entry.name)
+            item.setToolTip(tip)
             self.drafts_list.addItem(item)
         if not verdict.drafts:
             item = QListWidgetItem("none found among the models listed above")

@@ -23,8 +23,8 @@ class DraftLists:
         self.closed = False  # shut down: a model loaded after the window closed starts no thread
 
     def refresh(self) -> None:
-        """The draft list offers the compatible, smaller models installed for the loaded target (looked up on
-        a background thread, once per target, when a method needs a draft)."""
+        """The draft list offers the smaller models installed for the loaded target, those of its tokenizer first,
+        then those of another (looked up on a background thread, once per target, when a method needs a draft)."""
         window = self.window
         info = window.session.model_info
         needs_draft = method_spec(window.controls.method_name()).needs_draft
@@ -72,5 +72,6 @@ class DraftLists:
             self.window.own_drafter_looked_up.emit(result)
         if self.lookups.is_choices(job_id):
             controls.set_draft_choices(list(result.names), target_aliases=set(result.target_aliases),
-                                       note=result.note, download=result.download)
+                                       note=result.note, download=result.download,
+                                       cross_tokenizer=set(result.cross_tokenizer))
             self.window.draft_choices_shown.emit(result)

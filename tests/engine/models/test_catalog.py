@@ -215,12 +215,26 @@ def test_explain_mismatch_shapes(difference, message, fragment):
     assert words.endswith("Llama-3.2-1B for Llama-3.1-8B).")
 
 
-def test_compatible_drafts_share_the_tokenizer_and_are_smaller(folders):
+def test_drafts_are_smaller_the_targets_tokenizer_first_then_another(folders):
     target, draft, stranger = (catalog.describe_path(folders[k]) for k in ("target", "draft", "stranger"))
     broken = catalog.describe_path(folders["draft"].parent / "nope")
-    assert pairing.compatible_drafts(target, [target, stranger, draft, broken]) == [draft]
+    found = pairing.compatible_drafts(target, [target, stranger, draft, broken])
+    # the stranger (another tokenizer) comes after the draft of the target's own, though listed before it
+    assert found == [pairing.DraftCandidate(draft, True), pairing.DraftCandidate(stranger, False)]
     assert pairing.compatible_drafts(draft, [target]) == []  # same tokenizer, but bigger: no speed-up
+    assert pairing.compatible_drafts(draft, [stranger]) == [pairing.DraftCandidate(stranger, False)]
     assert pairing.draft_difference(target, stranger)
+
+
+def test_a_draft_of_another_tokenizer_that_cannot_be_loaded_is_left_out(folders, tmp_path):
+    """The vocabulary sizes alone tell the tokenizers apart; the draft's own must still load to draft through
+    text."""
+    unreadable = tmp_path / "unreadable"
+    shutil.copytree(folders["stranger"], unreadable)
+    (unreadable / "tokenizer.json").write_text("{not json")
+    target, entry = catalog.describe_path(folders["target"]), catalog.describe_path(unreadable)
+    assert entry.usable and entry.vocab_size != target.vocab_size  # decided by size, without loading
+    assert pairing.compatible_drafts(target, [entry]) == []
 
 
 def test_cli_models_list_and_check(hf_cache, folders, capsys):
