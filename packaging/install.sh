@@ -57,6 +57,48 @@ find_nvcc() {
 has_nvidia_gpu() {
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU "
 }
+# A CPU that lists AMX (Intel Xeon 4th gen+) inside a virtual machine that does not let programs use it: llama.cpp
+# built with -march=native then dies on its first AMX instruction (SIGILL/SIGSEGV in ggml_backend_amx_mul_mat).
+# A ten-line probe asks the machine itself; where AMX faults, llama.cpp is built without it.
+amx_faults() {
+  [ "$(uname -s)" = Linux ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null && command -v cc >/dev/null 2>&1 || return 1
+  local probe
+  probe=$(mktemp -d)
+  cat >"$probe/amx.c" <<'C'
+#include <immintrin.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    unsigned char config[64];
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */)) return 2;
+    memset(config, 0, sizeof config);
+    config[0] = 1; config[16] = 64; config[48] = 16;  /* palette 1; tile 0: 16 rows of 64 bytes */
+    _tile_loadconfig(config);
+    _tile_zero(0);
+    _tile_release();
+    return 0;
+}
+C
+  local faults=0  # where the compiler can't emit AMX, it can't for llama.cpp either
+  if cc -O1 -mamx-tile "$probe/amx.c" -o "$probe/amx" 2>/dev/null; then
+    (cd "$probe" && ./amx) >/dev/null 2>&1 || faults=1
+  fi
+  rm -rf "$probe"
+  [ "$faults" = 1 ]
+}
+no_amx="" no_amx_flags=""
+if amx_faults; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  no_amx_flags="-DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+  echo "note: this CPU lists AMX but using it faults here (a virtual machine that withholds it): llama.cpp is" \
+       "built without AMX" >&2
+fi
+# the installed llama.cpp decodes a token of the built-in model (an AMX build where AMX faults does not)
+llama_decodes() {
+  $PYTHON -m engine.cli generate --backend llama.cpp --max-new-tokens 2 "Hi" >/dev/null 2>&1
+}
+
 accelerator=${SPECSCOPE_ACCELERATOR:-auto}
 if [ "$accelerator" = auto ]; then
   if [ -n "${CMAKE_ARGS:-}" ]; then
@@ -84,9 +126,9 @@ case "$accelerator" in
     # "native": this machine's GPUs (fast to build); without one to ask, every major architecture
     cuda_archs=native
     has_nvidia_gpu || cuda_archs=all-major
-    llama_cmake="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$cuda_archs" ;;
+    llama_cmake="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$cuda_archs $no_amx_flags" ;;
   metal) llama_cmake="-DGGML_METAL=on" ;;
-  cpu) llama_cmake="" ;;
+  cpu) llama_cmake="$no_amx_flags" ;;
   custom) llama_cmake="$CMAKE_ARGS" ;;
   *) echo "SPECSCOPE_ACCELERATOR must be auto, cuda, metal or cpu, not $accelerator" >&2; exit 1 ;;
 esac
@@ -105,6 +147,10 @@ import llama_cpp
 print("gpu" if llama_cpp.llama_supports_gpu_offload() else "cpu")
 PY
 )
+if [ -n "$no_amx_flags" ] && { [ "$llama_build" = cpu ] || [ "$llama_build" = gpu ]; } && ! llama_decodes; then
+  echo "The installed llama-cpp-python crashes on this CPU (built with AMX): rebuilding it without" >&2
+  llama_build=other
+fi
 if [ "$llama_build" = none ] || [ "$llama_build" = other ] || { [ "$wants_gpu" = 1 ] && [ "$llama_build" = cpu ]; }; then
   reinstall=""
   [ "$llama_build" = none ] || reinstall="--force-reinstall --no-cache-dir"
@@ -120,7 +166,7 @@ if [ "$llama_build" = none ] || [ "$llama_build" = other ] || { [ "$wants_gpu" =
       echo "  keeping the CPU build that is installed" >&2
     else
       echo "  building it for the CPU instead…" >&2
-      CMAKE_ARGS="" $PYTHON -m pip install -q $reinstall llama-cpp-python==0.3.36
+      CMAKE_ARGS="$no_amx_flags" $PYTHON -m pip install -q $reinstall llama-cpp-python==0.3.36
     fi
     accelerator=cpu
   fi
@@ -144,6 +190,10 @@ fi
 # into SPECSCOPE_TOOLS_DIR (default ~/.cache/specscope-tools) and skipped when it is already there.
 #   SPECSCOPE_SKIP_LLAMA_SERVER=1  do not build it (those tests then skip, saying why)
 LLAMA_SERVER_DIR="${SPECSCOPE_TOOLS_DIR:-$HOME/.cache/specscope-tools}/llama-server-0.3.36"
+server_flags="${no_amx_flags:-default}"  # the build's own flags, kept beside it: other flags, another build
+if [ -x "$LLAMA_SERVER_DIR/llama-server" ] && [ "$(cat "$LLAMA_SERVER_DIR/build-flags" 2>/dev/null || echo default)" != "$server_flags" ]; then
+  rm -f "$LLAMA_SERVER_DIR/llama-server"
+fi
 if [ "${SPECSCOPE_SKIP_LLAMA_SERVER:-0}" != 1 ] && [ ! -x "$LLAMA_SERVER_DIR/llama-server" ]; then
   echo "Building llama-server (llama.cpp's server target, CPU; about 4 min of 2 idle cores, 7.5 min CPU time)…" >&2
   command -v cmake >/dev/null 2>&1 || $PYTHON -m pip install -q cmake
@@ -152,7 +202,7 @@ if [ "${SPECSCOPE_SKIP_LLAMA_SERVER:-0}" != 1 ] && [ ! -x "$LLAMA_SERVER_DIR/lla
   tar xzf "$llama_work"/llama_cpp_python-0.3.36.tar.gz -C "$llama_work"
   if ! { cmake -S "$llama_work/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$llama_work/build" \
            -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-           -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
+           -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF ${no_amx:+"-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx"} \
          && cmake --build "$llama_work/build" --target llama-server -j "${SPECSCOPE_BUILD_JOBS:-2}"; } \
        >"$llama_work/build.log" 2>&1; then
     tail -n 30 "$llama_work/build.log" >&2
@@ -162,5 +212,6 @@ if [ "${SPECSCOPE_SKIP_LLAMA_SERVER:-0}" != 1 ] && [ ! -x "$LLAMA_SERVER_DIR/lla
   mkdir -p "$LLAMA_SERVER_DIR"
   cp "$llama_work/build/bin/llama-server" "$LLAMA_SERVER_DIR/llama-server.tmp"
   mv "$LLAMA_SERVER_DIR/llama-server.tmp" "$LLAMA_SERVER_DIR/llama-server"
+  echo "$server_flags" >"$LLAMA_SERVER_DIR/build-flags"
   rm -rf "$llama_work"
 fi
