@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.drafting import Proposal
+from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, ParamSpec
 
 KEY_MAP_SIZE = 262144  # llama.cpp's hash → position table: a power of two, so the slot is the hash's low bits
@@ -233,7 +234,11 @@ def llama_server_type(spec) -> str:
 
 
 def llama_server_args(spec) -> tuple[str, ...]:
-    """llama-server's options for the same setting (its drafts equal ours where spec.k ≥ size_m)."""
+    """llama-server's options for the same setting; ConfigError where it has none (it drafts size_m tokens at
+    once, so its drafts equal ours only where spec.k ≥ size_m)."""
+    if spec.k < spec.param("size_m"):
+        raise ConfigError(f"llama-server's ngram-map drafts size_m={spec.param('size_m')} tokens at once, ours at "
+                          f"most k={spec.k}: give k ≥ size_m (or a smaller size_m) to compare like with like")
     kind = llama_server_type(spec)
     return ("--spec-type", kind, f"--spec-{kind}-size-n", str(spec.param("size_n")),
             f"--spec-{kind}-size-m", str(spec.param("size_m")),
@@ -258,4 +263,4 @@ METHOD = MethodSpec(
     cache_params=("size_n", "size_m", "min_hits", "four_values"),
     build=lambda spec, target, draft, target_runner: NgramMapDrafter(
         spec.param("size_n"), spec.param("size_m"), spec.param("min_hits"), spec.param("four_values")),
-    sweep_rank=5, lookup=True)
+    sweep_rank=5, lookup=True, llama_server_args=llama_server_args)

@@ -15,6 +15,7 @@ Touches no model.
 from __future__ import annotations
 
 from engine.core.drafting import Proposal
+from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, ParamSpec
 
 POOL_SIZE = 4 * 1024 * 1024  # llama.cpp's table size: a power of two, so the slot is the hash's low bits
@@ -144,7 +145,11 @@ class NgramModDrafter:
 
 
 def llama_server_args(spec) -> tuple[str, ...]:
-    """llama-server's options for the same setting (its drafts equal ours where spec.k ≥ n_max)."""
+    """llama-server's options for the same setting; ConfigError where it has none (it drafts up to n_max at
+    once, so its drafts equal ours only where spec.k ≥ n_max)."""
+    if spec.k < spec.param("n_max"):
+        raise ConfigError(f"llama-server's ngram-mod drafts up to n_max={spec.param('n_max')} tokens at once, ours "
+                          f"at most k={spec.k}: give k ≥ n_max (or a smaller n_max) to compare like with like")
     return ("--spec-type", NgramModDrafter.name,
             "--spec-ngram-mod-n-match", str(spec.param("n_match")),
             "--spec-ngram-mod-n-min", str(spec.param("n_min")),
@@ -165,4 +170,4 @@ METHOD = MethodSpec(
     cache_params=("n_match", "n_min", "n_max"),
     build=lambda spec, target, draft, target_runner: NgramModDrafter(
         spec.param("n_match"), spec.param("n_min"), spec.param("n_max")),
-    sweep_rank=4, lookup=True)
+    sweep_rank=4, lookup=True, llama_server_args=llama_server_args)

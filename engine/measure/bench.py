@@ -26,6 +26,7 @@ from typing import Iterator
 from engine.measure.compare import strict_engine, sweep_specs, with_plain_first
 from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
+from engine.measure.bench_server import add_server_rows, check_compare_server, compare_with_server, print_server_table
 from engine.backends import is_local_backend
 from engine.host import DATA_DIR_VARIABLE
 from engine.core.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
@@ -58,6 +59,10 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare-llama", action="store_true",
                         help="also time llama-cpp-python's own Llama (plain, and prompt lookup through its "
                              "LlamaPromptLookupDecoding) on the same GGUF: ours ÷ theirs")
+    parser.add_argument("--compare-llama-server", action="store_true",
+                        help="also run llama.cpp's own llama-server (built by install.sh) on the same GGUF and "
+                             "prompt ids, for plain decoding and the n-gram configs it has an equal of "
+                             "(ngram-mod, ngram-map): its acceptance and equal outputs beside ours")
     parser.add_argument("--temperature", type=parse_float, default=0.0)
     parser.add_argument("--seed", type=parse_int, default=0)
     parser.add_argument("--strict", action="store_true",
@@ -387,6 +392,8 @@ def run(args) -> int:
                          compile=getattr(args, "compile", False), **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
+    if args.compare_llama_server:
+        check_compare_server(engine, args.temperature)
     if args.compare_hf and engine.target.backend != "transformers":
         raise ConfigError(f"--compare-hf compares with transformers' own generate(); {engine.target.label} runs "
                           f"on {engine.target.backend} (add --backend transformers, or use --compare-llama)")
@@ -400,8 +407,10 @@ def run(args) -> int:
             err.print(escape(f"configs that learn from past replies learn into a store of this run's own ({store}), "
                              + ("after one untimed pass over the prompts" if args.learn_pass else
                                 "starting empty and learning as the run goes")))
-        summary, cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
+        summary, cost, server_notes = _measure(engine, args, prompts, specs, sampling, err, remotes)
         print_table(summary, args.compare_hf)
+        if args.compare_llama_server:
+            print_server_table(summary, server_notes)
         print_sources(summary)
         print_divergences(summary)
         if sweep:
@@ -450,7 +459,8 @@ def _remotes(args) -> tuple:
 
 def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err, remotes=()):
     """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
-    --compare-llama. Returns the summary and the curve (None for a remote target)."""
+    --compare-llama, llama-server's after ours under --compare-llama-server. Returns the summary, the curve
+    (None for a remote target) and why configs were left out of the llama-server comparison."""
     from rich.markup import escape
     backend = engine.target.backend
     others = {b: [s for s in specs if s.backend == b] for b in BACKENDS if b != backend}
@@ -467,13 +477,16 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
                                 comparisons, remotes, args.learn_pass)
     finally:
         close_comparisons(comparisons)
+    tallies, server_notes = compare_with_server(engine, prompts, results, args.max_new_tokens, progress) \
+        if args.compare_llama_server else ({}, [])
     summary = summarise(results, args.compare_hf, comparisons, cost)
+    add_server_rows(summary, tallies)
     for other, group in others.items():
         if group:
             summary.update(_measure_on(other, group, args, prompts, sampling, progress, summary))
     if err.is_terminal:
         err.print(" " * 60, end="\r")
-    return summary, cost
+    return summary, cost, server_notes
 
 
 def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Prompt], sampling, progress,
