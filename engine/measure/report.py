@@ -107,7 +107,7 @@ def print_divergences(summary: dict, console=None) -> None:
             else:
                 console.print(escape(f"near-tie {label}, prompt {d['prompt']}: token {d['position']}, "
                                      f"{d['plain_text']!r} vs {d['spec_text']!r}, margin {d['top2_margin']:.3g} "
-                                     f"≤ pass discrepancy {d['pass_discrepancy']:.3g} ({d['dtype']} rounding)"))
+                                     f"≤ 2 × pass discrepancy {d['pass_discrepancy']:.3g} ({d['dtype']} rounding)"))
 
 
 def print_sources(summary: dict, console=None) -> None:

@@ -406,7 +406,7 @@ def test_real_comparison_of_two_settings_gives_outputs_identical_to_plain(tmp_pa
         else:
             assert row["equality"] == "near-tie" and row["divergence"]["kind"] == "near-tie", row["divergence"]
             assert row["divergence"]["position"] == row["first_difference"]
-            assert row["divergence"]["top2_margin"] <= row["divergence"]["pass_discrepancy"]
+            assert row["divergence"]["top2_margin"] <= 2 * row["divergence"]["pass_discrepancy"]
     assert rows[2]["acceptance_rate"] > 0
 
 

@@ -64,7 +64,7 @@ def test_every_divergence_on_a_k_quant_is_a_near_tie(q4_k_m):
           f"of {len(found)}")
     for d in differing:
         assert d.kind == NEAR_TIE and d.backend == "llama.cpp" and d.dtype == q4_k_m.dtype_label, d.explanation()
-        assert d.top2_margin <= d.pass_discrepancy
+        assert d.top2_margin <= 2 * d.pass_discrepancy
 
 
 def test_a_planted_error_on_llama_cpp_is_a_mismatch(q4_k_m):
