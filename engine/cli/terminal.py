@@ -73,8 +73,10 @@ class TerminalStream:
         self.err.print(escape(line), style="dim", soft_wrap=True)
 
     def legend(self, started: GenerationStarted) -> None:
-        for note in started.warnings:
-            self.err.print(f"[yellow]warning:[/] {escape(note)}")
+        for warning in started.warnings:
+            self.err.print(f"[yellow]warning:[/] {escape(warning)}")
+        for note in started.notes:
+            self.err.print(f"note: {escape(note)}", style="dim")
         if started.method == plain_method().name:
             return
         legend = Text("legend: ")

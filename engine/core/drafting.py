@@ -45,6 +45,8 @@ class Drafter(Protocol):
     name: str
     free_to_propose: bool  # proposing costs next to nothing (a lookup): the adaptive length trims after
     note: str | None  # one line for the start of a generation (e.g. the model a foreign eagle head was made for)
+    # optional `warning: str | None`: a problem to say at the start (its store started afresh, a setting that
+    # drafts poorly); a drafter without the attribute has none
 
     def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
         """A generation starts with these sampling settings."""

@@ -155,8 +155,8 @@ class Engine:
             spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
             device=self.target.device_label or str(self.target.device), dtype=self.target.dtype_label,
             greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
-            max_new_tokens=max_new_tokens, warnings=spec.warnings + ((drafter.note,) if drafter.note else ()),
-            rollback=describe_rollback(before) if spec.speculative else "")
+            max_new_tokens=max_new_tokens, warnings=spec.warnings + _said(getattr(drafter, "warning", None)),
+            rollback=describe_rollback(before) if spec.speculative else "", notes=_said(drafter.note))
         try:
             while state.stop_reason is None:
                 room = room_left(state, cancel, max_new_tokens, self.target.context_length)
@@ -236,3 +236,8 @@ class Engine:
     @torch.inference_mode()
     def _propose(drafter: Drafter, ids: list[int], k: int) -> Proposal:
         return drafter.propose(ids, k)
+
+
+def _said(line: str | None) -> tuple[str, ...]:
+    """A drafter's optional line as a tuple of lines (none where it has nothing to say)."""
+    return (line,) if line else ()

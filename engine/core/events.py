@@ -110,8 +110,9 @@ class GenerationStarted:
     prompt_tokens: int
     reused_prefix_tokens: int  # prompt tokens whose KV cache was kept from the previous message
     max_new_tokens: int
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # problems with the settings or the drafter's data (shown with a ⚠)
     rollback: str = ""  # how a rejected draft is cut off a recurrent state, and what that costs (else "")
+    notes: tuple[str, ...] = ()  # what this generation's drafter does, said once: information, not a problem
 
 
 @dataclass(frozen=True, slots=True)

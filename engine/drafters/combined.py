@@ -22,8 +22,16 @@ class CombinedDrafter:
         self.lookup, self.model = lookup, model
         self.name = lookup.name
         self._last = None  # the drafter of the last proposal
-        notes = [note for note in (lookup.note, model.note) if note]
-        self.note = "; ".join(notes) if notes else None
+
+    @property
+    def note(self) -> str | None:
+        """Both drafters' lines (read at the start of a generation, after begin: a drafter may say something
+        new each time)."""
+        return _joined(self.lookup.note, self.model.note)
+
+    @property
+    def warning(self) -> str | None:
+        return _joined(getattr(self.lookup, "warning", None), getattr(self.model, "warning", None))
 
     def begin(self, sampling, generator) -> None:
         self.lookup.begin(sampling, generator)
@@ -51,3 +59,8 @@ class CombinedDrafter:
     def release(self) -> None:
         self.lookup.release()
         self.model.release()
+
+
+def _joined(*lines: str | None) -> str | None:
+    said = [line for line in lines if line]
+    return "; ".join(said) if said else None

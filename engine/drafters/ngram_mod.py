@@ -65,7 +65,8 @@ class NgramModDrafter:
     def __init__(self, n_match: int = 24, n_min: int = 48, n_max: int = 64) -> None:
         self.n_min, self.n_max = n_min, n_max
         self.pool = NgramModPool(n_match)
-        self.note: str | None = None if n_match >= SHORT_N_MATCH else (
+        self.note: str | None = None
+        self.warning: str | None = None if n_match >= SHORT_N_MATCH else (
             f"ngram-mod n_match={n_match} is short: llama.cpp warns of poor drafts below {SHORT_N_MATCH}")
         self._starting = False  # a generation began: its prompt joins the pool at the first proposal
         self._i_last = 0  # n-grams starting before this index of the history are in the pool

@@ -32,9 +32,9 @@ class LearnedReplies:
         for ids in self.store.replies(model, max_replies):
             self.tree.add(ids)
         held = self.tree.n_sequences
-        self.note = self.store.warning or (
-            f"suffix: learning from this model's past replies ({held} kept)" if held else
-            "suffix: learning from this model's replies (none kept yet: this chat is the first)")
+        self.warning = self.store.warning  # the store could not be read and started afresh (else None)
+        self.note = (f"suffix: learning from this model's past replies ({held} kept)" if held else
+                     "suffix: learning from this model's replies (none kept yet: this chat is the first)")
 
     def add(self, ids: list[int]) -> str | None:
         """Learn a finished reply; the reason where it could not be stored (it is learned in memory anyway)."""
@@ -49,7 +49,8 @@ class LearnedReplies:
 class SuffixDrafter:
     name = "suffix"
     free_to_propose = True  # a lookup: proposing k and trimming costs nothing
-    note: str | None = None  # said at the start of the next generation (a store started afresh, learning on)
+    note: str | None = None  # said at the start of the next generation (learning on, and how much it holds)
+    warning: str | None = None  # likewise, a problem: the store started afresh, a reply that could not be kept
 
     def __init__(self, limits: SpeculationLimits = SpeculationLimits(), learned: LearnedReplies | None = None) -> None:
         self.limits = limits
@@ -57,10 +58,12 @@ class SuffixDrafter:
         self._ids: list[int] = []  # the conversation the local tree holds
         self._local = SuffixTree()
         self._pending_note = learned.note if learned is not None else None
+        self._pending_warning = learned.warning if learned is not None else None
         self.last_source = ""  # which tree drafted the last proposal: "conversation" | "learned" | ""
 
     def begin(self, sampling, generator) -> None:
         self.note, self._pending_note = self._pending_note, None
+        self.warning, self._pending_warning = self._pending_warning, None
 
     def _sync(self, context_ids: list[int]) -> None:
         if len(self._ids) <= len(context_ids) and common_prefix_length(self._ids, context_ids) == len(self._ids):
@@ -87,7 +90,7 @@ class SuffixDrafter:
         if self.learned is not None and reply_ids:
             problem = self.learned.add(list(reply_ids))
             if problem:
-                self._pending_note = problem
+                self._pending_warning = problem
 
     def release(self) -> None:
         self._ids = []

@@ -38,7 +38,8 @@ class Turn:
     stop_reason: str | None = None
     stats: GenerationStats | None = None
     error: str | None = None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # problems said at the start of the reply
+    notes: tuple[str, ...] = ()  # information said at the start (what the drafter does), not a problem
     rounds: list[RoundRecord] = field(default_factory=list)  # assistant: its rounds (gui.sessions.rounds)
 
     @property
@@ -227,7 +228,8 @@ class SessionModel:
 
     # ------------------------------------------------------------------ events
     def start(self, event: GenerationStarted) -> Turn:
-        turn = Turn(role="assistant", spec_label=event.spec_label, model=event.model, warnings=event.warnings)
+        turn = Turn(role="assistant", spec_label=event.spec_label, model=event.model, warnings=event.warnings,
+                    notes=event.notes)
         self.turns.append(turn)
         self._current = turn
         self.live.reset(k=event.k, method=event.method, model=event.model, rollback=event.rollback)

@@ -84,6 +84,16 @@ def test_draft_with_a_method_that_takes_none_warns(capsys):
     assert "warning: a draft model is ignored by method prompt-lookup" in err
 
 
+def test_a_drafters_information_is_a_note_and_its_problem_a_warning(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(tmp_path / "data"))
+    code, out, err = run_cli(capsys, "generate", "--method", "suffix", "--learn", "--max-new-tokens", "4", "Say hi.")
+    assert code == 0
+    assert "note: suffix: learning from this model's replies (none kept yet" in err and "warning:" not in err
+    code, out, err = run_cli(capsys, "generate", "--method", "ngram-mod", "--spec-ngram-mod-n-match", "4",
+                             "--max-new-tokens", "4", "Say hi.")
+    assert code == 0 and "warning: ngram-mod n_match=4 is short" in err
+
+
 def test_generate_json_streams_one_event_per_line(capsys):
     code, out, err = run_cli(capsys, "generate", "--json", "--method", "prompt-lookup", "--k", "3",
                              "--max-new-tokens", "24", "Repeat exactly: one two three four, one two three four")

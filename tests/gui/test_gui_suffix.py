@@ -47,3 +47,29 @@ def test_the_compare_rows_and_the_fastest_sweep_offer_suffix(qtbot):
     add_method_items(combo, speculative_methods())
     assert combo.findData("suffix") >= 0
     assert "suffix" in {m.name for m in sweep_methods()}
+
+
+def test_a_reply_shows_the_drafters_notes_as_information_and_its_problems_as_warnings(qtbot):
+    from PySide6.QtGui import QColor, QTextCursor
+
+    from gui import theme
+    from gui.sessions.session_model import Turn
+    from gui.views.chat.transcript import TranscriptView
+
+    palette = theme.LIGHT
+    view = TranscriptView(lambda serial: None, palette)
+    qtbot.addWidget(view)
+    view.begin_assistant(Turn(role="assistant", spec_label="suffix:k=8,learn=1",
+                              warnings=("the suffix store could not be read: started afresh",),
+                              notes=("suffix: learning from this model's past replies (3 kept)",)))
+    lines = view.toPlainText().splitlines()
+    assert "⚠ the suffix store could not be read: started afresh" in lines
+    assert "suffix: learning from this model's past replies (3 kept)" in lines  # no warning sign
+
+    def colour_of(text: str) -> QColor:
+        cursor = view.document().find(text)
+        cursor.setPosition(cursor.selectionStart() + 1, QTextCursor.MoveMode.MoveAnchor)
+        return cursor.charFormat().foreground().color()
+
+    assert colour_of("the suffix store") == QColor(palette.warning)
+    assert colour_of("learning from") == QColor(palette.text_dim) != QColor(palette.warning)

@@ -175,6 +175,9 @@ class TranscriptView(QTextEdit):
         for warning in turn.warnings:
             cursor.insertBlock(QTextBlockFormat())
             cursor.insertText("⚠ " + warning, theme.text_format(p, small=True, color=p.warning))
+        for note in turn.notes:  # information: dim, no sign
+            cursor.insertBlock(QTextBlockFormat())
+            cursor.insertText(note, theme.text_format(p, small=True, dim=True))
         self._cursor = cursor
         self._reply_block = cursor.blockNumber()
         self._reply = ReplyLayout(self.document(), cursor.position() + 1, p, self.show_rejected,

@@ -86,7 +86,7 @@ def test_mtp_greedy_equals_plain(models, baselines, where, k):
         stats = finished.stats
         assert stats.drafted_tokens > 0 and 0 < stats.accepted_tokens < stats.drafted_tokens
         assert len(stats.per_position_acceptance) == k
-    note = " ".join(started.warnings)
+    note = " ".join(started.notes)
     assert "MTP on llama.cpp: 1 head" in note and ("beside the model" in note) == (where == "split")
     assert "re-applied on its own guess" in note
 

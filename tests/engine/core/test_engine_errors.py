@@ -337,7 +337,7 @@ def test_builtin_engine_drafts_through_text_with_a_draft_of_another_tokenizer(de
     plain = list(engine.generate("hello", max_new_tokens=8))[-1]
     started, *_, crossed = engine.generate("hello", spec=SpecConfig("draft-model", k=3, draft=str(tiny_dir)),
                                            max_new_tokens=8)
-    assert crossed.output_ids == plain.output_ids and "cross-tokenizer drafting" in " ".join(started.warnings)
+    assert crossed.output_ids == plain.output_ids and "cross-tokenizer drafting" in " ".join(started.notes)
 
 
 def test_every_error_is_a_specscope_error():

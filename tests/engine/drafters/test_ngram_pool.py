@@ -122,8 +122,8 @@ def test_mod_pool_outlives_a_generation_and_release_empties_it():
 
 
 def test_mod_warns_of_a_short_n_match_as_llama_cpp_does():
-    assert NgramModDrafter().note is None
-    assert "16" in NgramModDrafter(n_match=4).note
+    assert NgramModDrafter().warning is None and NgramModDrafter(n_match=4).note is None
+    assert "16" in NgramModDrafter(n_match=4).warning
 
 
 # ------------------------------------------------------------------ ngram-map

@@ -230,10 +230,10 @@ def test_a_row_of_another_format_starts_the_store_afresh(tmp_path):
     store.close()
 
 
-def test_learned_replies_say_what_they_hold_and_the_learning_drafter_reads_a_corrupt_store_as_a_note(tmp_path):
+def test_learned_replies_say_what_they_hold_and_the_learning_drafter_reads_a_corrupt_store_as_a_warning(tmp_path):
     path = tmp_path / STORE_NAME
     first = LearnedReplies("m", 100, path)
-    assert "none kept yet" in first.note
+    assert "none kept yet" in first.note and first.warning is None
     first.add([1, 2, 3])
     first.store.close()
     assert "(1 kept)" in LearnedReplies("m", 100, path).note
@@ -242,9 +242,31 @@ def test_learned_replies_say_what_they_hold_and_the_learning_drafter_reads_a_cor
         path.with_name(path.name + end).unlink(missing_ok=True)
     drafter = SuffixDrafter(learned=LearnedReplies("m", 100, path))
     drafter.begin(SamplingConfig(), None)
-    assert "could not be read" in drafter.note  # said at the start of the first generation
+    # said at the start of the first generation: the problem as a warning, learning itself as information
+    assert "could not be read" in drafter.warning and "could not be read" not in drafter.note
+    assert "none kept yet" in drafter.note
     drafter.begin(SamplingConfig(), None)
-    assert drafter.note is None  # and only then
+    assert drafter.note is None and drafter.warning is None  # and only then
+
+
+@pytest.mark.parametrize("method", ["suffix", "suffix+draft-model"])
+def test_the_engine_says_learning_as_a_note_and_a_broken_store_as_a_warning(tiny_model, tiny_draft_dir,
+                                                                           data_dir, method):
+    data_dir.mkdir(parents=True)
+    (data_dir / STORE_NAME).write_bytes(b"\0garbage" * 512)
+    spec = SpecConfig(method, k=3, draft=str(tiny_draft_dir) if "draft-model" in method else None,
+                      params={"learn": True})
+    engine = local_engine(tiny_model)
+    prompt = tiny_model.tokenizer.encode("How are you?", add_special_tokens=False)
+    started = run(engine, prompt, spec=spec, max_new_tokens=4)[0]
+    assert any("could not be read" in w for w in started.warnings), started
+    assert any("learning from this model's replies" in n for n in started.notes), started
+    assert not any("learning from" in w for w in started.warnings)
+    engine.release()
+    again = run(engine, prompt, spec=spec, max_new_tokens=4)[0]  # the same drafter: each line is said once
+    assert again.warnings == () and again.notes == ()
+    restarted = run(local_engine(tiny_model), prompt, spec=spec, max_new_tokens=4)[0]  # the store is sound again
+    assert restarted.warnings == () and any("(2 kept)" in n for n in restarted.notes), restarted
 
 
 WRITER = """
