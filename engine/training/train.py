@@ -384,11 +384,14 @@ def _unroll(options: TrainOptions, fraction: float) -> int:
 def _steps(head, embed, readout, optimizers, streams, options: TrainOptions, out: Path, loop: _Loop,
            budget: tuple[float, float], report: Report, cancel: threading.Event, place: Placement) -> None:
     """Optimizer steps until the budget's end or cancel; an evaluation and a checkpoint every ~40 s. An fp16
-    step's loss is scaled (`scaler`, disabled otherwise); a step whose gradients overflow is skipped by it."""
+    step's loss is scaled (`scaler`, disabled otherwise); a step whose gradients overflow is skipped by it.
+    At least one step and its evaluation run even where writing the replies overran the budget (a busy machine),
+    so the head always has held-out figures."""
     (optimizer, scaler), (train, held_out), (begun, until) = optimizers, streams, budget
     rng, started, last_eval, base = random.Random(options.seed + loop.step), time.monotonic(), 0.0, loop.seconds
     steps_eval = max(3, options.steps_unrolled)
-    while not cancel.is_set() and time.monotonic() < until:
+    first = loop.step
+    while not cancel.is_set() and (time.monotonic() < until or loop.step == first):
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(options, loop, until - time.monotonic())
         batch = random_batch(train, options, rng, place)

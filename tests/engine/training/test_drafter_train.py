@@ -151,3 +151,21 @@ def test_a_checkpoint_loads_onto_the_heads_device(tiny_model, tmp_path):
     states = [again.state[p] for p in other.parameters()]
     assert states and all(s["exp_avg"].device == META and s["exp_avg_sq"].device == META for s in states)
     assert all(s["step"].device.type == "cpu" and s["step"].dtype == torch.float32 for s in states)
+
+
+def test_a_budget_spent_before_training_still_trains_one_step_and_measures_it(tiny_dir, tiny_model, tmp_path):
+    """Writing the replies can overrun the budget on a busy machine: the head still gets one step and its
+    held-out figures, so the card is whole (it was empty, and the run's head had none)."""
+    head = EagleHead(tiny_model.model, torch.arange(64)).float()
+    hidden = int(tiny_model.model.config.hidden_size)
+    now = time.monotonic()
+    loop = train_head(tiny_model, head, synthetic_data(hidden, 64), options(tiny_dir, tmp_path), tmp_path,
+                      (now - 60, now - 1), lambda progress: None, threading.Event())
+    assert loop.step == 1 and len(loop.acceptance) >= 1 and all(0.0 <= a <= 1.0 for a in loop.acceptance)
+    stopped = threading.Event()
+    stopped.set()  # but a cancelled run stops at once
+    (tmp_path / "other").mkdir()
+    again = train_head(tiny_model, EagleHead(tiny_model.model, torch.arange(64)).float(),
+                       synthetic_data(hidden, 64), options(tiny_dir, tmp_path), tmp_path / "other",
+                       (now - 60, now - 1), lambda progress: None, stopped)
+    assert again.step == 0
