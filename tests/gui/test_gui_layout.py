@@ -25,6 +25,25 @@ def test_minimum_size_fits_1280_by_720(make_window):
     assert (window.width(), window.height()) == (1280, 720)
 
 
+def test_no_methods_settings_are_cut_off_at_the_right_of_the_settings_dock(make_window, qtbot):
+    """A method's parameter rows (suffix's long labels) widen the dock instead of running past its edge, and the
+    window still fits a laptop with the widest of them shown."""
+    window = make_window()
+    window.resize(1600, 1000)
+    controls, scroll = window.controls, window.controls_dock.widget()
+    widest = 0
+    for row in range(controls.method.count()):
+        method = controls.method.itemData(row)
+        if not method or not controls.method.model().item(row).isEnabled():
+            continue
+        controls.apply(method=method)
+        qtbot.waitUntil(lambda: scroll.minimumWidth() > controls.minimumSizeHint().width(), timeout=2_000)
+        qtbot.waitUntil(lambda: scroll.widget().width() <= scroll.viewport().width(), timeout=2_000)
+        widest = max(widest, controls.minimumSizeHint().width())
+        assert minimum(window).width() <= 1229, (method, minimum(window))
+    assert widest > 390  # suffix's rows are among them: the panel is wider than the dock's first width
+
+
 def test_the_window_never_resizes_itself_during_a_reply(make_window, qtbot):
     window = make_window(FakeEngine(delay=0.002))
     window.resize(1280, 720)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
@@ -107,13 +107,32 @@ def build_settings_dock(window, model: str) -> None:
     controls.models_requested.connect(window.open_models)
     controls.download_requested.connect(window.tools.download_suggested)
     controls.saved_settings_requested.connect(window.conversations.apply_saved_settings)
-    scroll = QScrollArea()
-    scroll.setWidget(controls)
-    scroll.setWidgetResizable(True)
-    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-    scroll.setMinimumWidth(controls.minimumSizeHint().width() + 24)
+    scroll = WidthFollowingScroll(controls)
     window.controls_dock = add_dock(window, "Settings", "settings_dock", scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
+
+
+class WidthFollowingScroll(QScrollArea):
+    """Scrolls its widget up and down, never sideways: its minimum width follows the widget's minimum, so rows that
+    appear later (a method's parameters with long labels) widen the dock instead of being cut off at the right."""
+
+    def __init__(self, widget: QWidget) -> None:
+        super().__init__()
+        self.setWidget(widget)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        widget.installEventFilter(self)
+        self.follow()
+
+    def follow(self) -> None:
+        needed = self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() + 4
+        if needed != self.minimumWidth():
+            self.setMinimumWidth(needed)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.follow()
+        return super().eventFilter(watched, event)
 
 
 def build_history_dock(window) -> None:
