@@ -121,6 +121,9 @@ def build_spec_box(panel) -> QGroupBox:
     """The method (with its notes), the draft, k, one control per method parameter, adaptive, the method's help."""
     box = QGroupBox("Speculation")
     form = QFormLayout(box)
+    # a method's parameters bring long labels (suffix's "Draft per matched token"): in a narrow dock a row whose
+    # label and field don't fit side by side puts the field under its label, instead of widening the dock
+    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
     panel.method = narrow_combo()
     add_method_items(panel.method)
     form.addRow("Method", panel.method)
