@@ -156,7 +156,7 @@ class EngineWorker(QObject):
     round_verified = Signal(int, object)  # request id, RoundVerified
     generation_finished = Signal(int, object)  # request id, GenerationFinished
     generation_failed = Signal(int, str)  # request id, message
-    comparison_advanced = Signal(int, int, object)  # request id, run index (0: plain), event
+    comparison_advanced = Signal(int, int, object)  # request id, run index (-1: the plan, then its runs), event
     comparison_finished = Signal(int)  # request id (also after Stop: the runs that finished stand)
     comparison_failed = Signal(int, str)  # request id, message
     cost_measured = Signal(object)  # CostCurve: the loaded target's verify-cost curve on this machine

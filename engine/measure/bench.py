@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from engine.measure.baselines import add_vs_fastest_plain, target_baseline
 from engine.measure.compare import strict_engine, sweep_specs, with_plain_first
 from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
@@ -282,9 +283,11 @@ def _warm_up(engine, specs: list[SpecConfig], sampling, comparisons: dict, remot
 
 
 def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict | None = None,
-              cost=None) -> dict:
+              cost=None, against: str = "") -> dict:
     """Every config's figures, overall ('all') and per category, as plain data; with the measured verify
-    cost curve `cost` (engine.measure.verify_cost), the theoretical speed-up on it too."""
+    cost curve `cost` (engine.measure.verify_cost), the theoretical speed-up on it too. `against` names the
+    baseline (results[0], plain decoding on the same backend: engine.measure.compare.baseline_label); a
+    server's row has none of its own (speed-up None: it is never judged against our plain decoding)."""
     baseline = results[0]
     out = {}
     for result in results:
@@ -317,8 +320,11 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
                 row["efficiency_measured_cost"] = efficiency(measured, on_cost) if on_cost else None
             row.update(comparison_row((comparisons or {}).get(result.spec.label()), key, pooled.tok_per_s))
             row["figures_from"] = result.figures_from()
+            row["baseline"] = against
             if result.remote is not None:  # the server reports no draft/verify times: no theory to hold it to
                 row["theoretical_speedup"] = row["efficiency"] = None
+                if result is not baseline:  # a server beside local plain decoding: vs_fastest_plain compares
+                    row["speedup"], row["baseline"] = None, ""
             if compare_hf and result.hf_seconds[key] > 0:
                 hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
                 row["hf_e2e_tok_per_s"] = hf_tok_s
@@ -440,7 +446,8 @@ def _strict(engine, prompts: list[Prompt], specs: list[SpecConfig], args, sampli
     specs = [s for s in specs if s.backend in (None, "transformers")]
     Console(highlight=False).print("strict check: float32 on the CPU, transformers backend "
                                    "(greedy outputs must be identical to plain decoding)", style="bold")
-    summary = summarise(run_benchmark(strict, prompts, specs, args.max_new_tokens, sampling), False)
+    summary = summarise(run_benchmark(strict, prompts, specs, args.max_new_tokens, sampling), False,
+                        against=target_baseline(strict))
     print_table(summary, False)
     print_divergences(summary)
     if strict is not engine:
@@ -479,11 +486,12 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
         close_comparisons(comparisons)
     tallies, server_notes = compare_with_server(engine, prompts, results, args.max_new_tokens, progress) \
         if args.compare_llama_server else ({}, [])
-    summary = summarise(results, args.compare_hf, comparisons, cost)
+    summary = summarise(results, args.compare_hf, comparisons, cost, against=target_baseline(engine))
     add_server_rows(summary, tallies)
     for other, group in others.items():
         if group:
             summary.update(_measure_on(other, group, args, prompts, sampling, progress, summary))
+    add_vs_fastest_plain(summary)
     if err.is_terminal:
         err.print(" " * 60, end="\r")
     return summary, cost, server_notes
@@ -502,7 +510,7 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
     results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress,
                             learn_pass=args.learn_pass)
     results[0].spec = SpecConfig(backend=backend)
-    summary = summarise(results, False, None, cost)
+    summary = summarise(results, False, None, cost, against=target_baseline(engine))
     for key, row in summary[results[0].spec.label()].items():
         base = main_summary[SpecConfig().label()].get(key, {}).get("tok_per_s")
         row["plain_vs_none"] = row["tok_per_s"] / base if base else None

@@ -1,9 +1,11 @@
 """Several settings on one prompt, one after another on the same device, and the k sweep: the logic shared by
 `specscope bench` (engine.measure.bench), the GUI's compare window (gui.sessions.compare) and scripted --compare.
 
-Runs never overlap: concurrent runs would distort each other's timing. Plain decoding always runs first,
-and once (`with_plain_first`, the one rule), so every speed-up is measured against it in the same session,
-and greedy outputs can be checked for being identical to it. Where one differs, the divergence is diagnosed
+Runs never overlap: concurrent runs would distort each other's timing. Plain decoding runs first, once on
+every backend a setting runs on (`ComparisonPlan`, the one rule: a method "auto" moves to transformers runs
+beside a plain run there), so every speed-up and every equality claim is judged against plain decoding on the
+same backend, dtype and device in the same session; a row's tok/s against the fastest plain run of all is a
+separate figure (`vs_fastest_plain`), never the equality claim. Where one differs, the divergence is diagnosed
 (engine.measure.divergence: a numerics near-tie or a real mismatch) and reported beside the run; `strict=True` reruns
 it all in float32 on the CPU with the transformers backend (`strict_engine`), where equality must be exact.
 The k sweep (`sweep_specs`, `sweep_summary`) turns measured points into the theoretical curve and the best k.
@@ -20,17 +22,12 @@ from typing import Iterable, Iterator
 
 import engine.drafters  # noqa: F401  (registers the methods; PLAIN below is one)
 from engine.core.config import SamplingConfig, SpecConfig
+from engine.measure.baselines import ComparisonPlan, baseline_label, with_plain_first
 from engine.measure.divergence import Divergence, diagnose, first_difference
 from engine.core.events import Event, GenerationFinished, RoundVerified
 from engine.core.stats import GenerationStats, efficiency, speedup, speedup_from_acceptance
 
 PLAIN = SpecConfig()
-
-
-def with_plain_first(specs: Iterable[SpecConfig]) -> list[SpecConfig]:
-    """Plain decoding, then every speculative spec in the order given. Plain decoding runs once: a spec that
-    does not speculate (method none, whatever its k) is dropped, since it would only repeat the baseline."""
-    return [PLAIN] + [s for s in specs if s.speculative or s.remote_url is not None]
 
 
 MEASURED_HERE = "measured here"
@@ -58,11 +55,18 @@ def strict_engine(engine, progress=None):
     return local_engine(target, draft_loader=strict_loader, on_status=progress)
 
 
+def runs_on(engine, spec: SpecConfig):
+    """The engine `spec` runs on: a BackendRouter's engine for its backend, else `engine` itself. Its target is
+    the one a differing output is diagnosed on."""
+    from engine.runtime import BackendRouter
+    return engine.engine_for(spec) if isinstance(engine, BackendRouter) else engine
+
+
 def diagnose_run(engine, prompt, system: str | None, plain: GenerationFinished | None,
                  finished: GenerationFinished, rounds: list[RoundVerified], greedy: bool) -> Divergence | None:
-    """The divergence of a finished greedy run from plain decoding (None when identical, when sampling, or
+    """The divergence of a finished greedy run from its plain baseline (None when identical, when sampling, or
     when either run was cut short by Stop or an error, or for a server's run: its token ids are not ours).
-    Costs nothing for an identical output."""
+    `engine` is the one both ran on. Costs nothing for an identical output."""
     if not greedy or plain is None or finished.output_ids == plain.output_ids or finished.server is not None:
         return None
     if {plain.stop_reason, finished.stop_reason} & {"cancelled", "out-of-memory"}:
@@ -71,19 +75,25 @@ def diagnose_run(engine, prompt, system: str | None, plain: GenerationFinished |
     return diagnose(engine.target, prompt_ids, plain.output_ids, finished.output_ids, rounds)
 
 
+PLAN_INDEX = -1  # comparison_events' first item: (PLAN_INDEX, the ComparisonPlan it runs)
+
+
 def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens: int = 128,
                       sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None,
                       system: str | None = None, strict: bool = False, diagnosis: bool = True
-                      ) -> Iterator[tuple[int, Event | Divergence]]:
-    """Yield (index into with_plain_first(specs), event) for every run in turn. Each run starts from an
-    empty KV cache, so none profits from another's prefill. A greedy run whose output differs from plain
-    decoding's is followed by its diagnosis, (index, Divergence), unless `diagnosis` is False (a caller that
-    only times the runs). `strict`: on strict_engine(engine)."""
+                      ) -> Iterator[tuple[int, Event | Divergence | ComparisonPlan]]:
+    """First (PLAN_INDEX, plan): what will run (ComparisonPlan: a plain baseline on every backend used); then
+    (index into plan.runs, event) for every run in turn. Each run starts from an empty KV cache, so none
+    profits from another's prefill. A greedy run whose output differs from its own backend's plain decoding is
+    followed by its diagnosis, (index, Divergence), unless `diagnosis` is False (a caller that only times the
+    runs). `strict`: on strict_engine(engine)."""
     cancel = cancel or threading.Event()
     if strict:
         engine = strict_engine(engine, engine.on_status)
-    plain = None
-    for index, spec in enumerate(with_plain_first(specs)):
+    plan = ComparisonPlan.of(specs, engine.target.backend)
+    yield PLAN_INDEX, plan
+    plains: dict[int, GenerationFinished] = {}
+    for index, spec in enumerate(plan.runs):
         if cancel.is_set():
             return
         engine.release()
@@ -93,9 +103,12 @@ def comparison_events(engine, prompt, specs: list[SpecConfig], *, max_new_tokens
             if isinstance(event, RoundVerified):
                 rounds.append(event)
             elif isinstance(event, GenerationFinished):
-                plain = plain or event
-                greedy = sampling.greedy and diagnosis
-                divergence = diagnose_run(engine, prompt, system, plain, event, rounds, greedy)
+                if plan.is_plain(index):
+                    plains[index] = event
+                base = plan.baseline_index(index)
+                plain = plains.get(base) if base is not None else None
+                divergence = diagnose_run(runs_on(engine, spec), prompt, system, plain, event, rounds,
+                                          sampling.greedy and diagnosis)
                 yield index, event
                 if divergence is not None:
                     yield index, divergence
@@ -129,6 +142,11 @@ class ComparisonRow:
     diff: str
     divergence: Divergence | None = None  # the diagnosis of the first difference (engine.measure.divergence)
     figures_from: str = MEASURED_HERE  # or "the server at URL": a remote row's counts are the server's own
+    baseline: str = ""  # what speed-up and equality are judged against: "plain on transformers · cpu · bfloat16"
+    # ("" for a server's row: no plain baseline of its own)
+    vs_fastest_plain: float | None = None  # tok/s ÷ the fastest plain decoding of the run, on any backend
+    # (the cross-backend picture; never the equality claim)
+    is_baseline: bool = False  # a plain decoding run: some rows' baseline
 
     @property
     def equality(self) -> str:
@@ -146,39 +164,61 @@ class ComparisonRow:
                 "theoretical_speedup": self.theoretical_speedup, "efficiency": self.efficiency,
                 "draft_seconds": self.draft_seconds, "verify_seconds": self.verify_seconds,
                 "identical_to_plain": self.identical_to_plain, "first_difference": self.first_difference,
-                "equality": self.equality, "figures_from": self.figures_from,
+                "equality": self.equality, "figures_from": self.figures_from, "baseline": self.baseline,
+                "vs_fastest_plain": self.vs_fastest_plain,
                 "divergence": self.divergence.as_dict() if self.divergence is not None else None,
                 "tokens": self.stats.committed_tokens, "text": self.text}
 
 
 def summary_rows(specs: list[SpecConfig], finished: dict[int, GenerationFinished], greedy: bool,
-                 divergences: dict[int, Divergence] | None = None) -> list[ComparisonRow]:
-    """The table: one row per finished run, index 0 being plain decoding; `divergences` by run index (from
-    comparison_events) give a differing row its diagnosis."""
-    divergences = divergences or {}
-    ordered = with_plain_first(specs)
-    plain = finished.get(0)
+                 divergences: dict[int, Divergence] | None = None, *, plan: ComparisonPlan | None = None,
+                 started: dict | None = None) -> list[ComparisonRow]:
+    """The table: one row per finished run of `plan` (ComparisonPlan.of(specs) when not given), each judged
+    against plain decoding on its own backend (speed-up, identical, diff), and its tok/s against the fastest
+    plain run of all (`vs_fastest_plain`); `divergences` by run index (from comparison_events) give a differing
+    row its diagnosis, `started` (GenerationStarted by run index) the baselines' device and dtype for labels."""
+    divergences, started = divergences or {}, started or {}
+    plan = plan or ComparisonPlan.of(specs)
+    plain_speeds = [finished[i].stats.tok_per_s for i in plan.plain_indices if i in finished]
+    fastest_plain = max(plain_speeds, default=0.0)
     rows = []
-    for index, spec in enumerate(ordered):
+    for index, spec in enumerate(plan.runs):
         done = finished.get(index)
         if done is None:
             continue
-        s = done.stats
-        measured = speedup(s.tok_per_s, plain.stats.tok_per_s) if plain else None
-        difference = first_difference(plain.output_ids, done.output_ids) if plain and greedy else None
-        if spec.remote_url is not None:  # the server's ids are not the local model's: not compared token for token
-            difference = None
-        identical = (difference is None) if plain and greedy and spec.remote_url is None else None
-        rows.append(ComparisonRow(
-            label=spec.label(), spec=spec, stats=s, text=done.text, output_ids=done.output_ids,
-            tok_per_s=s.tok_per_s, speedup=measured, acceptance_rate=s.acceptance_rate,
-            mean_accepted_length=s.mean_accepted_length, theoretical_speedup=s.theoretical_speedup,
-            efficiency=efficiency(measured, s.theoretical_speedup), draft_seconds=s.draft_seconds,
-            verify_seconds=s.verify_seconds, identical_to_plain=identical, first_difference=difference,
-            diff="" if identical in (True, None) else text_diff(plain.text, done.text),
-            divergence=divergences.get(index) if identical is False else None,
-            figures_from=MEASURED_HERE if spec.remote_url is None else f"the server at {spec.remote_url}"))
+        base = plan.baseline_index(index)
+        plain = finished.get(base) if base is not None else None
+        rows.append(_row(plan, index, done, plain, greedy, divergences.get(index), fastest_plain,
+                         _baseline(plan, base, started.get(base))))
     return rows
+
+
+def _baseline(plan: ComparisonPlan, base: int | None, started) -> str:
+    if base is None:
+        return ""
+    device, dtype = (started.device, started.dtype) if started is not None else ("", "")
+    return baseline_label(plan.backend_of(base), device, dtype)
+
+
+def _row(plan: ComparisonPlan, index: int, done: GenerationFinished, plain: GenerationFinished | None,
+         greedy: bool, divergence: Divergence | None, fastest_plain: float, baseline: str) -> ComparisonRow:
+    """One run's row, judged against `plain` (its own backend's plain decoding; None: not measured)."""
+    spec, s = plan.runs[index], done.stats
+    measured = speedup(s.tok_per_s, plain.stats.tok_per_s) if plain else None
+    compared = plain is not None and greedy and spec.remote_url is None  # a server's ids are not ours
+    difference = first_difference(plain.output_ids, done.output_ids) if compared else None
+    identical = (difference is None) if compared else None
+    return ComparisonRow(
+        label=spec.label(), spec=spec, stats=s, text=done.text, output_ids=done.output_ids,
+        tok_per_s=s.tok_per_s, speedup=measured, acceptance_rate=s.acceptance_rate,
+        mean_accepted_length=s.mean_accepted_length, theoretical_speedup=s.theoretical_speedup,
+        efficiency=efficiency(measured, s.theoretical_speedup), draft_seconds=s.draft_seconds,
+        verify_seconds=s.verify_seconds, identical_to_plain=identical, first_difference=difference,
+        diff="" if identical in (True, None) else text_diff(plain.text, done.text),
+        divergence=divergence if identical is False else None,
+        figures_from=MEASURED_HERE if spec.remote_url is None else f"the server at {spec.remote_url}",
+        baseline=baseline, vs_fastest_plain=speedup(s.tok_per_s, fastest_plain) if fastest_plain > 0 else None,
+        is_baseline=plan.is_plain(index))
 
 
 # ------------------------------------------------------------------ k sweep
@@ -262,6 +302,6 @@ def sweep_summary(method: str, points: Iterable[SweepPoint], curve=None) -> Swee
     return SweepSummary(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
 
 
-__all__ = ["comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
+__all__ = ["ComparisonPlan", "PLAN_INDEX", "baseline_label", "runs_on", "comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
            "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "pooled_draft_seconds", "best_k", "sweep_specs",
            "sweep_points", "SweepSummary", "sweep_summary"]

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from engine.measure.compare import PLAIN, comparison_events, with_plain_first
+from engine.measure.compare import PLAIN, PLAN_INDEX, ComparisonPlan, baseline_label, comparison_events
 from engine.core.config import SamplingConfig, SpecConfig, check_k
 from engine.core.methods import MethodSpec, method_spec, methods
 from engine.core.errors import ConfigError
@@ -35,9 +35,15 @@ class SettingResult:
     """One setting over the repeats: its speed-up against each repeat's plain run, and their median."""
 
     spec: SpecConfig
-    speedups: tuple[float, ...]  # one per finished repeat, vs that repeat's plain decoding
+    speedups: tuple[float, ...]  # one per finished repeat, vs that repeat's plain decoding on the same backend
     tok_per_s: tuple[float, ...]
     acceptance_rates: tuple[float, ...]
+    vs_fastest_plain: tuple[float, ...] = ()  # per repeat, vs that repeat's fastest plain run on any backend
+    baseline: str = ""  # which plain decoding `speedups` are against ("plain on transformers")
+
+    @property
+    def median_vs_fastest_plain(self) -> float:
+        return statistics.median(self.vs_fastest_plain) if self.vs_fastest_plain else self.median
 
     @property
     def median(self) -> float:
@@ -63,7 +69,8 @@ class SettingResult:
         return {"setting": self.spec.label(), "method": self.spec.method,
                 "k": self.spec.k if self.spec.speculative else None, "median_speedup": self.median,
                 "low": self.low, "high": self.high, "speedups": list(self.speedups),
-                "median_tok_per_s": self.median_tok_per_s, "acceptance_rate": self.acceptance_rate}
+                "median_tok_per_s": self.median_tok_per_s, "acceptance_rate": self.acceptance_rate,
+                "baseline": self.baseline, "median_vs_fastest_plain": self.median_vs_fastest_plain}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +81,12 @@ class FastestResult:
     repeats: int  # repeats that finished (plain and every setting)
     winner: SettingResult
 
+    several_backends: bool = False  # plain decoding ran on more than one backend (each setting's own baseline)
+
     @property
     def plain(self) -> SettingResult:
-        return next(r for r in self.results if not r.spec.speculative)
+        """The fastest plain decoding (the winner to beat)."""
+        return max((r for r in self.results if not r.spec.speculative), key=lambda r: r.median_tok_per_s)
 
     @property
     def clear_win(self) -> bool:
@@ -90,8 +100,12 @@ class FastestResult:
             return (f"Plain decoding is fastest here: no setting beat it (median of {self.repeats} repeats "
                     "each).")
         noise = "" if self.clear_win else "; its range reaches below 1×, so the gain may be noise"
-        return (f"Fastest here: {w.spec.label()} at {w.median:.2f}× plain decoding "
-                f"(range {w.low:.2f}–{w.high:.2f}× over {self.repeats} repeats{noise}).")
+        against = w.baseline.replace("plain on", "plain decoding on") if self.several_backends else "plain decoding"
+        text = (f"Fastest here: {w.spec.label()} at {w.median:.2f}× {against} "
+                f"(range {w.low:.2f}–{w.high:.2f}× over {self.repeats} repeats{noise})")
+        if self.several_backends:
+            text += f"; {w.median_vs_fastest_plain:.2f}× the fastest plain decoding here ({self.plain.baseline})"
+        return text + "."
 
     def as_dict(self) -> dict:
         return {"repeats": self.repeats, "winner": self.winner.spec.label(), "clear_win": self.clear_win,
@@ -134,9 +148,19 @@ class FastestSweep:
         if not isinstance(repeats, int) or repeats < MIN_REPEATS:
             raise ConfigError(f"repeats must be an integer ≥ {MIN_REPEATS}, got {repeats!r}")
         self.specs = specs
-        self.runs = with_plain_first(specs)  # what one repeat runs, index 0 being plain decoding
+        self.plan = ComparisonPlan.of(specs)  # what one repeat runs: plain decoding on each backend, then the specs
         self.repeats = repeats
         self.finished: list[dict[int, GenerationFinished]] = []  # per repeat: run index -> its end
+
+    @property
+    def runs(self) -> tuple[SpecConfig, ...]:
+        return self.plan.runs
+
+    def replan(self, plan: ComparisonPlan) -> None:
+        """The plan the engine runs (comparison_events' first item: the backends settings were placed on)."""
+        if plan.runs != self.plan.runs and self.finished:
+            raise ConfigError("the sweep's settings moved to other backends between repeats")
+        self.plan = plan
 
     @property
     def total_runs(self) -> int:
@@ -161,18 +185,26 @@ class FastestSweep:
         repeats = self.complete_repeats()
         if not repeats:
             return None
-        results = []
-        for index, spec in enumerate(self.runs):
-            ups, rates, speeds = [], [], []
-            for done in repeats:
-                plain, run = done[0].stats.tok_per_s, done[index].stats
-                ups.append(speedup(run.tok_per_s, plain) if plain > 0 else 0.0)
-                speeds.append(run.tok_per_s)
-                rates.append(run.acceptance_rate)
-            results.append(SettingResult(spec, tuple(ups), tuple(speeds), tuple(rates)))
+        results = [self._setting(index, repeats) for index in range(len(self.runs))]
         # fastest first; a tie goes to plain decoding, then to the smaller k (less wasted work)
-        results.sort(key=lambda r: (-round(r.median, 6), r.spec.speculative, r.spec.k))
-        return FastestResult(tuple(results), len(repeats), results[0])
+        # (ranked against the fastest plain decoding on any backend: what is fastest on this machine)
+        results.sort(key=lambda r: (-round(r.median_vs_fastest_plain, 6), r.spec.speculative, r.spec.k))
+        return FastestResult(tuple(results), len(repeats), results[0], len(self.plan.plain_indices) > 1)
+
+    def _setting(self, index: int, repeats: list[dict[int, GenerationFinished]]) -> SettingResult:
+        """Run `index` over the complete repeats: against its own backend's plain run and the fastest one."""
+        base = self.plan.baseline_index(index)
+        ups, rates, speeds, vs_fastest = [], [], [], []
+        for done in repeats:
+            run = done[index].stats
+            plain = done[base].stats.tok_per_s
+            fastest = max(done[i].stats.tok_per_s for i in self.plan.plain_indices)
+            ups.append(speedup(run.tok_per_s, plain) if plain > 0 else 0.0)
+            vs_fastest.append(speedup(run.tok_per_s, fastest) if fastest > 0 else 0.0)
+            speeds.append(run.tok_per_s)
+            rates.append(run.acceptance_rate)
+        return SettingResult(self.runs[index], tuple(ups), tuple(speeds), tuple(rates), tuple(vs_fastest),
+                             baseline_label(self.plan.backend_of(base)))
 
 
 def find_fastest(engine, prompt, specs: Iterable[SpecConfig], *, repeats: int = MIN_REPEATS,
@@ -186,7 +218,9 @@ def find_fastest(engine, prompt, specs: Iterable[SpecConfig], *, repeats: int = 
     for repeat in range(repeats):
         for index, event in comparison_events(engine, prompt, sweep.specs, max_new_tokens=max_new_tokens,
                                               sampling=sampling, cancel=cancel, system=system):
-            if isinstance(event, GenerationFinished):
+            if index == PLAN_INDEX:
+                sweep.replan(event)
+            elif isinstance(event, GenerationFinished):
                 sweep.add(repeat, index, event)
                 if on_run is not None:
                     on_run(repeat, index, event)

@@ -24,7 +24,8 @@ def _fmt(value, pattern: str) -> str:
 
 OPTIONAL_COLUMNS = (("theory@cost", "theoretical_speedup_measured_cost", ".2f", "×"),
                     ("effic.@cost", "efficiency_measured_cost", ".2f", ""),
-                    ("vs none", "plain_vs_none", ".2f", "×"))
+                    ("vs none", "plain_vs_none", ".2f", "×"),
+                    ("vs fastest plain", "vs_fastest_plain", ".2f", "×"))
 # the references beside our loop (bench --compare-llama), in a table of their own so that neither is squeezed
 REFERENCE_COLUMNS = (("theirs tok/s", "llama_cpp_python_tok_per_s", ".1f", ""),  # llama-cpp-python's own loop
                      ("ours/theirs", "ours_over_llama_cpp_python", ".2f", ""),
@@ -66,6 +67,7 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
                 cells.append(_fmt(row.get("ours_over_hf"), ".2f"))
             table.add_row(*(cells + _cells(row, optional)))
         console.print(table)
+    print_baselines(summary, console)
     references = _present(REFERENCE_COLUMNS, summary)
     if references:
         table = Table(title="overall, beside llama.cpp's own loops", title_justify="left")
@@ -82,6 +84,23 @@ def print_table(summary: dict, compare_hf: bool, console=None) -> None:
     if any("bare_loop_tok_per_s" in row for rows in summary.values() for row in rows.values()):
         console.print("bare: a bare greedy loop on llama-cpp-python's low-level API (one llama_decode and a numpy "
                       "argmax a token), the same GGUF, prompt ids, threads and GPU layers: what llama.cpp alone costs")
+
+
+def print_baselines(summary: dict, console) -> None:
+    """What each row's speed-up and identical count are judged against: plain decoding on its own backend,
+    dtype and device, in this run (a server's row: against none; "vs fastest plain" is the cross-backend
+    figure)."""
+    from rich.markup import escape
+    groups: dict[str, list[str]] = defaultdict(list)
+    for label, rows in summary.items():
+        if "all" in rows and rows["all"].get("baseline") is not None:
+            groups[rows["all"]["baseline"] or "no plain decoding of its own (the server's run)"].append(label)
+    if len(groups) == 1:
+        console.print(escape(f"speed-up and identical: against {next(iter(groups))}, measured in this run"))
+        return
+    for baseline, labels in groups.items():
+        console.print(escape(f"speed-up and identical against {baseline}: {', '.join(labels)}"))
+    console.print("vs fastest plain: tok/s against the fastest plain decoding of this run on any backend")
 
 
 def _identical_cell(row: dict) -> str:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.measure.compare import ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, sweep_summary, \
-    with_plain_first
+from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, \
+    sweep_summary
 from engine.core.methods import all_params
 from engine.core.config import SamplingConfig, SpecConfig, check_k
 from engine.measure.divergence import Divergence
@@ -37,23 +37,24 @@ RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "t
               "max_new_tokens", "strict")
 FIGURE_FIELDS = ("tok_per_s", "speedup", "acceptance_rate", "mean_accepted_length", "theoretical_speedup",
                  "efficiency", "draft_seconds", "verify_seconds", "identical_to_plain", "first_difference",
-                 "equality", "figures_from", "tokens", "text")
+                 "equality", "figures_from", "baseline", "vs_fastest_plain", "tokens", "text")
 SWEEP_FIELDS = ("method", "k", "speedup", "theoretical_speedup", "acceptance_rate", "cost_ratio") + RUN_FIELDS
 COMPARE, SWEEP = "compare", "sweep"
 
 
 @dataclass
 class Run:
-    index: int  # 0: plain decoding
+    index: int  # into the plan's runs (plain decoding on each backend first)
     spec: SpecConfig
     session: SessionModel = field(default_factory=SessionModel)
     state: str = "waiting"  # waiting | running | done | stopped | failed
     finished: GenerationFinished | None = None
     divergence: Divergence | None = None  # how its greedy output differs from plain decoding's, if it does
+    label: str = ""  # what the user reads: "plain decoding (on transformers)" or the setting's label
+    started: GenerationStarted | None = None
 
-    @property
-    def label(self) -> str:
-        return "plain decoding" if self.index == 0 else self.spec.label()
+    def __post_init__(self) -> None:
+        self.label = self.label or self.spec.label()
 
     @property
     def turn(self) -> Turn | None:
@@ -73,10 +74,21 @@ class ComparisonSession:
         self.kind = kind  # compare | sweep
         self.model = model
         self.device = self.dtype = ""  # as the engine reported them (GenerationStarted)
-        self.runs = [Run(i, spec) for i, spec in enumerate(with_plain_first(self.specs))]
+        self.plan = ComparisonPlan.of(self.specs)
+        self.runs = self._runs(self.plan)
         self.done = False
         self.cancelled = False
         self.error: str | None = None
+
+    @staticmethod
+    def _runs(plan: ComparisonPlan) -> list[Run]:
+        return [Run(i, spec, label=plan.run_label(i)) for i, spec in enumerate(plan.runs)]
+
+    def replan(self, plan: ComparisonPlan) -> None:
+        """What the engine will really run (engine.measure.compare.comparison_events' first item: a plain baseline
+        on every backend the settings were placed on); comes before the first run starts."""
+        self.plan = plan
+        self.runs = self._runs(plan)
 
     @property
     def greedy(self) -> bool:
@@ -87,10 +99,14 @@ class ComparisonSession:
         return next((r for r in self.runs if r.state == "running"), None)
 
     def apply(self, index: int, event) -> list[DisplayToken]:
-        """Fold one event of run `index`; returns the tokens a round added (for the pane to draw)."""
+        """Fold one event of run `index`; returns the tokens a round added (for the pane to draw). The plan
+        (index PLAN_INDEX) replaces the runs before the first starts."""
+        if isinstance(event, ComparisonPlan):
+            self.replan(event)
+            return []
         run = self.runs[index]
         if isinstance(event, GenerationStarted):
-            run.state = "running"
+            run.state, run.started = "running", event
             run.session.start(event)
             if not self.model:
                 self.model = event.model
@@ -135,7 +151,9 @@ class ComparisonSession:
 
     def rows(self) -> list[ComparisonRow]:
         divergences = {r.index: r.divergence for r in self.runs if r.divergence is not None}
-        return summary_rows(self.specs, self.finished_runs(), self.greedy, divergences)
+        started = {r.index: r.started for r in self.runs if r.started is not None}
+        return summary_rows(self.specs, self.finished_runs(), self.greedy, divergences, plan=self.plan,
+                            started=started)
 
     def sweep_summary(self) -> SweepSummary:
         """The sweep of this session's method: one point per finished k, measured against its plain run."""
@@ -244,7 +262,7 @@ class CompareState:
         status = f"{'Stopped' if session.cancelled else 'Done'} · {done} of {len(session.runs)} runs finished"
         if session.strict:
             status += " · strict check in float32 on the CPU (transformers)"
-        kinds = [row.equality for row in session.rows()[1:]] if session.kind == COMPARE else []
+        kinds = [row.equality for row in session.rows() if not row.is_baseline] if session.kind == COMPARE else []
         for kind, words in (("near-tie", "near-tie"), ("mismatch", "MISMATCH")):
             if kind in kinds:
                 status += f" · {kinds.count(kind)} {words}{'s' if kinds.count(kind) > 1 else ''}"

@@ -19,6 +19,7 @@ from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.core.events import GenerationFinished
 from engine.core.methods import method_spec
+from engine.measure.compare import ComparisonPlan
 from engine.measure.fastest import FastestResult, FastestSweep, candidate_specs, sweep_methods
 
 REQUEST_ID_BASE = 1 << 30  # never one of the compare window's ids
@@ -87,8 +88,14 @@ class FastestState:
         return self.active_id is not None and request_id == self.active_id
 
     def advanced(self, request_id: int, index: int, event) -> bool:
-        """A run's event; True when it finished a run of this sweep (the progress moved)."""
-        if not self.ours(request_id) or not isinstance(event, GenerationFinished):
+        """A run's event; True when it finished a run of this sweep or told what each repeat runs (the
+        engine's plan: a plain baseline on every backend used), so the progress moved."""
+        if not self.ours(request_id):
+            return False
+        if isinstance(event, ComparisonPlan):
+            self.sweep.replan(event)
+            return True
+        if not isinstance(event, GenerationFinished):
             return False
         self.sweep.add(self.repeat, index, event)
         return True

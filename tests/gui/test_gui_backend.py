@@ -5,6 +5,9 @@ engine.backends.resolve_backend's reason; `specscope gui --backend` sets it befo
 
 from __future__ import annotations
 
+import pytest
+
+from engine.core.config import SpecConfig
 from engine.core.errors import ConfigError
 from fakes import FakeEngine, FakeModel
 from gui import app
@@ -174,11 +177,17 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
         session = blocker.args[0]
         assert calls == ["auto", "transformers"]  # the model loaded once more, on transformers, for that row
         assert [c.spec.label() for c in engines["llama.cpp"].calls] == ["none", "prompt-lookup:k=3"]
-        assert [c.spec.label() for c in engines["transformers"].calls] == ["prompt-lookup:k=3,backend=transformers"]
+        # each backend gets its own plain decoding: the transformers row is judged against plain there
+        assert [c.spec.label() for c in engines["transformers"].calls] == ["none:backend=transformers",
+                                                                           "prompt-lookup:k=3,backend=transformers"]
         table = compare.table
         labels = [table.item(r, 0).text() for r in range(table.rowCount())]
-        assert labels == ["plain decoding", "prompt-lookup:k=3", "prompt-lookup:k=3,backend=transformers"]
-        assert [run.state for run in session.runs] == ["done"] * 3
+        assert labels == ["plain decoding on llama.cpp · cpu · float32", "plain decoding on transformers · cpu · float32",
+                          "prompt-lookup:k=3", "prompt-lookup:k=3,backend=transformers"]
+        judged = [table.item(r, 9).text() for r in range(table.rowCount())]
+        assert judged[2] == "plain on llama.cpp · cpu · float32" and judged[3] == "plain on transformers · cpu · float32"
+        assert not table.isColumnHidden(9) and not table.isColumnHidden(10)
+        assert [run.state for run in session.runs] == ["done"] * 4
         # the export says which backend each row ran on (the shared one, or the row's own)
         import csv
         from gui.sessions.compare import write_rows_csv
@@ -186,7 +195,7 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
         write_rows_csv(session.rows(), path, session)
         with open(path, newline="", encoding="utf-8") as file:
             backends = [record["backend"] for record in csv.DictReader(file)]
-        assert backends[2] == "transformers" and backends[0] == backends[1] != "transformers"
+        assert backends[1] == backends[3] == "transformers" and backends[0] == backends[2] != "transformers", backends
         # a method the other backend can't serve is refused in the row, with the method table's reason
         row.method.setCurrentIndex(row.method.findData("early-exit"))
         row.backend.setCurrentIndex(row.backend.findData("llama.cpp"))
@@ -242,9 +251,19 @@ def test_compare_under_auto_runs_a_method_where_the_chat_would(qtbot):
         compare.max_new_tokens.setValue(12)
         with qtbot.waitSignal(compare.comparison_finished, timeout=WAIT_MS) as blocker:
             assert compare.run_comparison()
-        assert [run.state for run in blocker.args[0].runs] == ["done"] * 3
+        session = blocker.args[0]
+        assert [run.state for run in session.runs] == ["done"] * 4
         assert calls == ["auto", "transformers"]
-        assert [c.spec.label() for c in engines["transformers"].calls] == ["early-exit:k=2,layers=4,backend=transformers"]
+        assert [c.spec.label() for c in engines["transformers"].calls] == ["none:backend=transformers",
+                                                                           "early-exit:k=2,layers=4,backend=transformers"]
         assert [c.spec.label() for c in engines["llama.cpp"].calls] == ["none", "prompt-lookup:k=3"]
+        # the moved row is judged against plain decoding on transformers, never llama.cpp's (issue 31)
+        early = next(row for row in session.rows() if row.spec.method == "early-exit")
+        plain_there = next(row for row in session.rows() if row.spec == SpecConfig(backend="transformers"))
+        assert early.baseline.startswith("plain on transformers") and early.equality == "identical"
+        assert early.speedup == pytest.approx(early.tok_per_s / plain_there.tok_per_s)
+        assert [pane.run.label for pane in compare.panes][:2] == ["plain decoding on llama.cpp",
+                                                                  "plain decoding on transformers"]
+        assert "MISMATCH" not in compare.status_label.text()
     finally:
         window.shutdown()

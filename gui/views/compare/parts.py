@@ -54,12 +54,14 @@ def identical_text(row: ComparisonRow) -> str:
     return f"✗ differs at token {row.first_difference}"
 
 
-def row_title(row: ComparisonRow) -> str:
-    """The table's first cell: plain decoding, the setting's label, or a server's, with where its figures came
-    from (the server's own counts, or measured here)."""
+def row_title(row: ComparisonRow, several: bool = False) -> str:
+    """The table's first cell: plain decoding (on which backend, where `several` ran), the setting's label, or
+    a server's, with where its figures came from (the server's own counts, or measured here)."""
     if row.spec.remote_url is not None:
         return f"{row.label} (figures: {row.figures_from})"
-    return "plain decoding" if not row.spec.speculative else row.label
+    if row.is_baseline:
+        return row.baseline.replace("plain on", "plain decoding on") if several else "plain decoding"
+    return row.label
 
 
 # ------------------------------------------------------------------ one setting's fields
@@ -232,8 +234,8 @@ class RunPane(QFrame):
         parts = [f"{stats.committed_tokens} tok"]
         if stats.committed_tokens > 1:
             parts.append(f"{stats.tok_per_s:.1f} tok/s")
-        if row is not None and row.speedup is not None and self.run.index:
-            parts.append(f"{row.speedup:.2f}× plain")
+        if row is not None and row.speedup is not None and not row.is_baseline:
+            parts.append(f"{row.speedup:.2f}× {row.baseline.partition(' · ')[0]}")
         if stats.drafted_tokens:
             parts.append(f"α {stats.acceptance_rate:.0%}")
         self.figures.setText(" · ".join(parts))

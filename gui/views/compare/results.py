@@ -20,33 +20,42 @@ from gui.views.compare.parts import identical_text, row_title, times_text
 from gui.views.live.stats import DASH
 
 COLUMNS = ("setting", "tok/s", "speed-up", "acceptance", "mean acc. length", "theory", "efficiency",
-           "draft / verify time", "identical to plain")
+           "draft / verify time", "identical to plain", "judged against", "vs fastest plain")
+CROSS_COLUMNS = (9, 10)  # shown only where plain decoding ran on several backends (or a server's row is there)
 COLUMN_TIPS = ("SPEC of the setting", "committed tokens per second after the first",
                "tok/s / tok/s of plain decoding on this prompt, this session",
                "accepted drafted tokens / drafted tokens", "mean accepted length: committed tokens per target pass",
                "theoretical speed-up from α, k and the cost ratio (Leviathan et al. 2023, eq. 1)",
                "measured speed-up / theoretical speed-up", "seconds drafting / seconds verifying",
-               "greedy: whether the output is plain decoding's, token for token")
+               "greedy: whether the output is plain decoding's, token for token",
+               "the plain decoding this row's speed-up and equality are measured against: the same backend, "
+               "dtype and device, in this run",
+               "tok/s / tok/s of the fastest plain decoding in this run, on any backend (the cross-backend "
+               "picture, not an equality claim)")
 EXPORT_FILTERS = {"csv": "CSV (*.csv)", "json": "JSON (*.json)", "png": "PNG image (*.png)",
                   "sweep-csv": "CSV (*.csv)", "sweep-json": "JSON (*.json)", "sweep-png": "PNG image (*.png)"}
 
 
 def run_state_text(run, row: ComparisonRow | None) -> str:
     """A run pane's state: the verdict against plain once done, else where it is."""
-    if run.state == "done" and row is not None and run.index:
+    if run.state == "done" and row is not None and not row.is_baseline:
         return identical_text(row)
-    if run.state == "done" and run.index == 0:
+    if run.state == "done" and row is not None:
         return "reference"
     return {"waiting": "waiting", "running": "running…", "stopped": "stopped", "failed": "failed",
             "done": "done"}[run.state]
 
 
 def show_rows(table: QTableWidget, rows: list[ComparisonRow], palette: theme.Palette) -> None:
-    """The summary table: one row per run, plain decoding first."""
+    """The summary table: one row per run, plain decoding first (on each backend used, each setting judged
+    against its own backend's; the last two columns say which, shown only where that differs between rows)."""
     table.setRowCount(len(rows))
+    several = len({row.baseline for row in rows}) > 1
+    for column in CROSS_COLUMNS:
+        table.setColumnHidden(column, not several)
     for r, row in enumerate(rows):
         cells = (
-            row_title(row),
+            row_title(row, several),
             f"{row.tok_per_s:.1f}",
             DASH if row.speedup is None else f"{row.speedup:.2f}×",
             DASH if not row.spec.speculative and not row.stats.drafted_tokens else f"{row.acceptance_rate:.0%}",
@@ -54,11 +63,13 @@ def show_rows(table: QTableWidget, rows: list[ComparisonRow], palette: theme.Pal
             f"{row.theoretical_speedup:.2f}×",
             DASH if row.efficiency is None or not row.spec.speculative else f"{row.efficiency:.0%}",
             times_text(row),
-            "reference" if row_title(row) == "plain decoding" else identical_text(row),
+            "reference" if row.is_baseline else identical_text(row),
+            row.baseline or "no plain decoding on the server",
+            DASH if row.vs_fastest_plain is None else f"{row.vs_fastest_plain:.2f}×",
         )
         for c, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            if 0 < c < 8:
+            if 0 < c < 8 or c == 10:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if c == 8 and row.identical_to_plain is False:
                 near_tie = row.equality == "near-tie"

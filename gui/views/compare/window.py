@@ -18,7 +18,7 @@ from typing import Callable
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
-from engine.measure.compare import ComparisonRow, SweepSummary
+from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary
 from engine.core.config import MAX_K, SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.measure.fastest import sweep_methods
@@ -273,6 +273,11 @@ class CompareWindow(QMainWindow):
         if tokens is None:
             return
         session = self.state.active
+        if isinstance(event, ComparisonPlan):  # a plain baseline on each backend used: the panes follow the plan
+            self.progress.setRange(0, len(session.runs))
+            if session.kind == COMPARE:
+                self._build_panes(session)
+            return
         run = session.runs[index]
         pane = self.panes[index] if session.kind == COMPARE and index < len(self.panes) else None
         if isinstance(event, GenerationStarted):
@@ -371,7 +376,8 @@ class CompareWindow(QMainWindow):
         row = self.selected_row()
         if row is None or not row.spec.speculative:
             row = next((r for r in rows if r.identical_to_plain is False), None)
-        self.render_diff(rows[0], row, rows)
+        plain = next((r for r in rows if r.is_baseline and row is not None and r.baseline == row.baseline), rows[0])
+        self.render_diff(plain, row, rows)
 
     def render_diff(self, plain: ComparisonRow, row: ComparisonRow | None, rows: list[ComparisonRow]) -> None:
         render_diff(self.diff_view, self.palette_, self.session, plain, row, rows)

@@ -181,6 +181,7 @@ class FastestDialog(QDialog):
 
     def _on_advanced(self, request_id: int, index: int, event) -> None:
         if self.state.advanced(request_id, index, event):
+            self.progress.setRange(0, self.state.sweep.total_runs)
             self.progress.setValue(self.state.sweep.runs_done)
 
     def _on_finished(self, request_id: int) -> None:
@@ -221,7 +222,10 @@ class FastestDialog(QDialog):
         for row, setting in enumerate(result.results):
             rate = setting.acceptance_rate
             label = setting.spec.label() if setting.spec.speculative else "plain decoding (none)"
-            values = (label, f"{setting.median:.2f}×",
+            if result.several_backends and not setting.spec.speculative:
+                label = f"{setting.baseline.replace('plain on', 'plain decoding on')} (none)"
+            against = f" vs {setting.baseline}" if result.several_backends else ""
+            values = (label, f"{setting.median:.2f}×{against}",
                       f"{setting.low:.2f} – {setting.high:.2f}×" if setting.spec.speculative else "the reference",
                       f"{setting.median_tok_per_s:.1f}", "—" if rate is None else f"{rate:.0%}")
             for column, value in enumerate(values):

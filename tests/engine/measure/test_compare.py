@@ -1,8 +1,12 @@
 """Comparison summary, first difference and the k sweep's choice, on canned figures."""
 
+from types import SimpleNamespace
+
 import pytest
 
-from engine.measure.compare import (SweepPoint, best_k, first_difference, pooled_alpha_and_cost, summary_rows,
+from engine.measure.baselines import ComparisonPlan
+from engine.measure.divergence import Divergence
+from engine.measure.compare import (PLAN_INDEX, comparison_events, SweepPoint, best_k, first_difference, pooled_alpha_and_cost, summary_rows,
                             sweep_points, sweep_specs, sweep_summary, theoretical_curve, with_plain_first)
 from engine.core.config import SpecConfig, parse_spec
 from engine.core.events import GenerationFinished
@@ -89,3 +93,61 @@ def test_sweep_specs_and_summary_from_rows():
     assert list(summary.theory) == theoretical_curve(summary.alpha, summary.cost_ratio, [1, 3])
     assert summary.as_dict()["best_k"] == 3 and len(summary.as_dict()["points"]) == 2
     assert sweep_summary("early-exit", []).best is None
+
+
+MOVED = parse_spec("early-exit:k=3,layers=8,backend=transformers")  # what auto does to early exit on a GGUF
+
+
+def test_the_plan_runs_plain_decoding_on_every_backend_used_and_only_there():
+    plan = ComparisonPlan.of([parse_spec("prompt-lookup:k=5"), MOVED], "llama.cpp")
+    assert [s.label() for s in plan.runs] == ["none", "none:backend=transformers", "prompt-lookup:k=5", MOVED.label()]
+    assert [plan.baseline_index(i) for i in range(4)] == [0, 1, 0, 1]
+    assert plan.run_label(1) == "plain decoding on transformers" and plan.run_label(2) == "prompt-lookup:k=5"
+    only_moved = ComparisonPlan.of([MOVED], "llama.cpp")  # nothing runs on llama.cpp: no plain run there
+    assert [s.label() for s in only_moved.runs] == ["none:backend=transformers", MOVED.label()]
+    assert only_moved.run_label(0) == "plain decoding"
+    # a backend named explicitly that is the loaded one is the same baseline
+    same = ComparisonPlan.of([parse_spec("prompt-lookup:k=5,backend=llama.cpp")], "llama.cpp")
+    assert [s.label() for s in same.runs] == ["none", "prompt-lookup:k=5,backend=llama.cpp"]
+
+
+class _Canned:
+    """An engine on one backend: every setting outputs `ids` at `tok_per_s`."""
+
+    def __init__(self, backend, ids, speeds):
+        self.target = SimpleNamespace(backend=backend)
+        self.ids, self.speeds, self.calls = ids, speeds, []
+
+    def release(self):
+        pass
+
+    def prompt_ids(self, prompt, system=None):
+        raise AssertionError("identical outputs need no diagnosis")
+
+    def generate(self, prompt, *, spec, **_options):
+        self.calls.append(spec.label())
+        speed = self.speeds[spec.method]
+        yield finished(self.ids, "x", stats(20, 20 / speed))
+
+
+def test_a_moved_row_is_judged_against_plain_on_its_own_backend_never_the_other():
+    """Plain on llama.cpp (Q4_1) and on transformers (bf16) differ in their tokens and speed; early exit on
+    transformers equals plain there: identical, no MISMATCH, its speed-up against transformers' plain."""
+    from engine.runtime import BackendRouter
+    llama = _Canned("llama.cpp", [1, 9, 9], {"none": 45.0, "prompt-lookup": 60.0})
+    hf = _Canned("transformers", [1, 2, 3], {"none": 5.0, "early-exit": 5.6})
+    router = BackendRouter(llama, lambda backend: hf)
+    events = list(comparison_events(router, "hi", [parse_spec("prompt-lookup:k=5"), MOVED]))
+    index, plan = events[0]
+    assert index == PLAN_INDEX and plan.runs[1] == SpecConfig(backend="transformers")
+    assert llama.calls == ["none", "prompt-lookup:k=5"] and hf.calls == ["none:backend=transformers", MOVED.label()]
+    assert not any(isinstance(event, Divergence) for _, event in events)  # nothing differs from its own plain
+    done = {i: e for i, e in events[1:] if isinstance(e, GenerationFinished)}
+    started = {1: SimpleNamespace(device="cpu", dtype="bfloat16")}
+    rows = {row.label: row for row in summary_rows([], done, greedy=True, plan=plan, started=started)}
+    early = rows[MOVED.label()]
+    assert early.equality == "identical" and early.speedup == pytest.approx(5.6 / 5.0)
+    assert early.baseline == "plain on transformers · cpu · bfloat16"
+    assert early.vs_fastest_plain == pytest.approx(5.6 / 45.0)  # the cross-backend picture, apart
+    assert rows["prompt-lookup:k=5"].speedup == pytest.approx(60 / 45) and rows["none"].is_baseline
+    assert rows["none:backend=transformers"].speedup == pytest.approx(1.0)

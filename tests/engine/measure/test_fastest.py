@@ -1,6 +1,8 @@
 """The fastest-setting sweep (engine.measure.fastest): medians over repeats, the noise range, the winner, on canned
 timings; and find_fastest driving a scripted engine repeat after repeat."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from engine.core.config import SpecConfig, parse_spec
@@ -97,6 +99,8 @@ def test_candidates_leave_out_what_cannot_run():
 class CannedEngine:
     """Plain decoding at 10 tok/s; prompt lookup at 10·k/2 tok/s, whatever the repeat."""
 
+    target = SimpleNamespace(backend="llama.cpp")
+
     def __init__(self):
         self.calls = []
 
@@ -119,3 +123,26 @@ def test_find_fastest_runs_every_repeat_plain_first():
     assert seen == [(r, i) for r in range(3) for i in range(3)]
     assert result.winner.spec.label() == "prompt-lookup:k=4" and result.winner.median == pytest.approx(2.0)
     assert result.as_dict()["winner"] == "prompt-lookup:k=4"
+
+
+def test_a_setting_moved_to_another_backend_is_judged_against_plain_there_and_ranked_against_the_fastest():
+    """Early exit moved to transformers (5 tok/s plain there) at 6 tok/s: 1.2× plain on transformers, but
+    0.12× plain on llama.cpp (50 tok/s); prompt lookup on llama.cpp at 60 wins, and the verdict says both."""
+    moved = parse_spec("early-exit:k=3,layers=8,backend=transformers")
+    sweep = FastestSweep([SPECS[0], moved], repeats=3)
+    from engine.measure.baselines import ComparisonPlan
+    sweep.replan(ComparisonPlan.of(sweep.specs, "llama.cpp"))
+    assert [s.label() for s in sweep.runs] == ["none", "none:backend=transformers", "prompt-lookup:k=2",
+                                                moved.label()]
+    for repeat in range(3):
+        for index, tok_per_s in enumerate((50, 5, 60, 6)):
+            sweep.add(repeat, index, done(tok_per_s))
+    result = sweep.result()
+    early = next(r for r in result.results if r.spec == moved)
+    assert early.median == pytest.approx(1.2) and early.baseline == "plain on transformers"
+    assert early.median_vs_fastest_plain == pytest.approx(0.12)
+    assert result.winner.spec == SPECS[0] and result.several_backends
+    assert result.plain.spec == SpecConfig()  # the fastest plain decoding is the one to beat
+    verdict = result.verdict()
+    assert "prompt-lookup:k=2 at 1.20× plain decoding on llama.cpp" in verdict
+    assert "1.20× the fastest plain decoding here (plain on llama.cpp)" in verdict

@@ -46,12 +46,13 @@ def test_a_stopped_comparisons_stragglers_are_dropped_and_ids_grow():
     state = CompareState(make_request=SimpleNamespace)
     first, request = start(state, [parse_spec("prompt-lookup:k=2")])
     events = list(comparison_events(FakeEngine(), "x", [parse_spec("prompt-lookup:k=2")], max_new_tokens=6))
-    state.advanced(request.request_id, *events[0])
+    state.advanced(request.request_id, *events[0])  # the plan (what will run), then the first run's start
+    state.advanced(request.request_id, *events[1])
     assert state.finished(request.request_id) is first and first.cancelled  # Stop: the worker is through
     assert first.runs[0].state == "stopped" and "Stopped" in state.status(first)
     second, again = start(state, [parse_spec("prompt-lookup:k=2")])
     assert again.request_id == request.request_id + 1
-    assert state.advanced(request.request_id, *events[1]) is None  # the first one's late event
+    assert state.advanced(request.request_id, *events[2]) is None  # the first one's late event
     assert state.failed(request.request_id, "late") is None and state.active is second
 
 
