@@ -184,9 +184,10 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
         labels = [table.item(r, 0).text() for r in range(table.rowCount())]
         assert labels == ["plain decoding on llama.cpp · cpu · float32", "plain decoding on transformers · cpu · float32",
                           "prompt-lookup:k=3", "prompt-lookup:k=3,backend=transformers"]
-        judged = [table.item(r, 9).text() for r in range(table.rowCount())]
-        assert judged[2] == "plain on llama.cpp · cpu · float32" and judged[3] == "plain on transformers · cpu · float32"
-        assert not table.isColumnHidden(9) and not table.isColumnHidden(10)
+        speedups = [table.item(r, 2) for r in range(table.rowCount())]
+        assert speedups[2].text().endswith("× vs llama.cpp") and speedups[3].text().endswith("× vs transformers")
+        assert speedups[3].toolTip() == "against plain on transformers · cpu · float32, measured in this run"
+        assert not table.isColumnHidden(9) and table.horizontalHeaderItem(9).text() == "vs fastest plain"
         assert [run.state for run in session.runs] == ["done"] * 4
         # the export says which backend each row ran on (the shared one, or the row's own)
         import csv

@@ -135,6 +135,8 @@ def test_comparison_fills_panes_and_table_and_every_greedy_output_is_identical(m
     assert cells[1][0] == "prompt-lookup:k=3" and cells[1][8] == "✓ identical" and cells[2][8] == "✓ identical"
     rows = session.rows()
     assert cells[1][2] == f"{rows[1].speedup:.2f}×" and cells[1][3] == f"{rows[1].acceptance_rate:.0%}"
+    assert table.isColumnHidden(9)  # one backend: no cross-backend column
+    assert "against plain on transformers" in table.item(1, 2).toolTip()
     assert "identical" in compare.diff_text() and "token for token" in compare.diff_text()
     assert not compare.running and compare.run_button.isEnabled()
     assert window.send_button.isEnabled()  # the chat may send again

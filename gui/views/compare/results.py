@@ -20,16 +20,14 @@ from gui.views.compare.parts import identical_text, row_title, times_text
 from gui.views.live.stats import DASH
 
 COLUMNS = ("setting", "tok/s", "speed-up", "acceptance", "mean acc. length", "theory", "efficiency",
-           "draft / verify time", "identical to plain", "judged against", "vs fastest plain")
-CROSS_COLUMNS = (9, 10)  # shown only where plain decoding ran on several backends (or a server's row is there)
+           "draft / verify time", "identical to plain", "vs fastest plain")
+SPEEDUP, IDENTICAL, CROSS = 2, 8, 9  # CROSS: shown only where plain decoding ran on several backends (or a server's)
 COLUMN_TIPS = ("SPEC of the setting", "committed tokens per second after the first",
-               "tok/s / tok/s of plain decoding on this prompt, this session",
+               "tok/s / tok/s of plain decoding on the same backend, dtype and device, on this prompt, in this run",
                "accepted drafted tokens / drafted tokens", "mean accepted length: committed tokens per target pass",
                "theoretical speed-up from α, k and the cost ratio (Leviathan et al. 2023, eq. 1)",
                "measured speed-up / theoretical speed-up", "seconds drafting / seconds verifying",
-               "greedy: whether the output is plain decoding's, token for token",
-               "the plain decoding this row's speed-up and equality are measured against: the same backend, "
-               "dtype and device, in this run",
+               "greedy: whether the output is plain decoding's (on the same backend), token for token",
                "tok/s / tok/s of the fastest plain decoding in this run, on any backend (the cross-backend "
                "picture, not an equality claim)")
 EXPORT_FILTERS = {"csv": "CSV (*.csv)", "json": "JSON (*.json)", "png": "PNG image (*.png)",
@@ -47,37 +45,47 @@ def run_state_text(run, row: ComparisonRow | None) -> str:
 
 
 def show_rows(table: QTableWidget, rows: list[ComparisonRow], palette: theme.Palette) -> None:
-    """The summary table: one row per run, plain decoding first (on each backend used, each setting judged
-    against its own backend's; the last two columns say which, shown only where that differs between rows)."""
+    """The summary table: one row per run, plain decoding first (on each backend used: each setting's speed-up
+    and equality are judged against its own backend's, and say which; "vs fastest plain", shown only then or
+    beside a server's row, is the cross-backend figure)."""
     table.setRowCount(len(rows))
-    several = len({row.baseline for row in rows}) > 1
-    for column in CROSS_COLUMNS:
-        table.setColumnHidden(column, not several)
+    several = len({row.baseline for row in rows if row.baseline}) > 1
+    table.setColumnHidden(CROSS, not several and all(row.baseline for row in rows))
     for r, row in enumerate(rows):
         cells = (
             row_title(row, several),
             f"{row.tok_per_s:.1f}",
-            DASH if row.speedup is None else f"{row.speedup:.2f}×",
+            speedup_text(row, several),
             DASH if not row.spec.speculative and not row.stats.drafted_tokens else f"{row.acceptance_rate:.0%}",
             f"{row.mean_accepted_length:.2f}",
             f"{row.theoretical_speedup:.2f}×",
             DASH if row.efficiency is None or not row.spec.speculative else f"{row.efficiency:.0%}",
             times_text(row),
             "reference" if row.is_baseline else identical_text(row),
-            row.baseline or "no plain decoding on the server",
             DASH if row.vs_fastest_plain is None else f"{row.vs_fastest_plain:.2f}×",
         )
         for c, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            if 0 < c < 8 or c == 10:
+            if 0 < c < IDENTICAL or c == CROSS:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if c == 8 and row.identical_to_plain is False:
+            if c == SPEEDUP:
+                item.setToolTip(f"against {row.baseline}, measured in this run" if row.baseline else
+                                "a server's run has no plain decoding of its own: see vs fastest plain")
+            if c == IDENTICAL and row.identical_to_plain is False:
                 near_tie = row.equality == "near-tie"
                 item.setForeground(QColor(palette.warning if near_tie else palette.error))
                 item.setToolTip(row.divergence.explanation() if row.divergence is not None else
                                 "Greedy output differs from plain decoding; select the row to see the diff")
             item.setData(Qt.ItemDataRole.UserRole, r)
             table.setItem(r, c, item)
+
+
+def speedup_text(row: ComparisonRow, several: bool) -> str:
+    """"1.06×", or "0.84× vs transformers" where plain decoding ran on several backends."""
+    if row.speedup is None:
+        return DASH
+    backend = row.baseline.partition(" · ")[0].removeprefix("plain on ")
+    return f"{row.speedup:.2f}× vs {backend}" if several and not row.is_baseline and backend else f"{row.speedup:.2f}×"
 
 
 def render_diff(view: QTextEdit, p: theme.Palette, session, plain: ComparisonRow, row: ComparisonRow | None,
@@ -93,7 +101,9 @@ def render_diff(view: QTextEdit, p: theme.Palette, session, plain: ComparisonRow
                               theme.text_format(p, dim=True))
         elif len(rows) > 1:
             where = " in float32 on the CPU (strict check)" if session and session.strict else ""
-            cursor.insertText(f"✓ All {len(rows) - 1} settings: output identical to plain decoding{where}, "
+            settings = [r for r in rows if not r.is_baseline]
+            own = " on its own backend" if len({r.baseline for r in rows if r.baseline}) > 1 else ""
+            cursor.insertText(f"✓ All {len(settings)} settings: output identical to plain decoding{own}{where}, "
                               "token for token. Speculation changed nothing.", theme.text_format(p, bold=True))
         return
     if row.identical_to_plain:
