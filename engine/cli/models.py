@@ -1,5 +1,6 @@
-"""`specscope models list | check | download | prepare`: what is on this machine and what it needs, whether a
-draft can draft for a target, downloads from the Hugging Face Hub with progress. Touches the terminal, the
+"""`specscope models list | check | download | prepare`: what is on this machine and what it needs, how a draft
+drafts for a target (in its ids or through text), downloads from the Hugging Face Hub with progress, a GGUF
+converted once for the transformers backend. Touches the terminal, the
 model files and caches (engine.models.catalog, engine.models.hub) and the keyring (engine.models.secrets,
 for --token-from-keyring); never Qt."""
 
@@ -18,22 +19,31 @@ from engine.core.validation import MAX_COUNT, check_int, parse_int
 
 def cmd_models(args) -> int:
     if args.models_command == "prepare":
-        from engine.models.consent import require
-        from engine.models.load import load_model
-        flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
-        require((args.model,), **flags)
-        from engine.runtime import terminal_progress
-        first = load_model(args.model, device="cpu", progress=terminal_progress(), **flags)
-        again = load_model(args.model, device="cpu", **flags)
-        what = "converted and loaded" if first.converted_now else "loaded (already converted)"
-        print(f"{first.label}: {what} in {first.load_seconds:.1f} s; next load {again.load_seconds:.2f} s "
-              f"({first.source.path})")
-        return 0
+        return _models_prepare(args)
     if args.models_command == "check":
         return _models_check(args)
     if args.models_command == "download":
         return _models_download(args)
     return _models_list(args)
+
+
+def _models_prepare(args) -> int:
+    """Load the model twice on the transformers backend (where `auto` would run a GGUF on llama.cpp as it is
+    stored): the first load converts a GGUF once, the second shows what later starts cost."""
+    from engine.models.consent import require
+    from engine.models.load import load_model
+    from engine.models.sources import resolve_source
+    from engine.runtime import terminal_progress
+    flags = {"trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+    require((args.model,), **flags)
+    is_gguf = resolve_source(args.model).gguf_file is not None
+    first = load_model(args.model, device="cpu", progress=terminal_progress(), backend="transformers", **flags)
+    again = load_model(args.model, device="cpu", backend="transformers", **flags)
+    what = ("converted and loaded" if first.converted_now else "loaded (already converted)") if is_gguf \
+        else "loaded (not a GGUF: nothing to convert)"
+    print(f"{first.label}: {what} on transformers in {first.load_seconds:.1f} s; next load "
+          f"{again.load_seconds:.2f} s ({first.source.path})")
+    return 0
 
 
 def _models_list(args) -> int:
@@ -193,7 +203,8 @@ def add_models(sub) -> None:
     mlist.add_argument("--device", default="auto", help="device for the memory estimate (auto, cpu, cuda, mps)")
     mlist.add_argument("--dtype", default=None, help="dtype for the memory estimate (default: the device's)")
     mlist.add_argument("--context", type=parse_int, default=None, help="tokens of KV cache in the estimate (4096)")
-    mcheck = msub.add_parser("check", help="exit 0 if DRAFT can draft for TARGET, 2 with the reason if not")
+    mcheck = msub.add_parser("check", help="say how DRAFT drafts for TARGET: in its ids (the same tokenizer) or "
+                                           "through text (another one); exit 2 where a tokenizer can't be read")
     mcheck.add_argument("target")
     mcheck.add_argument("draft")
     mcheck.add_argument("--trust-remote-code", action="store_true",
@@ -207,6 +218,7 @@ def add_models(sub) -> None:
     mdown.add_argument("--revision", default=None, help="branch, tag or commit (default main)")
     mdown.add_argument("--allow-pickle", action="store_true",
                        help="accept pickle checkpoints (.bin/.pt) when a repo has no safetensors: they can run code")
-    mprep = msub.add_parser("prepare", help="convert a GGUF model once so that later starts are fast")
+    mprep = msub.add_parser("prepare", help="convert a GGUF once for --backend transformers, then report the "
+                                            "first and the next load times")
     mprep.add_argument("model", nargs="?", default="default")
     add_consent_args(mprep)

@@ -1,6 +1,7 @@
-"""Every command SpecScope tells you to run works: README.md's `specscope` lines that need no network (its fenced
-shell blocks), the next step `specscope drafter train` prints (built by engine.cli.drafter.use_command, the
-function that prints it) and the command in eagle's refusal for a model without a head. Each runs in-process
+"""Every command SpecScope tells you to run works: README.md's `specscope` lines that need no network (its shell
+blocks, fenced or indented; a line naming a hub id is only parsed, in test_readme.py), the next step
+`specscope drafter train` prints (built by engine.cli.drafter.use_command, the function that prints it) and the
+command in eagle's refusal for a model without a head. Each runs in-process
 through engine.cli.main.main, its budgets cut small (--max-new-tokens, --limit, --minutes) and its placeholders
 filled (the prompt "…", DIR, TARGET DRAFT)."""
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli.main import main
+from tests.e2e.readme_kit import block_commands, hub_ids
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,18 +25,13 @@ SMALL = {"--max-new-tokens": "8", "--limit": "1", "--minutes": "0.5", "--sweep-k
 
 
 def readme_commands() -> list[str]:
-    """The `specscope …` lines of README.md's fenced shell blocks (continuations joined)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = []
-    for block in re.findall(r"```(?:bash|sh|shell|console)\n(.*?)```", text, re.S):
-        lines += [line.strip() for line in block.replace("\\\n", " ").splitlines()
-                  if line.strip().startswith("specscope")]
-    return lines
+    """The `specscope …` lines of README.md's shell blocks (continuations joined)."""
+    return block_commands()
 
 
 def runnable(line: str) -> bool:
     argv = shlex.split(line, comments=True)[1:]
-    return bool(argv) and argv[0] in ENGINE_COMMANDS and tuple(argv[:2]) not in NEEDS_NETWORK
+    return bool(argv) and argv[0] in ENGINE_COMMANDS and tuple(argv[:2]) not in NEEDS_NETWORK and not hub_ids(argv)
 
 
 def as_argv(line: str, tmp_path: Path, head: Path | None = None) -> list[str]:
@@ -69,7 +66,7 @@ def test_the_readme_names_the_commands_run_here():
     run_here = [line for line in lines if runnable(line)]
     assert any(" generate " in f" {line} " for line in run_here) and any("drafter train" in line for line in run_here)
     assert all(runnable(line) or shlex.split(line, comments=True)[1:2] in ([], ["gui"]) or "download" in line
-               for line in lines)  # the rest: the window, a download
+               or hub_ids(shlex.split(line, comments=True)) for line in lines)  # the rest: the window, the network
 
 
 @pytest.mark.parametrize("line", [line for line in readme_commands() if runnable(line) and NEEDS_A_HEAD not in
