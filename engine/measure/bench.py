@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from engine.measure.baselines import add_vs_fastest_plain, target_baseline
-from engine.measure.compare import strict_engine, sweep_specs, with_plain_first
+from engine.measure.compare import parse_sweep, strict_engine, sweep_specs, with_plain_first
+from engine.measure.hf_reference import hf_generate
 from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
                                 make_comparisons)
 from engine.measure.bench_server import add_server_rows, check_compare_server, compare_with_server, print_server_table
@@ -76,17 +77,6 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
 
 
-def parse_sweep(text: str) -> list[int]:
-    try:
-        low, _, high = text.partition("-")
-        ks = list(range(int(low), int(high or low) + 1))
-    except ValueError:
-        raise ConfigError(f"--sweep-k wants a range like 1-8, got {text!r}") from None
-    if not ks or ks[0] < 1 or ks[-1] > 16:
-        raise ConfigError(f"--sweep-k range must lie within 1-16, got {text!r}")
-    return ks
-
-
 @dataclass
 class ConfigResult:
     spec: SpecConfig
@@ -122,27 +112,6 @@ class ConfigResult:
         counts = "/metrics" if server.metrics else "response timings (no /metrics)"
         return (f"tok/s and TTFT measured here, network included; acceptance from {server.kind}'s {counts} "
                 f"at {self.remote.target.address.url}")
-
-
-def _hf_kwargs(spec: SpecConfig, engine) -> dict:
-    """transformers generate()'s kwargs for the same setting, as the method's MethodSpec gives them."""
-    make = spec.info.hf_generate_kwargs
-    return {} if make is None else make(spec, engine)
-
-
-def hf_generate(engine, prompt_ids: list[int], spec: SpecConfig, max_new_tokens: int) -> tuple[list[int], float]:
-    """transformers' own generate() with the equivalent setting (greedy); returns new ids and seconds."""
-    import torch
-    model = engine.target.model
-    input_ids = torch.tensor([prompt_ids], device=engine.target.device)
-    kwargs = _hf_kwargs(spec, engine)
-    started = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                             max_new_tokens=max_new_tokens, pad_token_id=engine.target.tokenizer.eos_token_id,
-                             **kwargs)
-    seconds = time.perf_counter() - started
-    return out[0, len(prompt_ids):].tolist(), seconds
 
 
 def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int,
@@ -286,8 +255,7 @@ def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict |
               cost=None, against: str = "") -> dict:
     """Every config's figures, overall ('all') and per category, as plain data; with the measured verify
     cost curve `cost` (engine.measure.verify_cost), the theoretical speed-up on it too. `against` names the
-    baseline (results[0], plain decoding on the same backend: engine.measure.compare.baseline_label); a
-    server's row has none of its own (speed-up None: it is never judged against our plain decoding)."""
+    baseline (results[0]: plain decoding on the same backend); a server's row has none (speed-up None)."""
     baseline = results[0]
     out = {}
     for result in results:

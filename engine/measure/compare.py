@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 
 import engine.drafters  # noqa: F401  (registers the methods; PLAIN below is one)
 from engine.core.config import SamplingConfig, SpecConfig
+from engine.core.errors import ConfigError
 from engine.measure.baselines import ComparisonPlan, baseline_label, with_plain_first
 from engine.measure.divergence import Divergence, diagnose, first_difference
 from engine.core.events import Event, GenerationFinished, RoundVerified
@@ -267,6 +268,17 @@ def sweep_specs(specs: Iterable[SpecConfig], ks: Iterable[int]) -> list[SpecConf
     return [spec.with_k(k) for spec in specs if spec.speculative for k in ks]
 
 
+def parse_sweep(text: str) -> list[int]:
+    try:
+        low, _, high = text.partition("-")
+        ks = list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise ConfigError(f"--sweep-k wants a range like 1-8, got {text!r}") from None
+    if not ks or ks[0] < 1 or ks[-1] > 16:
+        raise ConfigError(f"--sweep-k range must lie within 1-16, got {text!r}")
+    return ks
+
+
 def sweep_points(rows: Iterable[ComparisonRow]) -> list[SweepPoint]:
     """One point per finished speculative row with a measured speed-up, sorted by k."""
     return sorted((SweepPoint(row.spec.k, row.speedup or 0.0, row.acceptance_rate, row.stats.cost_ratio)
@@ -302,6 +314,6 @@ def sweep_summary(method: str, points: Iterable[SweepPoint], curve=None) -> Swee
     return SweepSummary(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
 
 
-__all__ = ["ComparisonPlan", "PLAN_INDEX", "baseline_label", "runs_on", "comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
+__all__ = ["parse_sweep", "ComparisonPlan", "PLAN_INDEX", "baseline_label", "runs_on", "comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
            "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "pooled_draft_seconds", "best_k", "sweep_specs",
            "sweep_points", "SweepSummary", "sweep_summary"]
