@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Callable
 
-from engine.backends import backend_named
+from engine.backends import Note, backend_named, compile_note
 from engine.core.compat import check_tokenizers
 from engine.core.config import SpecConfig, check_backend
 from engine.core.drafting import Drafter
@@ -149,12 +149,18 @@ def quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def terminal_progress() -> Progress:
-    """Loading messages on stderr where someone watches (a terminal); silent when piped, so errors stay the
-    only line there."""
-    if sys.stderr.isatty():
-        return lambda message: print(message, file=sys.stderr)
-    return lambda message: None
+def terminal_progress(quiet: bool = False) -> Progress:
+    """Loading messages on stderr where someone watches (a terminal, and not `quiet`); silent when piped, so
+    errors stay the only line there, but for the notes on options left unused (engine.backends.Note), which
+    are said always, as `specscope: note: …`."""
+    shown = sys.stderr.isatty() and not quiet
+
+    def progress(message: str) -> None:
+        if isinstance(message, Note):
+            print(f"specscope: note: {message}", file=sys.stderr)
+        elif shown:
+            print(message, file=sys.stderr)
+    return progress
 
 
 def load_engine(name: str, progress: Progress | None = None, *, device: str = "auto", dtype: str | None = None,
@@ -170,7 +176,10 @@ def load_engine(name: str, progress: Progress | None = None, *, device: str = "a
     from engine.models.sources import is_server_url
     if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote.engine)
         from engine.remote.engine import load_remote
-        return load_remote(name, progress, on_status=on_status)
+        remote = load_remote(name, progress, on_status=on_status)
+        if compile and progress is not None:
+            progress(compile_note(remote.target.backend))
+        return remote
     limit_torch_threads()
     quiet_libraries()
     target = load_model(name, device=device, dtype=dtype, progress=progress, trust_remote_code=trust_remote_code,

@@ -34,9 +34,9 @@ import os
 import sys
 
 from engine.cli.arguments import (add_compile_arg, add_consent_args, add_generation_args, add_model_args, add_sampling_args,
-                              add_spec_args, check_generation_args, given_params, sampling_from_args,
-                              spec_from_args)
-from engine.core.methods import all_params, method_spec
+                              add_spec_args, check_generation_args, check_own_params, given_params,
+                              sampling_from_args, spec_from_args)
+from engine.core.methods import all_params, method_spec, methods
 from engine.core.config import SpecConfig, parse_spec
 from engine.models.consent import PICKLE, REMOTE_CODE, ConsentNeeded, require
 from engine.core.errors import ConfigError
@@ -46,6 +46,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
 
 
 class OneLineParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:  # no abbreviated options: `--tree` is not `--tree-depth`
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
     def error(self, message: str):  # argparse's own errors: one line, exit 2 (as the engine's commands)
         self.exit(EXIT_USAGE, f"specscope gui: error: {message}\n")
 
@@ -54,10 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The window's options: the model, method, sampling and generation ones are engine.cli.arguments' (the CLI's
     own), each None when not given, which keeps the window's last setting."""
     parser = OneLineParser(prog="specscope gui", description="Open the SpecScope chat window.")
-    add_model_args(parser, unset=True, dtype=False)
-    parser.add_argument("--dtype", default=None, type=dtype_name,
-                        help="float32, bfloat16 or float16 for this run (transformers backend only; GGUF weights on "
-                             "llama.cpp stay as quantized); default: the last one chosen")
+    add_model_args(parser, unset=True)  # --dtype for this run only, as generate takes it (auto included)
     add_spec_args(parser, unset=True)
     add_sampling_args(parser, unset=True)
     add_generation_args(parser, unset=True)
@@ -102,15 +102,6 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
-def dtype_name(text: str) -> str:
-    """--dtype: one of engine.backends.device's names, as the Models window's dtype picker names it (argparse's type)."""
-    from engine.backends.device import DTYPE_NAMES
-    name = DTYPE_NAMES.get(text.strip().lower())
-    if name is None:
-        raise argparse.ArgumentTypeError(f"expected float32, bfloat16 or float16, got {text!r}")
-    return name
-
-
 def window_size(text: str) -> tuple[int, int]:
     """--window-size WxH: two positive whole numbers (argparse's type)."""
     width, sep, height = text.lower().replace("×", "x").partition("x")
@@ -143,8 +134,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_settings(args: argparse.Namespace) -> None:
-    """Refuse a bad combination before any window opens (raises ConfigError)."""
-    spec_from_args(args)
+    """Refuse a bad combination before any window opens (raises ConfigError); a method parameter without
+    --method is checked against the window's method once it is known (held_problem)."""
+    spec_from_args(args, keeps_method=True)
+    if args.method is not None and not method_spec(args.method).offered:
+        offered = ", ".join(m.name for m in methods() if m.offered)
+        raise ConfigError(f"--method {args.method} is not in the window's method menu ({offered}); "
+                          "specscope generate runs it")
     sampling_from_args(args)
     check_generation_args(args)
     if args.compare is not None:
@@ -211,9 +207,14 @@ def apply_args(window, args: argparse.Namespace) -> None:
 
 
 def held_problem(window, args: argparse.Namespace) -> str | None:
-    """The first number given on the command line that the settings panel did not keep exactly (a widget
-    that rounds or clamps), as a refusal; None when every one was kept. Refuse, never change it silently."""
+    """A method parameter that the settings panel's method doesn't take, or the first number given on the
+    command line that the panel did not keep exactly (a widget that rounds or clamps), as a refusal; None when
+    every one was kept. Refuse, never change it silently."""
     held = window.controls.values()
+    try:
+        check_own_params(held["method"], given_params(args))
+    except ConfigError as exc:
+        return str(exc)
     numbers = [p.name for p in all_params() if p.type in (int, float)]
     for name in ("k", *numbers, "temperature", "top_p", "top_k", "seed", "max_new_tokens"):
         asked = getattr(args, name)

@@ -27,7 +27,8 @@ DEFAULT_PROMPT = "List the days of the week, then list them again in reverse ord
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specscope bench-gui", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="specscope bench-gui", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--model", default="default")
     parser.add_argument("--backend", default="auto", choices=("auto", "transformers", "llama.cpp"),
                         help="where the model runs (auto: the built-in model and GGUF files on llama.cpp)")

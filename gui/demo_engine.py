@@ -83,7 +83,8 @@ def _event_from_dict(data: dict):
     if kind == "finished":
         return GenerationFinished(stop_reason=data["stop_reason"], text=data["text"],
                                   output_ids=tuple(data["output_ids"]), stats=stats_from_dict(data["stats"]),
-                                  error=data.get("error"))
+                                  error=data.get("error"), backend=data.get("backend", ""),
+                                  device=data.get("device", ""))
     raise ValueError(f"unknown event type {kind!r}")
 
 
@@ -207,7 +208,8 @@ def record(path: str | Path, model: str = "default", specs=RECORDED_SPECS, promp
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gui.demo_engine", description="Record the --demo stream.")
+    parser = argparse.ArgumentParser(prog="python -m gui.demo_engine", description="Record the --demo stream.",
+                                     allow_abbrev=False)
     parser.add_argument("--record", required=True, metavar="JSONL", help="where to write the recording")
     parser.add_argument("--model", default="default")
     parser.add_argument("--max-new-tokens", type=int, default=120)

@@ -438,7 +438,7 @@ def summary(report: dict) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (tiny and 135M shapes)")
     parser.add_argument("--out", default="gpu_check.json", help="the JSON report (default: gpu_check.json here)")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")

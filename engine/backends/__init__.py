@@ -32,7 +32,14 @@ if TYPE_CHECKING:
     from engine.backends.source import ModelSource
 
 __all__ = ["Runner", "LoadedModel", "common_prefix_length", "sync_by_prefix", "kv_cache_bytes", "Backend",
-           "BackendChoice", "BACKENDS", "REGISTRY", "backend_named", "is_local_backend", "resolve_backend"]
+           "BackendChoice", "BACKENDS", "REGISTRY", "backend_named", "is_local_backend", "resolve_backend", "Note",
+           "compile_note"]
+
+
+class Note(str):
+    """A loader's line the user must read even where progress is not shown (a piped terminal, --json): an option
+    asked for that this backend leaves unused (--compile, --dtype). Everywhere else it is a line like any other
+    (engine.runtime.terminal_progress prints it always)."""
 
 
 class Runner(Protocol):
@@ -144,6 +151,7 @@ class Backend:
     checks_memory: bool  # its load refuses a model that doesn't fit by itself (else the loader estimates first)
     device_words: str = "{where}"  # what the user reads for where its layers run
     places_layers: bool = False  # its load takes the device as asked and decides by its own build (not torch's)
+    compiles: bool = False  # --compile serves it (torch.compile'd runners on a static cache: transformers_static)
 
     def available(self) -> bool:
         """Whether its library is installed here (asked without importing it)."""
@@ -169,7 +177,7 @@ class Backend:
 
 REGISTRY: tuple[Backend, ...] = (  # in BACKENDS' order; the first is where anything runs when nothing else can
     Backend("transformers", "engine.backends.transformers_entry", "transformers", "pip install transformers",
-            runs_folders=True, gguf="converted", kv_bytes_per_value=None, checks_memory=False),
+            runs_folders=True, gguf="converted", kv_bytes_per_value=None, checks_memory=False, compiles=True),
     Backend("llama.cpp", "engine.backends.llama_cpp_entry", "llama_cpp", "pip install llama-cpp-python==0.3.36",
             runs_folders=False, gguf="native", kv_bytes_per_value=2, checks_memory=True,  # F16 keys and values
             device_words="llama.cpp · {where}", places_layers=True),
@@ -182,6 +190,15 @@ def backend_named(name: str) -> Backend:
         if backend.name == name:
             return backend
     raise ModelLoadError(f"unknown backend {name!r}; use auto or {', '.join(BACKENDS)}")
+
+
+def compile_note(backend: str) -> Note | None:
+    """What --compile does on `backend` (a registry name, or a server's): None where it compiles the runners,
+    else the one line saying the option is unused there (said, never refused, so "auto" may pick any backend)."""
+    if any(b.name == backend and b.compiles for b in REGISTRY):
+        return None
+    where = " or ".join(b.name for b in REGISTRY if b.compiles)
+    return Note(f"--compile is unused on {backend}: it compiles runners on {where} only; the model runs as it is")
 
 
 def is_local_backend(name: str | None) -> bool:

@@ -29,6 +29,7 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from engine.backends import Note
 from engine.backends.transformers import TransformersRunner
 from engine.core.config import MAX_K
 from engine.core.errors import PromptTooLongError
@@ -237,7 +238,7 @@ def static_runner_factory(model, device: torch.device, context_length: int, labe
     the eager runner, its own context length and the reason (also said on `progress`)."""
     refusal = static_refusal(model, device)
     if refusal:
-        progress(f"--compile: {label} runs eager ({refusal})")
+        progress(Note(f"--compile: {label} runs eager ({refusal})"))
         return (lambda: TransformersRunner(model)), context_length, refusal
     compiled = CompiledForward(model, device, progress)
     length = min(context_length, STATIC_CONTEXT_LIMIT)

@@ -8,20 +8,26 @@ for it; `spec_from_args` / `sampling_from_args` fill what is None from a base co
 are the CLI's (SpecConfig() and SamplingConfig()).
 
 The method options are generated from the method registry (engine.drafters registers each method's
-MethodSpec): --method's choices, and one option per method parameter (engine.core.methods.ParamSpec).
+MethodSpec): --method's choices (every registered method, and every combination a SPEC takes), and one option
+per method parameter (engine.core.methods.ParamSpec). A parameter given to a method that doesn't take it is
+refused here (`check_own_params`), the one place the command line's stray method options are refused.
 
-Touches argparse, engine.core.config and the method registry only: no models, no Qt.
+Touches argparse, engine.core.config, engine.backends.device's dtype names and the method registry only: no
+models, no Qt.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from typing import Iterable
 
 import engine.drafters  # noqa: F401  (registers the methods)
+from engine.backends.device import DTYPE_NAMES
 from engine.core.config import BACKENDS, MAX_K, SamplingConfig, SpecConfig
-from engine.core.methods import (ParamSpec, all_params, implied_method, method_names, method_spec, methods,
-                                 plain_method)
+from engine.core.errors import ConfigError
+from engine.core.methods import (ParamSpec, all_params, foreign_param_words, implied_method, method_names,
+                                 method_spec, methods, plain_method)
 from engine.core.validation import check_max_new_tokens, parse_float, parse_int
 
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -51,9 +57,33 @@ def add_model_args(parser: argparse.ArgumentParser, *, unset: bool = False, dtyp
                                    "llama-cpp-python is installed, else transformers), transformers, llama.cpp",
                                    unset, "the last one chosen"))
     if dtype:
-        parser.add_argument("--dtype", default=None, help="float32, bf16, fp16 (default: bf16 on CUDA and on CPUs with native "
-                            "bf16 (AVX512-BF16/AMX), float32 on other CPUs); "
-                            "transformers backend only (GGUF weights on llama.cpp stay as quantized)")
+        what = ("auto, float32, bf16, fp16 (auto: bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), "
+                "float32 on other CPUs); transformers backend only (GGUF weights on llama.cpp stay as quantized)")
+        parser.add_argument("--dtype", default=None, type=dtype_choice, help=_help(what, unset, "the last one chosen"))
+
+
+def dtype_choice(text: str) -> str:
+    """--dtype (argparse's type): auto, or a dtype name engine.backends.device knows (float32, bf16, fp16, …),
+    as its full name (bfloat16); one line naming the choices for another."""
+    name = text.strip().lower().removeprefix("torch.")
+    if name == "auto":
+        return name
+    if name not in DTYPE_NAMES:
+        raise argparse.ArgumentTypeError(f"expected auto, float32, bf16 or fp16, got {text!r}")
+    return DTYPE_NAMES[name]
+
+
+def method_choice(text: str) -> str:
+    """--method (argparse's type): a registered method, or any combination a SPEC takes (lookup+model, made by
+    engine.core.methods.method_spec), by its name; argparse's "invalid choice" line naming them otherwise."""
+    try:
+        return method_spec(text.strip()).name
+    except ConfigError as exc:
+        if "+" in text:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        combined = next((m.name for m in methods() if m.parts), "LOOKUP+MODEL")
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(method_names())}, "
+                                         f"or a lookup and a model joined by + such as {combined})") from None
 
 
 def add_compile_arg(parser: argparse.ArgumentParser) -> None:
@@ -78,9 +108,10 @@ def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> No
     """--method, --draft, --k, one option per method parameter (--layers, --ngram-max, --ngram-min, …) and
     --adaptive."""
     plain, implied = plain_method().name, implied_method()
-    parser.add_argument("--method", default=None, choices=method_names(),
-                        help=_help(f"{plain}, or a drafter", unset) if unset else
-                        f"{plain}, or a drafter (default: {implied} with --draft, else {plain})")
+    combined = next((m.name for m in methods() if m.parts), "")
+    what = f"{plain}, or a drafter: {', '.join(method_names())}, or a lookup and a model joined by + ({combined})"
+    parser.add_argument("--method", default=None, type=method_choice, metavar="METHOD",
+                        help=_help(what, unset) if unset else f"{what} (default: {implied} with --draft, else {plain})")
     drafts = "; ".join(f"{m.name}: {m.draft_help}" for m in methods() if m.draft_help)
     parser.add_argument("--draft", default=None, help=f"what the method drafts with ({drafts})")
     parser.add_argument("--k", type=parse_int, default=_default(_K_DEFAULT, unset),
@@ -136,12 +167,26 @@ def given_params(args: argparse.Namespace) -> dict[str, object]:
     return {p.name: getattr(args, p.name) for p in all_params() if getattr(args, p.name, None) is not None}
 
 
-def spec_from_args(args: argparse.Namespace, base: SpecConfig | None = None) -> SpecConfig:
+def check_own_params(method: str, names: Iterable[str]) -> None:
+    """ConfigError for a parameter option given to a method that doesn't take it, in one line: "--layers is
+    early-exit's parameter; prompt-lookup takes --ngram-max, --ngram-min" (the command line never drops one)."""
+    info = method_spec(method)
+    for name in names:
+        if info.param(name) is None:
+            raise ConfigError(foreign_param_words(info, name))
+
+
+def spec_from_args(args: argparse.Namespace, base: SpecConfig | None = None, *,
+                   keeps_method: bool = False) -> SpecConfig:
     """The SpecConfig the options ask for; an option left None takes `base`'s value (a parameter only while
     the method stays the same). No --method: the method a draft implies when --draft is given, else
-    `base.method`. Raises ConfigError on a bad combination."""
+    `base.method`. Raises ConfigError on a bad combination, and for a parameter option of another method than
+    the one asked for (check_own_params); `keeps_method`: without --method the method is one not known here
+    (the window's last, which a --draft doesn't change), so that check is its caller's."""
     base = SpecConfig() if base is None else base
     method = getattr(args, "method", None) or (implied_method() if getattr(args, "draft", None) else base.method)
+    if getattr(args, "method", None) or not keeps_method:
+        check_own_params(method, given_params(args))
     params = {**(dict(base.params) if method == base.method else {}), **given_params(args)}
     return SpecConfig(method=method_spec(method).name, k=_given(args, "k", base), draft=_given(args, "draft", base),
                       params=params, adaptive=bool(_given(args, "adaptive", base)))
@@ -155,4 +200,5 @@ def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLIN
 
 __all__ = ["add_compile_arg", "add_consent_args", "check_generation_args", "add_model_args", "add_spec_args",
            "add_sampling_args", "add_generation_args", "spec_from_args", "sampling_from_args", "given_params",
+           "check_own_params", "dtype_choice", "method_choice",
            "DEFAULT_MAX_NEW_TOKENS"]

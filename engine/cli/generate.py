@@ -37,7 +37,7 @@ def cmd_generate(args) -> int:
         warn(note)
     require((args.model, spec.draft), trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
     from engine.runtime import load_engine, terminal_progress
-    shown = (lambda message: None) if args.json else terminal_progress()
+    shown = terminal_progress(quiet=args.json)  # --json: only the notes on options left unused (--compile)
     heard: list[str] = []  # what the loader said, to say on the start line what was not shown
 
     def progress(message: str) -> None:

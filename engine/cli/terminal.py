@@ -20,6 +20,12 @@ EXIT_BAD_INPUT = 2
 
 
 class Parser(argparse.ArgumentParser):
+    """The engine's commands' parser (and, as parser_class, their subparsers'): no abbreviated options (`--tree`
+    is not `--tree-depth`), argparse's own errors in one line."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
     def error(self, message: str):  # argparse's own errors: one line, exit 2
         self.exit(EXIT_BAD_INPUT, f"specscope: error: {message}\n")
 
@@ -73,10 +79,10 @@ class TerminalStream:
         self.err.print(escape(line), style="dim", soft_wrap=True)
 
     def legend(self, started: GenerationStarted) -> None:
-        for warning in started.warnings:
-            self.err.print(f"[yellow]warning:[/] {escape(warning)}")
+        for warning in started.warnings:  # one line each, however long (the terminal wraps it, not rich)
+            self.err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
         for note in started.notes:
-            self.err.print(f"note: {escape(note)}", style="dim")
+            self.err.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
         if started.method == plain_method().name:
             return
         legend = Text("legend: ")

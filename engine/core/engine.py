@@ -151,12 +151,13 @@ class Engine:
         state.piece = state.detok.text_of if record else None
         rollback_cost = getattr(self.runner, "rollback_cost", None)  # a recurrent state's (else None)
         before = rollback_cost() if rollback_cost is not None else None
+        where = {"backend": self.target.backend, "device": self.target.device_label or str(self.target.device)}
         yield GenerationStarted(
             spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
-            device=self.target.device_label or str(self.target.device), dtype=self.target.dtype_label,
-            greedy=sampling.greedy, prompt_tokens=len(prompt), reused_prefix_tokens=len(self.runner.ids),
-            max_new_tokens=max_new_tokens, warnings=spec.warnings + _said(getattr(drafter, "warning", None)),
-            rollback=describe_rollback(before) if spec.speculative else "", notes=_said(drafter.note))
+            dtype=self.target.dtype_label, greedy=sampling.greedy, prompt_tokens=len(prompt),
+            reused_prefix_tokens=len(self.runner.ids), max_new_tokens=max_new_tokens,
+            warnings=spec.warnings + _said(getattr(drafter, "warning", None)),
+            rollback=describe_rollback(before) if spec.speculative else "", notes=_said(drafter.note), **where)
         try:
             while state.stop_reason is None:
                 room = room_left(state, cancel, max_new_tokens, self.target.context_length)
@@ -181,7 +182,7 @@ class Engine:
                                               - (before["mean_restore_ms"] or 0) * before["restores"]),
                                       after["refills"] - before["refills"])
         yield GenerationFinished(stop_reason=state.stop_reason, text=state.text, output_ids=tuple(state.output),
-                                 stats=state.stats.snapshot(), error=state.error)
+                                 stats=state.stats.snapshot(), error=state.error, **where)
 
     def _begin(self, prompt: list[int], spec: SpecConfig, sampling: SamplingConfig,
                drafter: Drafter) -> Generation:

@@ -113,6 +113,8 @@ class GenerationStarted:
     warnings: tuple[str, ...] = ()  # problems with the settings or the drafter's data (shown with a ⚠)
     rollback: str = ""  # how a rejected draft is cut off a recurrent state, and what that costs (else "")
     notes: tuple[str, ...] = ()  # what this generation's drafter does, said once: information, not a problem
+    backend: str = ""  # the backend the reply runs on, by its registry name (llama.cpp, transformers, remote); ""
+    # in events recorded before it was said
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,8 @@ class GenerationFinished:
     stats: GenerationStats
     error: str | None = None  # a message for the user when the reply ended on a problem (out of memory)
     server: ServerStats | None = None  # a remote server's own figures (engine.remote.engine); None when local
+    backend: str = ""  # the started event's backend and device, repeated (a reader of the last line alone knows
+    device: str = ""  # where the reply ran); "" in events recorded before they were said
 
 
 Event = GenerationStarted | RoundVerified | GenerationFinished

@@ -173,8 +173,31 @@ def register(spec: MethodSpec) -> MethodSpec:
         raise ValueError(f"method {spec.name!r} is registered already")
     if spec.plain and any(m.plain and m is not spec for m in _REGISTRY.by_name.values()):
         raise ValueError("one plain-decoding method only")
+    _check_shared_params(spec)
     _REGISTRY.by_name[spec.name] = spec
     return spec
+
+
+def _check_shared_params(spec: MethodSpec) -> None:
+    """ValueError where `spec` declares a parameter that a registered method declares too, but of another type,
+    range or option: the command line has one option per name (all_params), so both must read it alike."""
+    for param in spec.params:
+        for method in _REGISTRY.by_name.values():
+            other = method.param(param.name)
+            if method is spec or other is None or other is param:
+                continue
+            differs = [what for what, one, two in (("type", param.type, other.type),
+                                                    ("range", (param.min, param.max), (other.min, other.max)),
+                                                    ("option", param.cli_flag, other.cli_flag)) if one != two]
+            if differs:
+                raise ValueError(f"method {spec.name}'s parameter {param.name} ({_shape(param)}) differs in its "
+                                 f"{' and '.join(differs)} from method {method.name}'s ({_shape(other)}): one "
+                                 "option can't serve both; declare it alike or give it another name")
+
+
+def _shape(param: ParamSpec) -> str:
+    numeric = param.type in (int, float)
+    return ", ".join((param.type.__name__, *((param._range_words(),) if numeric else ()), param.cli_flag))
 
 
 def unregister(name: str) -> None:
@@ -317,8 +340,25 @@ def param_owner(name: str) -> tuple[MethodSpec, ParamSpec] | None:
     return None
 
 
+def param_owners(name: str) -> tuple[MethodSpec, ...]:
+    """The registered methods (combinations aside) that declare a parameter `name`."""
+    return tuple(m for m in methods() if not m.parts and m.param(name) is not None)
+
+
+def foreign_param_words(method: MethodSpec, name: str) -> str:
+    """Why parameter `name`, another method's, does not apply to `method`, in the command line's words:
+    "--layers is early-exit's parameter; prompt-lookup takes --ngram-max, --ngram-min"."""
+    owners = param_owners(name)
+    flag = next((p.cli_flag for m in owners for p in m.params if p.name == name), "--" + name.replace("_", "-"))
+    whose = f"{owners[0].name}'s parameter" if len(owners) == 1 else \
+        f"a parameter of {', '.join(m.name for m in owners) or 'no method'}"
+    takes = ", ".join(p.cli_flag for p in method.params) or "no parameter of its own"
+    return f"{flag} is {whose}; {method.name} takes {takes}"
+
+
 def all_params() -> tuple[ParamSpec, ...]:
-    """Every registered method's parameters, one per name (the CLI's options), in registration order."""
+    """Every registered method's parameters, one per name (the CLI's options), in registration order; two
+    methods' parameters of one name are alike (register refuses them otherwise)."""
     seen: dict[str, ParamSpec] = {}
     for method in methods():
         for param in method.params:
@@ -340,4 +380,4 @@ def check_params(method: MethodSpec, params: Mapping[str, object]) -> None:
 __all__ = ["ParamSpec", "MethodSpec", "ModelFacts", "register", "register_combiner", "combined_spec", "unregister",
            "registered", "methods",
            "method_names", "method_spec", "plain_method", "implied_method", "head_method", "speculative_methods",
-           "param_owner", "all_params", "check_params"]
+           "param_owner", "param_owners", "foreign_param_words", "all_params", "check_params"]

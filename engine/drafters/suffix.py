@@ -52,13 +52,14 @@ class SuffixDrafter:
     note: str | None = None  # said at the start of the next generation (learning on, and how much it holds)
     warning: str | None = None  # likewise, a problem: the store started afresh, a reply that could not be kept
 
-    def __init__(self, limits: SpeculationLimits = SpeculationLimits(), learned: LearnedReplies | None = None) -> None:
+    def __init__(self, limits: SpeculationLimits = SpeculationLimits(), learned: LearnedReplies | None = None,
+                 warning: str | None = None) -> None:
         self.limits = limits
         self.learned = learned
         self._ids: list[int] = []  # the conversation the local tree holds
         self._local = SuffixTree()
         self._pending_note = learned.note if learned is not None else None
-        self._pending_warning = learned.warning if learned is not None else None
+        self._pending_warning = learned.warning if learned is not None else warning
         self.last_source = ""  # which tree drafted the last proposal: "conversation" | "learned" | ""
 
     def begin(self, sampling, generator) -> None:
@@ -114,8 +115,15 @@ def limits_of(spec) -> SpeculationLimits:
 
 
 def build(spec, target, draft, target_runner) -> SuffixDrafter:
-    learned = LearnedReplies(model_key(target), spec.param("max_learned")) if spec.param("learn") else None
-    return SuffixDrafter(limits_of(spec), learned)
+    """The drafter; with learning on, over this model's past replies, or, where their store can't be opened
+    (an unusable data folder), without them for this run, saying so once as a warning."""
+    from engine.drafters.suffix_store import StoreUnavailable
+    if not spec.param("learn"):
+        return SuffixDrafter(limits_of(spec))
+    try:
+        return SuffixDrafter(limits_of(spec), LearnedReplies(model_key(target), spec.param("max_learned")))
+    except StoreUnavailable as exc:
+        return SuffixDrafter(limits_of(spec), warning=f"suffix: learning is off for this run: {exc}")
 
 
 METHOD = MethodSpec(

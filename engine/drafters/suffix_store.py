@@ -5,7 +5,9 @@ SPECSCOPE_DATA_DIR overriding the folder), owner-only as the history is (0700 fo
 Durability: WAL journal, one transaction per reply, so a process killed mid-write (kill -9) leaves the store as
 it was before that reply or with it, never half of it. A store that can't be read (not a database, a damaged
 page, rows of another format) is put aside and started afresh, with one line saying so (`warning`); it never
-stops a reply. Replies are kept per model key, the newest `max_replies`. Touches only its own files.
+stops a reply. One that can't be opened at all (the data folder is a file, read-only, locked by another
+process) is left as it is: StoreUnavailable says why, and learning is off for that run. Replies are kept per
+model key, the newest `max_replies`. Touches only its own files.
 """
 
 from __future__ import annotations
@@ -90,7 +92,10 @@ def forget_replies(replies, path: Path | None = None) -> str | None:
     digests = [digest(ids) for ids in replies if ids]
     if not digests or not path.is_file():
         return None
-    store = SuffixStore(path)
+    try:
+        store = SuffixStore(path)
+    except StoreUnavailable as exc:
+        return f"{exc}: a deleted chat's replies are still in it"
     try:
         return store.forget(digests)
     finally:
@@ -106,17 +111,31 @@ def clear_store(path: Path | None = None) -> None:
             pass
 
 
+class StoreUnavailable(Exception):
+    """The store can't be made or opened here (its folder can't be made, a file can't be written, another
+    process holds it): nothing is damaged, nothing is put aside. The message says why, in one line."""
+
+
 class SuffixStore:
-    """The learned replies. `warning` says, in one line, that an unreadable store was started afresh."""
+    """The learned replies. `warning` says, in one line, that an unreadable store was started afresh;
+    StoreUnavailable where it can't be opened at all."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_store_path()
         self.warning: str | None = None
         try:
-            self._conn = self._open()
+            self._conn = self._open_or_afresh()
+        except (OSError, sqlite3.OperationalError) as exc:  # can't open (not damaged): nothing to put aside
+            raise StoreUnavailable(f"the suffix-decoding store {self.path} can't be opened ({exc})") from exc
+
+    def _open_or_afresh(self) -> sqlite3.Connection:
+        try:
+            return self._open()
+        except sqlite3.OperationalError:  # can't open, can't write, locked: not damaged
+            raise
         except sqlite3.DatabaseError as exc:
             self._put_aside(exc)
-            self._conn = self._open()
+            return self._open()
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

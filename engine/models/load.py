@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from engine.backends import LoadedModel, backend_named, resolve_backend
+from engine.backends import LoadedModel, Note, backend_named, compile_note, resolve_backend
 from engine.backends.device import check_dtype_name, resolve_device, resolve_dtype
 from engine.backends.source import ModelSource, converted_folder
 from engine.models.consent import PICKLE, ConsentNeeded, is_pickle_only
@@ -62,11 +62,11 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = "auto", dtype=Non
     if choice.note:
         progress(choice.note)
     chosen = backend_named(choice.name)
-    if compile and chosen.name != "transformers":
-        progress(f"--compile: transformers backend only; {chosen.name} runs as it is")
+    if compile and compile_note(chosen.name):
+        progress(compile_note(chosen.name))
     if chosen.places_layers:  # llama.cpp: its own build says which devices there are, whatever torch was built for
         if dtype not in (None, "auto"):
-            progress(f"--dtype {dtype}: {chosen.name} runs the GGUF's own types as stored; the dtype is not used")
+            progress(Note(f"--dtype {dtype}: {chosen.name} runs the GGUF's own types as stored; the dtype is not used"))
         return chosen.load(name, source, device=device or "auto", dtype=None, progress=progress,
                            trust_remote_code=trust_remote_code)
     torch_device = resolve_device(device)

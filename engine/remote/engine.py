@@ -180,7 +180,8 @@ class RemoteEngine:
         yield GenerationStarted(
             spec_label=f"server ({self.server.kind})", method=plain_method().name, k=0, model=self.target.label, draft=None,
             device=self.target.device, dtype=self.target.dtype_label, greedy=sampling.greedy, prompt_tokens=0,
-            reused_prefix_tokens=0, max_new_tokens=max_new_tokens, warnings=warnings + (note,))
+            reused_prefix_tokens=0, max_new_tokens=max_new_tokens, warnings=warnings + (note,),
+            backend=self.target.backend)
         reply = _Reply(started=time.perf_counter())
         try:
             for chunk in self.client.stream("/v1/chat/completions", payload, cancel):
@@ -204,7 +205,8 @@ class RemoteEngine:
             stats = with_server_counts(stats, server)
         stop = reply.stop_reason()
         return GenerationFinished(stop_reason=stop, text=reply.text, output_ids=tuple(reply.ids), stats=stats,
-                                  error=reply.error, server=server)
+                                  error=reply.error, server=server, backend=self.target.backend,
+                                  device=self.target.device)
 
     def _server_stats(self, reply: "_Reply", before: SpecCounters | None) -> ServerStats:
         after = self._counters() if before is not None else None

@@ -7,7 +7,9 @@ was trained into and whether the offer to train one was declined.
 Never the Hugging Face token: that lives in the OS keyring only (engine/models/secrets.py).
 
 Where: Qt's per-user location for organisation "SpecScope", application "SpecScope"; SPECSCOPE_SETTINGS_DIR
-puts an INI file there instead (tests: the user's real settings are never touched).
+puts an INI file there instead (tests: the user's real settings are never touched). Where that file can't be
+written (a folder that can't be made), the settings hold for the session only and `AppSettings.problem` says
+why; the app works on.
 
 May touch: QSettings and the file system under that location, the method registry (read: which method
 parameters the panel has); no widget, no model.
@@ -34,7 +36,10 @@ def app_settings() -> QSettings:
     override = os.environ.get("SPECSCOPE_SETTINGS_DIR")
     if override:
         folder = Path(override).expanduser()
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:  # kept for this session only: AppSettings.problem says so
+            pass
         return QSettings(str(folder / SETTINGS_FILE), QSettings.Format.IniFormat)
     return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
 
@@ -65,6 +70,13 @@ class AppSettings:
 
     def __init__(self, settings: QSettings | None = None) -> None:
         self.qsettings = settings if settings is not None else app_settings()
+
+    def problem(self) -> str | None:
+        """Why the settings can't be kept for the next run (their file can't be written), in words; else None."""
+        if self.qsettings.isWritable():
+            return None
+        return (f"Settings are kept for this session only: {self.qsettings.fileName()} can't be written (its folder "
+                "can't be made, or it is read-only).")
 
     # -- plain values
     def value(self, key: str, default=None, kind: type | None = None):

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from engine.core.tokens import DisplayToken, committed_text, fold_round
+from engine.host import data_root
 from gui.persistence import schema
 from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STREAMING, ConversationRecord,
                                      ConversationSummary, SearchHit, StoredMessage, StoredRound, round_meta,
@@ -95,11 +96,7 @@ def make_private(*paths: Path) -> None:
 
 
 def default_data_dir() -> Path:
-    override = os.environ.get("SPECSCOPE_DATA_DIR")
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-    return Path(platformdirs.user_data_dir("specscope", appauthor=False))
+    return data_root()  # the one function that knows the data folder (SPECSCOPE_DATA_DIR overriding it)
 
 
 def default_db_path() -> Path:
@@ -150,7 +147,11 @@ class HistoryStore:
 
     # -- opening, versions, migrations
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:  # the data folder is a file, or can't be made here: no history this session
+            raise HistoryError(f"its folder {self.path.parent} can't be made ({exc.strerror or exc}), so nothing "
+                               "is saved this session") from None
         try:
             conn = self._connect(read_only=False)
             version = schema.version_of(conn)

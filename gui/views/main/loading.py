@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QRect
 
+from engine.backends import compile_note
 from engine.core.errors import ConfigError
 from gui.sessions.chat import baseline_key
 from gui.worker import REMOTE_CODE, LoadOptions
@@ -41,6 +42,11 @@ class ModelLoading:
         """The loaded model on another backend too: its plain speed there, where one is stored, is known now."""
         self.window.session.model_loaded_on(info)
         self.window.controls.set_plain_speeds(self.window.session.plain_speeds())
+
+    def ready_words(self, info) -> str:
+        """The status line of a loaded model, with the note on Compile where its backend doesn't compile."""
+        unused = compile_note(info.backend) if self.window.controls.compile_enabled() else None
+        return " · ".join(filter(None, (f"Ready · {info.describe()}", unused)))
 
     def sync(self) -> None:
         """The worker loads with the options as they are now."""
