@@ -180,8 +180,8 @@ class HistoryRecorder:
         """Write on into a stored conversation, or show it read-only when another window writes it."""
         self._switch(conversation_id)
         if self.store is not None and not self.store.read_only and not self.store.claim(conversation_id):
-            self.read_only_reason = ("This chat is open in another SpecScope window, which is writing it; here it "
-                                     "is read-only (a new message starts a new chat).")
+            self.read_only_reason = ("Read-only here: this chat is open in another SpecScope window, which writes "
+                                     "it. A message sent here starts a branch of it (a new chat with these turns).")
 
     def user_message(self, text: str, settings: dict) -> None:
         if self.read_only_reason is not None:  # another window's live chat: what is typed here is a new one

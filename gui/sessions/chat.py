@@ -196,7 +196,8 @@ class ChatSession(SessionModel):
 
     # ------------------------------------------------------------------ requests
     def send(self, text: str, settings: Settings, fallback_model: str):
-        """Add the user's message and return the request for its reply (None: not now, or empty text)."""
+        """Add the user's message and return the request for its reply (None: not now, or empty text). In a chat
+        another window writes (read-only here) the message goes to a branch holding the turns its reply is made from."""
         text = text.strip()
         if not text or not self.ready or self.active is not None:
             return None
@@ -204,6 +205,8 @@ class ChatSession(SessionModel):
         self.settings_in_effect = settings
         model = self.model_name(fallback_model)
         self._request_record = settings_record(settings, model)
+        if self.recorder.read_only_reason is not None:
+            branch_recorder(self.recorder, self.recorder.conversation_id, self.turns)
         self.recorder.user_message(text, self._request_record)
         self.sent_with.append((self.add_user(text), settings))
         return self._begin(CHAT, model, self.conversation(), settings.spec, settings.sampling,
@@ -363,7 +366,7 @@ class ChatSession(SessionModel):
         n_tokens = sum(len(t.tokens) for t in kept)  # serials run in turn order: the kept turns' come first
         conversation_id = self.recorder.conversation_id
         self.restore(kept, self.tokens[:n_tokens])
-        branch_recorder(self.recorder, conversation_id, len(kept))
+        branch_recorder(self.recorder, conversation_id, kept)
         return turn.text
 
     # ------------------------------------------------------------------ conversations

@@ -1,10 +1,11 @@
 """The message box: Enter sends, Shift+Enter starts a new line, Up in an empty box asks to edit the last message.
-A QPlainTextEdit and two signals, no state."""
+A QPlainTextEdit and two signals, no state. Above it, `ComposeNotice`: why a message sent from here goes elsewhere
+(a chat another window writes is read-only here)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QPlainTextEdit
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy
 
 
 class MessageBox(QPlainTextEdit):
@@ -38,3 +39,19 @@ class MessageBox(QPlainTextEdit):
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
         return QSize(120, self.fontMetrics().lineSpacing() * 2 + 18)
+
+
+class ComposeNotice(QLabel):
+    """A line at the message box, shown only while there is something to say about where a message goes."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("notice")
+        self.setWordWrap(True)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # wraps, never widens the window
+        self.hide()
+
+    def show_reason(self, reason: str | None) -> None:
+        """`reason` (None: hidden)."""
+        self.setText(reason or "")
+        self.setVisible(bool(reason))

@@ -19,6 +19,7 @@ from gui import theme
 from gui.views.chat.transcript import LegendBar
 from gui.views.compare.parts import MAX_SWEEP_K, SettingRow, SweepPlot
 from gui.views.compare.results import COLUMN_TIPS, COLUMNS
+from gui.views.main.screen_fit import ContentScroll
 
 MAX_SETTINGS = 4
 SEQUENTIAL_NOTE = ("Runs go one after another on the same device, never at the same time: concurrent runs "
@@ -43,7 +44,7 @@ def build(window) -> None:
     window.tabs.addTab(build_compare_page(window, window.palette_), "Side by side")
     window.tabs.addTab(build_sweep_page(window, window.palette_), "k sweep")
     column.addWidget(window.tabs, 1)
-    window.setCentralWidget(central)
+    window.setCentralWidget(ContentScroll(central))  # four settings with many parameters: scrolled, never cut off
     for spec in (SpecConfig(method=m.name, k=4) for m in sweep_methods()[:2]):  # the first two the sweep tries
         window.add_setting(spec)
     build_status_bar(window)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
-                               QLineEdit, QListWidget, QProgressBar, QPushButton, QSplitter, QTableWidget,
-                               QVBoxLayout, QWidget)
+                               QLineEdit, QListWidget, QProgressBar, QPushButton, QSizePolicy, QSplitter,
+                               QTableWidget, QVBoxLayout, QWidget)
 
 from engine.core.config import BACKENDS
 from gui.sessions.models import DTYPES, device_choices, device_label
@@ -72,6 +72,8 @@ def build_device_row(manager) -> QHBoxLayout:
     row.addSpacing(12)
     manager.free_label = QLabel("")
     manager.free_label.setObjectName("dim")
+    manager.free_label.setWordWrap(True)  # a long line wraps: it never widens the window past a small screen
+    manager.free_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     row.addWidget(manager.free_label, 1)
     manager.device.currentIndexChanged.connect(manager.device_changed)
     manager.dtype.currentIndexChanged.connect(manager.device_changed)

@@ -24,7 +24,7 @@ from typing import Callable
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QApplication, QCheckBox, QDialog, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QCheckBox, QDialog, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
                                QMessageBox, QProgressBar, QPushButton, QVBoxLayout)
 
 from engine.backends import is_local_backend
@@ -37,6 +37,7 @@ from gui.persistence.settings import AppSettings
 from gui.sessions.training import (POSITIONS, TrainRun, checkpoint_points, checkpoint_step,
                                figures_line, head_for, offer_text, progress_line, result_words, run_options)
 from gui.views.live.plots import _nice_ceiling
+from gui.views.main.screen_fit import show_window
 from gui.worker import error_message
 
 REFRESH_MS = 50  # at most 20 redraws a second
@@ -408,14 +409,10 @@ class TrainingFront:
                                       base_options=self.base_options, parent=self.window)
             self.dialog.setWindowFlag(Qt.WindowType.Window, True)
             self.dialog.use_eagle_requested.connect(self.use_eagle)
-            self.dialog.resize(self.dialog.sizeHint())
         elif not self.dialog.set_model(model, label):
             self.dialog.resume_note.setText(f"Training {self.dialog.label} now: cancel it first to train {label}.")
             self.dialog.resume_note.show()
-        self.dialog.show()
-        if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
-            self.dialog.raise_()
-            self.dialog.activateWindow()
+        show_window(self.dialog)  # within the screen, as every top-level window
         return self.dialog
 
     # ------------------------------------------------------------------ the offer

@@ -10,7 +10,7 @@ figure itself. `StatsStrip` is a live panel (gui.views.live.panel.LivePanel).
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QFontMetrics, QPainter
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from gui import theme
@@ -20,14 +20,50 @@ from gui.views.live.panel import LiveSnapshot
 DASH = "—"
 
 
+def fitting_text(metrics: QFontMetrics, texts: tuple[str, ...], width: int) -> str:
+    """The first (longest) of `texts` that fits `width` pixels; else the last, elided ("…": cut where it shows)."""
+    text = next((text for text in texts if metrics.horizontalAdvance(text) <= width), None)
+    return text if text is not None else metrics.elidedText(texts[-1], Qt.TextElideMode.ElideRight, width)
+
+
+class FittedLabel(QLabel):
+    """A one-line label that shows the longest of its texts that fits its width (a narrow tile: shorter words,
+    never a word cut off)."""
+
+    def __init__(self, *texts: str, parent=None) -> None:
+        super().__init__(parent)
+        self.texts: tuple[str, ...] = texts or ("",)
+        self._fit(self.contentsRect().width())
+
+    def set_texts(self, *texts: str) -> None:
+        """The words, longest first."""
+        if texts != self.texts:
+            self.texts = texts or ("",)
+            self._fit(self.contentsRect().width())
+
+    def shortest_width(self) -> int:
+        return self.fontMetrics().horizontalAdvance(self.texts[-1])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._fit(self.contentsRect().width())
+
+    def _fit(self, width: int) -> None:
+        text = fitting_text(self.fontMetrics(), self.texts, width)
+        if text != self.text():
+            self.setText(text)
+
+
 class StatTile(QFrame):
-    def __init__(self, caption: str, tooltip: str, parent=None) -> None:
+    """A figure with its caption (the longest of `captions` that fits) and a detail line."""
+
+    def __init__(self, captions: str | tuple[str, ...], tooltip: str, parent=None) -> None:
         super().__init__(parent)
         self.setObjectName("stat_tile")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 5, 8, 5)
         layout.setSpacing(0)
-        self.caption = QLabel(caption)
+        self.caption = FittedLabel(*((captions,) if isinstance(captions, str) else captions))
         self.caption.setObjectName("stat_caption")
         self.value = QLabel(DASH)
         self.value.setObjectName("stat_value")
@@ -38,7 +74,7 @@ class StatTile(QFrame):
         # raise the window's minimum size (a label's minimum width is its text's: Ignored keeps it ours)
         self.value.setMinimumWidth(self.value.fontMetrics().horizontalAdvance("000.00× "))
         self.value.setFixedHeight(self.value.fontMetrics().height() + 2)
-        self.detail = QLabel("")
+        self.detail = FittedLabel("")
         self.detail.setObjectName("stat_caption")
         for label in (self.caption, self.value, self.detail):
             label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
@@ -48,21 +84,25 @@ class StatTile(QFrame):
         layout.addWidget(self.detail)
         self.setToolTip(tooltip)
 
-    def set(self, value: str, detail: str = "") -> None:
+    def set(self, value: str, *details: str) -> None:
+        """The figure, and its detail in words longest first (a narrow tile shows the longest that fits)."""
         if self.value.text() != value:
             self.value.setText(value)
-        if self.detail.text() != detail:
-            self.detail.setText(detail)
-            self.detail.setToolTip(detail)  # a narrow tile may clip it
+        details = details or ("",)
+        if details != self.detail.texts:
+            self.detail.set_texts(*details)
+            self.detail.setToolTip(details[0])  # the whole words, where shorter ones show
 
     def minimum_width(self) -> int:
+        """The narrowest the tile gets: its figure and the shortest form of its caption fit."""
         margins = self.layout().contentsMargins()
-        return self.value.minimumWidth() + margins.left() + margins.right()
+        return max(self.value.minimumWidth(), self.caption.shortest_width()) + margins.left() + margins.right()
 
     def caption_width(self) -> int:
         """The width that shows the whole caption (the tiles go three abreast only when each gets it)."""
         margins = self.layout().contentsMargins()
-        return max(self.caption.sizeHint().width(), self.value.minimumWidth()) + margins.left() + margins.right()
+        whole = self.caption.fontMetrics().horizontalAdvance(self.caption.texts[0])
+        return max(whole, self.value.minimumWidth()) + margins.left() + margins.right()
 
 
 class OfferButton(QPushButton):
@@ -77,7 +117,7 @@ class OfferButton(QPushButton):
         self.texts: tuple[str, ...] = ("",)
 
     def set_texts(self, *texts: str) -> None:
-        """The words, longest first (the last is shown, clipped, where none fits)."""
+        """The words, longest first (the last is shown, elided, where none fits)."""
         self.texts = texts
         self._fit(self.width())
 
@@ -86,8 +126,7 @@ class OfferButton(QPushButton):
         super().resizeEvent(event)
 
     def _fit(self, width: int) -> None:
-        metrics = self.fontMetrics()
-        text = next((text for text in self.texts if metrics.horizontalAdvance(text) <= width), self.texts[-1])
+        text = fitting_text(self.fontMetrics(), self.texts, width)
         if text != self.text():
             self.setText(text)
 
@@ -147,12 +186,14 @@ class StatsStrip(QWidget):
         grid.setSpacing(6)
         self.tok_per_s = StatTile("tok/s", "Committed tokens per second after the first token")
         self.acceptance = StatTile("acceptance", "Accepted drafted tokens / drafted tokens")
-        self.mean_length = StatTile("mean accepted length",
-                                    "Committed tokens per target forward pass (plain decoding: 1.0)")
+        self.mean_length = StatTile(("mean accepted length", "mean length"),
+                                    "Mean accepted length: committed tokens per target forward pass (plain "
+                                    "decoding: 1.0)")
         self.speedup = StatTile("speed-up", "tok/s of this reply / tok/s of plain decoding with this model "
                                             "(measured this session)")
-        self.theoretical = StatTile("theoretical speed-up", "Expected from acceptance, k and the draft/verify "
-                                                            "cost ratio (Leviathan et al. 2023, eq. 1)")
+        self.theoretical = StatTile(("theoretical speed-up", "theoretical"),
+                                    "Theoretical speed-up: expected from acceptance, k and the draft/verify cost "
+                                    "ratio (Leviathan et al. 2023, eq. 1)")
         self.efficiency = StatTile("efficiency", "Measured speed-up / theoretical speed-up")
         self.times = StatTile("draft vs verify time", "Seconds spent drafting (orange) and verifying (blue)")
         self.time_bar = TimeSplitBar(palette)
@@ -169,9 +210,10 @@ class StatsStrip(QWidget):
         self.offer.hide()
         self.speedup.layout().addWidget(self.offer)
         self.columns = 0
-        self._tile_width = max(tile.minimum_width() for tile in (*self.tiles, self.times))
+        self._tile_width = max(tile.minimum_width() for tile in self.tiles)
         self._wide_tile_width = max(tile.caption_width() for tile in self.tiles)
-        self.setMinimumWidth(2 * self._tile_width + grid.spacing())
+        # two tiles abreast, and the time split under them (it spans two columns)
+        self.setMinimumWidth(max(2 * self._tile_width + grid.spacing(), self.times.minimum_width()))
         self._reflow(3)
 
     def _reflow(self, columns: int) -> None:
@@ -194,7 +236,8 @@ class StatsStrip(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         spacing = self.grid.spacing()
-        self._reflow(3 if event.size().width() >= 3 * self._wide_tile_width + 2 * spacing else 2)
+        column = max(self._wide_tile_width, self.measure.minimumSizeHint().width())  # the button has a column too
+        self._reflow(3 if event.size().width() >= 3 * column + 2 * spacing else 2)
         super().resizeEvent(event)
 
     def set_palette(self, palette: theme.Palette) -> None:
@@ -221,7 +264,8 @@ class StatsStrip(QWidget):
         """The speed-up card offers the plain-speed measurement (≈ `seconds`) in place of "not measured yet";
         None: no offer."""
         if seconds is not None:
-            self.offer.set_texts(f"Measure plain speed (≈ {seconds} s)", f"Measure (≈ {seconds} s)")
+            self.offer.set_texts(f"Measure plain speed (≈ {seconds} s)", f"Measure (≈ {seconds} s)",
+                                 f"Measure ≈ {seconds} s", "Measure")
             self.offer.setToolTip(f"Run the last message again with plain decoding (hidden, about {seconds} s) "
                                   "to measure this model's plain speed; every speed-up uses it.")
         self.speedup.detail.setVisible(seconds is None)
@@ -241,21 +285,32 @@ class StatsStrip(QWidget):
         self.tok_per_s.set(f"{figures.tok_per_s:.1f}" if figures.committed_tokens > 1 else DASH,
                            f"{figures.committed_tokens} tokens" if figures.committed_tokens else "")
         self.acceptance.set(DASH if figures.acceptance_rate is None else f"{figures.acceptance_rate:.0%}",
-                            " · ".join(f"{name} {rate:.0%}" for name, _d, _a, rate in figures.by_drafter)
-                            if figures.by_drafter else "" if figures.speculative else "no drafting")
+                            *(drafter_words(figures.by_drafter) if figures.by_drafter else
+                              ("",) if figures.speculative else ("no drafting",)))
         self.mean_length.set(f"{figures.mean_accepted_length:.2f}" if figures.committed_tokens else DASH,
                              "tokens / pass")
         if figures.speedup is not None:
-            self.speedup.set(f"{figures.speedup:.2f}×", f"plain {figures.baseline_tok_per_s:.1f} tok/s")
+            plain = f"{figures.baseline_tok_per_s:.1f}"
+            self.speedup.set(f"{figures.speedup:.2f}×", f"plain {plain} tok/s", f"vs {plain} tok/s", f"vs {plain}/s")
+        elif figures.baseline_tok_per_s is None:
+            self.speedup.set(DASH, "plain speed not measured yet", "not measured yet", "not measured")
         else:
-            self.speedup.set(DASH, "not measured yet" if figures.baseline_tok_per_s is None else "")
+            self.speedup.set(DASH)
         self.show_offer(figures.measure_offer_seconds)
         self.theoretical.set(DASH if figures.theoretical_speedup is None else f"{figures.theoretical_speedup:.2f}×")
         self.efficiency.set(DASH if figures.efficiency is None else f"{figures.efficiency:.0%}")
+        total = figures.draft_seconds + figures.verify_seconds
         self.times.set(f"{seconds_text(figures.draft_seconds)} / {seconds_text(figures.verify_seconds)}",
-                       f"drafting {figures.draft_seconds / total:.0%} of the time" if (
-                           total := figures.draft_seconds + figures.verify_seconds) > 0 else "")
+                       *((f"drafting {figures.draft_seconds / total:.0%} of the time",
+                          f"drafting {figures.draft_seconds / total:.0%}") if total > 0 else ()))
         self.time_bar.set_times(figures.draft_seconds, figures.verify_seconds)
+
+
+def drafter_words(by_drafter: tuple) -> tuple[str, str]:
+    """A combined method's acceptance per drafter, named (then, where that is too long, the rates in the same
+    order: the tooltip names them)."""
+    return (" · ".join(f"{name} {rate:.0%}" for name, _drafted, _accepted, rate in by_drafter),
+            " · ".join(f"{rate:.0%}" for _name, _drafted, _accepted, rate in by_drafter))
 
 
 def seconds_text(value: float) -> str:

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QProgressBar, Q
 
 from gui.views.chat.controls import ControlsPanel
 from gui.views.chat.history_panel import HistoryPanel
-from gui.views.chat.message_box import MessageBox
+from gui.views.chat.message_box import ComposeNotice, MessageBox
 from gui.views.chat.token_popover import TokenPopover
 from gui.views.chat.transcript import LegendBar, TranscriptView
 from gui.views.live.cost_curve import CostCurveView
@@ -55,6 +55,8 @@ def build_chat_column(window) -> QWidget:
     window.transcript.code_copied.connect(lambda text: window.set_status(f"Copied the code ({len(text)} characters)"))
     window.transcript.setPlaceholderText("Loading the model…")
     column.addWidget(window.transcript, 1)
+    window.compose_notice = ComposeNotice()  # a chat another window writes: read-only here, and what sending does
+    column.addWidget(window.compose_notice)
     input_row = QHBoxLayout()
     input_row.setSpacing(6)
     window.message_box = MessageBox()
@@ -138,8 +140,10 @@ class WidthFollowingScroll(QScrollArea):
 def build_history_dock(window) -> None:
     """The chats list, above the settings."""
     window.history_panel = HistoryPanel(window.store, window.palette_)
-    if window.history_problem:
-        window.history_panel.show_notice(window.history_problem)
+    problems = filter(None, (window.history_problem, window.settings.problem()))  # why nothing is kept
+    notice = " ".join(f"{text.rstrip('.')}." for text in problems)
+    if notice:
+        window.history_panel.show_notice(notice)
     window.history_panel.conversation_opened.connect(window.conversations.open)
     window.history_panel.conversation_deleted.connect(window.conversations.deleted)
     window.history_dock = add_dock(window, "Chats", "chats_dock", window.history_panel,

@@ -48,6 +48,7 @@ class Conversations:
         window.refresh_live_views()  # its last reply's stats cards and graphs, folded again from its rounds
         window.history_panel.set_current(conversation_id)
         window.controls.show_saved_settings(settings_words(run.settings) if run is not None else None)
+        window.update_actions()  # a chat another window writes says so at the message box
         window.set_status(f"Opened “{conversation.title}”")
         window.conversation_opened.emit(conversation_id)
         return True

@@ -1,5 +1,6 @@
 """The windows the main window opens from Tools, each made on first use: the model manager, the settings dialog,
-the compare window and the fastest-setting sweep; and what their choices do to the chat.
+the compare window and the fastest-setting sweep (each shown within the screen: screen_fit.show_window); and what
+their choices do to the chat.
 
 The Models window's target and draft wait in the chat session (`expect_pair`) until that target has loaded.
 May touch: those windows' public methods and signals, the window's views and public methods.
@@ -8,17 +9,10 @@ May touch: those windows' public methods and signals, the window's views and pub
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
 
 from engine.core.config import SpecConfig
 from engine.core.methods import implied_method, method_spec, plain_method
-
-
-def show_window(window) -> None:
-    window.show()
-    if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
-        window.raise_()
-        window.activateWindow()
+from gui.views.main.screen_fit import show_window
 
 
 class ToolWindows:
@@ -41,7 +35,6 @@ class ToolWindows:
             manager.load_requested.connect(self.load_from_manager)
             manager.download_finished.connect(lambda _result: window.drafts.installed_changed())
             manager.train_requested.connect(window.training.open)
-            manager.resize(manager.sizeHint())
         show_window(self.model_manager)
         return self.model_manager
 
@@ -91,7 +84,7 @@ class ToolWindows:
             self.settings_dialog.token_saved.connect(lambda _storage: self._token_changed())
             self.settings_dialog.token_removed.connect(self._token_changed)
         self.settings_dialog.refresh()
-        self.settings_dialog.show()
+        show_window(self.settings_dialog)
         return self.settings_dialog
 
     def _token_changed(self) -> None:
@@ -111,7 +104,6 @@ class ToolWindows:
                 chat_busy=lambda: window.session.busy_reason() or self._fastest_busy(),
                 apply_to_chat=self.apply_compared_spec, parent=window)
             self.compare_window.running_changed.connect(lambda _running: window.update_actions())
-            self.compare_window.resize(self.compare_window.sizeHint())
         show_window(self.compare_window)
         return self.compare_window
 
@@ -142,7 +134,6 @@ class ToolWindows:
                 apply_to_chat=self.apply_compared_spec, parent=window)
             dialog.setWindowFlag(Qt.WindowType.Window, True)
             dialog.running_changed.connect(lambda _running: window.update_actions())
-            dialog.resize(dialog.sizeHint())
         show_window(self.fastest_dialog)
         return self.fastest_dialog
 

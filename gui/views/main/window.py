@@ -33,7 +33,8 @@ from gui.views.main.drafts import DraftLists
 from gui.views.main.loading import ModelLoading
 from gui.views.main.menus import build_menus, help_page
 from gui.views.main.replies import ReplyActions
-from gui.views.main.tools import ToolWindows, show_window
+from gui.views.main.screen_fit import show_window
+from gui.views.main.tools import ToolWindows
 from gui.worker import EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
 
 COST_CURVE_TOKENS = 9  # the verify-cost curve up to k = 8 drafted tokens plus the target's own
@@ -211,6 +212,7 @@ class MainWindow(QMainWindow):
         info, baseline = self.session.model_info, self.session.baseline()
         plain = f"plain speed {baseline.describe()}" if baseline is not None else "plain speed not measured yet"
         self.set_status("New chat" + (f" · {info.describe()} · {plain}" if info else ""))
+        self.update_actions()
         self.message_box.setFocus()
 
     def measure_baseline(self) -> None:
@@ -282,6 +284,7 @@ class MainWindow(QMainWindow):
                                     and self.controls.config_problem() is None)
         self.stop_button.setEnabled(not idle)
         self.stats_strip.set_measure_enabled(ready and idle)
+        self.compose_notice.show_reason(self.session.recorder.read_only_reason)
 
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)
@@ -309,7 +312,7 @@ class MainWindow(QMainWindow):
         if self.persist:
             self.session.remember_baselines(self.settings.baselines())
         self.loading.baseline_changed()
-        self.set_status(f"Ready · {info.describe()}")
+        self.set_status(self.loading.ready_words(info))
         self.update_actions()
         self.message_box.setFocus()
         self.model_ready.emit(info)

@@ -18,7 +18,8 @@ import pytest
 from engine.core.events import TokenStatus
 from engine.core.tokens import DisplayToken
 from gui.persistence.exports import conversation_json, write_private
-from gui.persistence.recorder import HistoryRecorder
+from gui.persistence.fork import branch_recorder
+from gui.persistence.recorder import HistoryRecorder, turns_from_conversation
 from gui.persistence.records import INTERRUPTED, STREAMING
 from gui.persistence.store import HistoryBusyError, HistoryLockedError, HistoryStore
 
@@ -100,6 +101,30 @@ def test_a_conversation_live_elsewhere_opens_read_only(tmp_path):
     assert second.enabled and second.conversation_id not in (None, first.conversation_id)
     first.store.close()
     second.store.close()
+
+
+@posix_only
+def test_a_branch_of_a_reply_read_part_way_holds_what_was_read(tmp_path):
+    """A reply another window was still writing when this one read it: the branch (a message typed here) keeps the
+    rounds that were read, the text the new reply was made from, marked interrupted; the writer's chat goes on."""
+    path = tmp_path / "history.sqlite3"
+    writer = HistoryStore(path)
+    conversation = writer.create_conversation("live")
+    writer.add_user_message(conversation, "hello")
+    reply = writer.start_assistant_message(conversation)
+    writer.append_tokens(reply, 0, _tokens("Hel"))
+    reader = HistoryRecorder(HistoryStore(path))
+    reader.open(conversation)
+    turns, _tokens_read = turns_from_conversation(reader.store.load_conversation(conversation))
+    writer.append_tokens(reply, 1, _tokens("lo there"))  # written after the second window read it
+    writer.finish_assistant_message(reply)
+    branch_recorder(reader, conversation, turns)
+    branch = reader.store.load_conversation(reader.conversation_id)
+    assert [(m.role, m.content, m.state) for m in branch.messages] == [("user", "hello", "complete"),
+                                                                     ("assistant", "Hel", INTERRUPTED)]
+    assert reader.enabled and writer.load_conversation(conversation).messages[-1].content == "Hello there"
+    writer.close()
+    reader.store.close()
 
 
 def test_a_busy_database_queues_rounds_and_loses_none(tmp_path):
