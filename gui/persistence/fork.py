@@ -9,12 +9,14 @@ has no fork of its own). Touches the history store and the recorder's ids; no Qt
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gui.persistence.records import COMPLETE, INTERRUPTED
 from gui.persistence.recorder import HistoryRecorder
 from gui.persistence.store import HistoryError, HistoryStore
-from gui.sessions.session_model import Turn
+
+if TYPE_CHECKING:  # the session's turns are only read here (role, rounds): persistence never imports sessions
+    from gui.sessions.session_model import Turn
 
 CHAT_ROLES = ("user", "assistant")  # the session's turns; system messages are a setting, not a turn
 BRANCH_MARK = " (branch)"
@@ -45,7 +47,7 @@ def fork_conversation(store: HistoryStore, conversation_id: int, keep: int,
     return new_id
 
 
-def branch_recorder(recorder: HistoryRecorder, conversation_id: int | None, kept: Sequence[Turn]) -> None:
+def branch_recorder(recorder: HistoryRecorder, conversation_id: int | None, kept: Sequence["Turn"]) -> None:
     """From now on `recorder` writes to a branch of `conversation_id` holding the session's `kept` turns as they
     were read (no turn: a new chat, made on the next message). If the copy fails (`recorder.last_error` says
     why), the branch is saved from its next message on as a chat of its own; the chat itself goes on either way."""

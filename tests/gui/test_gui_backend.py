@@ -170,6 +170,7 @@ def test_compare_puts_the_same_method_on_two_backends_side_by_side(qtbot, tmp_pa
         row = compare.setting_rows[1]
         row.backend.setCurrentIndex(row.backend.findData("transformers"))
         assert [r.spec().backend for r in compare.setting_rows] == [None, "transformers"]
+        assert compare.table.isColumnHidden(9)  # no cross-backend column before there is a second plain run
         compare.prompt.setPlainText("Say it twice: speculative decoding.")
         compare.max_new_tokens.setValue(20)
         with qtbot.waitSignal(compare.comparison_finished, timeout=WAIT_MS) as blocker:

@@ -18,7 +18,7 @@ from engine.measure.fastest import sweep_methods
 from gui import theme
 from gui.views.chat.transcript import LegendBar
 from gui.views.compare.parts import MAX_SWEEP_K, SettingRow, SweepPlot
-from gui.views.compare.results import COLUMN_TIPS, COLUMNS
+from gui.views.compare.results import COLUMN_TIPS, COLUMNS, CROSS
 from gui.views.main.screen_fit import ContentScroll
 
 MAX_SETTINGS = 4
@@ -195,6 +195,7 @@ def build_results(window) -> QWidget:
     table_column.setContentsMargins(0, 0, 0, 0)
     window.table = QTableWidget(0, len(COLUMNS))
     window.table.setHorizontalHeaderLabels(COLUMNS)
+    window.table.setColumnHidden(CROSS, True)  # shown by show_rows where plain decoding ran on several backends
     for c, tip in enumerate(COLUMN_TIPS):
         window.table.horizontalHeaderItem(c).setToolTip(tip)
     window.table.verticalHeader().hide()
