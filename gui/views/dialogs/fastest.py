@@ -138,7 +138,9 @@ class FastestDialog(QDialog):
         prompt = (self._prompt() or "").strip()
         shown = prompt if len(prompt) <= 90 else prompt[:89] + "…"
         self.intro.setText(f"On the chat's last prompt, “{shown}”: plain decoding, then every method at each k, "
-                           "repeated; each setting's speed-up is the median against its own repeat's plain run."
+                           "repeated; each setting's speed-up is the median against plain decoding on its own backend in the "
+                           "same repeat (where settings run on several backends, the winner is the fastest against "
+                           "the fastest plain run)."
                            if prompt else "Send a message in the chat first: the sweep runs on its last prompt.")
 
     # ------------------------------------------------------------------ running (gui.sessions.fastest decides)
