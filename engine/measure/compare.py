@@ -123,6 +123,10 @@ def text_diff(plain: str, other: str) -> str:
                                           lineterm="", n=3))
 
 
+BASELINE_MISSING = " (not measured: that run did not finish)"
+NOT_MEASURED = "not compared (its plain decoding did not finish)"
+
+
 @dataclass(frozen=True, slots=True)
 class ComparisonRow:
     label: str
@@ -151,9 +155,12 @@ class ComparisonRow:
 
     @property
     def equality(self) -> str:
-        """identical | near-tie | mismatch | differs (not diagnosed) | sampled (not compared token for token)"""
+        """identical | near-tie | mismatch | differs (not diagnosed) | sampled (not compared token for token) |
+        not compared (the server's tokens, or its plain decoding did not finish)"""
         if self.identical_to_plain is None:
-            return "sampled" if self.spec.remote_url is None else "not compared (the server's tokens)"
+            if self.spec.remote_url is not None:
+                return "not compared (the server's tokens)"
+            return NOT_MEASURED if self.baseline.endswith(BASELINE_MISSING) else "sampled"
         if self.identical_to_plain:
             return "identical"
         return self.divergence.kind if self.divergence is not None else "differs"
@@ -205,6 +212,8 @@ def _row(plan: ComparisonPlan, index: int, done: GenerationFinished, plain: Gene
          greedy: bool, divergence: Divergence | None, fastest_plain: float, baseline: str) -> ComparisonRow:
     """One run's row, judged against `plain` (its own backend's plain decoding; None: not measured)."""
     spec, s = plan.runs[index], done.stats
+    if plain is None and baseline:  # its plain run was stopped or failed: said, never another backend's used
+        baseline += BASELINE_MISSING
     measured = speedup(s.tok_per_s, plain.stats.tok_per_s) if plain else None
     compared = plain is not None and greedy and spec.remote_url is None  # a server's ids are not ours
     difference = first_difference(plain.output_ids, done.output_ids) if compared else None
@@ -314,6 +323,6 @@ def sweep_summary(method: str, points: Iterable[SweepPoint], curve=None) -> Swee
     return SweepSummary(method, tuple(points), alpha, cost, tuple(theory), best_k(points))
 
 
-__all__ = ["parse_sweep", "ComparisonPlan", "PLAN_INDEX", "baseline_label", "runs_on", "comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
+__all__ = ["parse_sweep", "BASELINE_MISSING", "NOT_MEASURED", "ComparisonPlan", "PLAN_INDEX", "baseline_label", "runs_on", "comparison_events", "summary_rows", "diagnose_run", "strict_engine", "is_strict", "STRICT", "ComparisonRow", "first_difference", "text_diff", "PLAIN",
            "with_plain_first", "SweepPoint", "theoretical_curve", "pooled_alpha_and_cost", "pooled_draft_seconds", "best_k", "sweep_specs",
            "sweep_points", "SweepSummary", "sweep_summary"]

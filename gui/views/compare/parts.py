@@ -46,7 +46,7 @@ def identical_text(row: ComparisonRow) -> str:
     if row.spec.remote_url is not None:
         return "— (the server's tokens: not compared)"
     if row.identical_to_plain is None:
-        return "— (sampling: not compared)"
+        return "— (sampling: not compared)" if row.equality == "sampled" else f"— ({row.equality})"
     if row.identical_to_plain:
         return "✓ identical"
     if row.divergence is not None:

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QTableWidget, QTableWidgetItem, QTextEdit
 
 from engine.core.events import TokenStatus
 from engine.core.methods import method_spec
-from engine.measure.compare import ComparisonRow, SweepSummary
+from engine.measure.compare import BASELINE_MISSING, ComparisonRow, SweepSummary
 from gui import theme
 from gui.sessions.compare import word_diff
 from gui.views.compare.parts import identical_text, row_title, times_text
@@ -69,7 +69,8 @@ def show_rows(table: QTableWidget, rows: list[ComparisonRow], palette: theme.Pal
             if 0 < c < IDENTICAL or c == CROSS:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if c == SPEEDUP:
-                item.setToolTip(f"against {row.baseline}, measured in this run" if row.baseline else
+                measured = "" if row.baseline.endswith(BASELINE_MISSING) else ", measured in this run"
+                item.setToolTip(f"against {row.baseline}{measured}" if row.baseline else
                                 "a server's run has no plain decoding of its own: see vs fastest plain")
             if c == IDENTICAL and row.identical_to_plain is False:
                 near_tie = row.equality == "near-tie"

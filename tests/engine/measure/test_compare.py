@@ -151,3 +151,16 @@ def test_a_moved_row_is_judged_against_plain_on_its_own_backend_never_the_other(
     assert early.vs_fastest_plain == pytest.approx(5.6 / 45.0)  # the cross-backend picture, apart
     assert rows["prompt-lookup:k=5"].speedup == pytest.approx(60 / 45) and rows["none"].is_baseline
     assert rows["none:backend=transformers"].speedup == pytest.approx(1.0)
+
+
+def test_a_row_whose_own_plain_run_did_not_finish_says_so_and_borrows_no_other():
+    plan = ComparisonPlan.of([parse_spec("prompt-lookup:k=5"), MOVED], "llama.cpp")
+    done = {0: finished([1, 9, 9], "a", stats(3, 0.1)), 2: finished([1, 9, 9], "a", stats(3, 0.05)),
+            3: finished([1, 2, 3], "b", stats(3, 1.0))}  # plain on transformers (run 1) failed
+    rows = {row.label: row for row in summary_rows([], done, greedy=True, plan=plan)}
+    early = rows[MOVED.label()]
+    assert early.speedup is None and early.identical_to_plain is None and early.divergence is None
+    assert early.baseline == "plain on transformers (not measured: that run did not finish)"
+    assert early.equality == "not compared (its plain decoding did not finish)"
+    assert early.vs_fastest_plain == pytest.approx(0.1)  # the cross-backend figure still stands, apart
+    assert rows["prompt-lookup:k=5"].equality == "identical"
