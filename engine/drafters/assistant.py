@@ -137,10 +137,20 @@ class LlamaAssistantDrafter(PickingDrafter):
             "token at the last token's position")
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
-        from engine.backends.llama_cpp_assistant import AssistantContext
         super().__init__()
         check_llama_assistant(target, draft)
-        self.context = AssistantContext(draft.native, target.native, target_runner)
+        self._models, self._runner = (draft.native, target.native), target_runner
+        self._attach()
+
+    def _attach(self) -> None:
+        """The assistant's context, reading the target runner's cache and states from now on."""
+        from engine.backends.llama_cpp_assistant import AssistantContext
+        self.context = AssistantContext(*self._models, self._runner)
+
+    def begin(self, sampling, generator) -> None:
+        super().begin(sampling, generator)
+        if self.context is None:  # released since the last generation: attached again before the prefill
+            self._attach()
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         return self.proposal_from(self.context.draft, context_ids, k)
@@ -149,7 +159,11 @@ class LlamaAssistantDrafter(PickingDrafter):
         pass  # no state of its own: the next round reads the target's cache and states again
 
     def release(self) -> None:
-        self.context.release()  # the weights are the draft model's
+        """Free the context and stop reading the target (the weights are the draft model's); the next
+        generation's begin() attaches it again."""
+        if self.context is not None:
+            self.context.release()
+            self.context = None
 
 
 def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None):

@@ -185,15 +185,25 @@ class LlamaMtpDrafter(PickingDrafter):
     free_to_propose = False  # every drafted token is a pass of the MTP layer
 
     def __init__(self, target: LoadedModel, target_runner: Runner, draft: str | None) -> None:
-        from engine.backends.llama_cpp_mtp import MtpContext
         super().__init__()
-        self.head = _llama_head(target, draft)
-        self.context = MtpContext(self.head, target_runner)
+        self._target, self._runner, self._draft = target, target_runner, draft
+        self._attach()
         where = f"{self.head.sidecar.name} beside the model" if self.head.sidecar else "inside the model"
         self.note = (f"MTP on llama.cpp: {self.head.n_heads} chained heads ({where}), one drafted token each"
                      if self.head.chained else
                      f"MTP on llama.cpp: 1 head ({where}), re-applied on its own guess for each drafted "
                      "token after the first")
+
+    def _attach(self) -> None:
+        """The head and its context, reading every pass's states of the target runner from now on."""
+        from engine.backends.llama_cpp_mtp import MtpContext
+        self.head = _llama_head(self._target, self._draft)
+        self.context = MtpContext(self.head, self._runner)
+
+    def begin(self, sampling, generator) -> None:
+        super().begin(sampling, generator)
+        if self.context is None:  # released since the last generation: attached again before the prefill
+            self._attach()
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         return self.proposal_from(self.context.draft, context_ids, k)
@@ -202,7 +212,11 @@ class LlamaMtpDrafter(PickingDrafter):
         pass  # the next propose() catches the head's cache up with what the target kept
 
     def release(self) -> None:
-        self.context.release()
+        """Free the head's context (and a sidecar's weights) and stop reading the target's states; the next
+        generation's begin() attaches them again."""
+        if self.context is not None:
+            self.context.release()
+            self.context = None
         _heads.clear()
 
 

@@ -114,6 +114,17 @@ def test_a_target_context_made_again_is_filled_again(target, files, baselines):
     assert engine.drafts._drafter.context.refills == 1
 
 
+def test_after_release_the_assistant_drafts_as_a_fresh_engines_does(target, files):
+    """Engine.release() between runs (every compare and bench run starts so) frees the assistant's context; the
+    next generation attaches it again and drafts exactly as a fresh engine's does."""
+    fresh = run(local_engine(target), prompt(2), spec=spec(files), max_new_tokens=N_NEW)[1]
+    engine = local_engine(target)
+    run(engine, prompt(1), spec=spec(files), max_new_tokens=4)
+    engine.release()
+    again = run(engine, prompt(2), spec=spec(files), max_new_tokens=N_NEW)[1]
+    assert [r.draft_ids for r in again] == [r.draft_ids for r in fresh]
+
+
 # ------------------------------------------------------------------ the target stays exact
 
 

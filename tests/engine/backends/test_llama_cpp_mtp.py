@@ -98,6 +98,20 @@ def test_the_sidecar_drafts_as_the_layer_inside_does(models):
     assert [r.draft_ids for r in runs[0]] == [r.draft_ids for r in runs[1]]
 
 
+@pytest.mark.parametrize("where", ["inside", "split"])
+def test_after_release_the_head_drafts_from_the_new_generations_states(models, where):
+    """Engine.release() between runs (every compare and bench run starts so) frees the head's context and stops
+    it reading the target's states; the next generation reads them again and drafts exactly as a fresh engine's
+    does (before, it drafted from the last generation's states, then read past them)."""
+    spec = SpecConfig("mtp", k=3)
+    fresh = run(local_engine(models[where]), prompt(2), spec=spec, max_new_tokens=N_NEW)[1]
+    engine = local_engine(models[where])
+    run(engine, prompt(1)[:6], spec=spec, max_new_tokens=4)
+    engine.release()
+    again = run(engine, prompt(2), spec=spec, max_new_tokens=N_NEW)[1]
+    assert [r.draft_ids for r in again] == [r.draft_ids for r in fresh]
+
+
 @pytest.mark.parametrize("method", ["prompt-lookup", "draft-model"])
 def test_a_hybrid_target_speculates_losslessly(models, baselines, files, method):
     # draft-model: another hybrid drafts, so its runner rolls back by checkpoint and recompute
