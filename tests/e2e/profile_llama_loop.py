@@ -1,10 +1,12 @@
 """A benchmark, not a test (run by hand; prints figures): what our llama.cpp loop's Python costs per token on top
-of llama.cpp, on the built-in GGUF, plain greedy decoding, the engine's threads.
+of llama.cpp, on the built-in GGUF (or `--model PATH`), greedy, the engine's threads.
 
-1. A per-token profile of plain decoding through the Engine: the decode rounds only (the prefill round left out),
-   each component timed inclusively with perf_counter wrappers (llama_decode itself, the runner's forward around
-   it, the greedy verification, the round's commit with its detokenization and event, the stats, the sync), in
-   ms per token; `--cprofile` adds cProfile's top functions by own time.
+1. A profile of the decode rounds through the Engine (the prefill round left out), each phase timed inclusively
+   with perf_counter wrappers (the draft, the sync, the verification pass with the runner's forward around
+   llama_decode and the greedy verification, the rollback, the round's commit with its detokenization and event,
+   the stats), in µs per round and ms per token; `--spec SPEC` profiles a speculative setting's rounds
+   (`--spec mtp:k=3`, `--spec draft-model:k=3,draft=default`; plain decoding without it), with the draft's own
+   llama_decode calls inside "draft". `--cprofile` adds cProfile's top functions by own time.
 2. Ours beside llama-cpp-python's own `Llama` and a bare low-level loop (engine.measure.references), the same GGUF,
    prompt ids and threads, run interleaved (the order rotated each repeat); tok/s of each as engine.core.stats
    counts it (tokens after the first over the time after the first), medians, and the two ratios.
@@ -14,7 +16,7 @@ instead of the wall clock: llama.cpp computes in the calling thread when it has 
 with other work the figures then count what each loop itself spent, not the time it waited for a core.
 
     python tests/e2e/profile_llama_loop.py [--new 200] [--repeats 3] [--clock wall|thread] [--model PATH]
-                                           [--no-profile] [--no-compare] [--cprofile]
+                                           [--spec SPEC] [--no-profile] [--no-compare] [--cprofile]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ PROMPT = "Write a long story about a dragon who learns to bake bread, with many 
 
 # (label, parent label or None, module path, owner attribute or None, attribute)
 COMPONENTS = [
+    ("draft (drafter.propose)", None, "engine.core.engine", "Engine", "_propose"),
     ("runner.sync", None, "engine.backends.llama_cpp", "LlamaCppRunner", "sync"),
     ("verify_pass", None, "engine.core.engine", None, "verify_pass"),
     ("runner.forward", "verify_pass", "engine.backends.llama_cpp", "LlamaCppRunner", "forward"),
@@ -42,7 +45,7 @@ COMPONENTS = [
     ("RoundVerified(...)", "commit_round", "engine.core.loop", None, "RoundVerified"),
     ("stats.add_round", None, "engine.core.stats", "StatsAccumulator", "add_round"),
 ]
-TOP_LEVEL = ("runner.sync", "verify_pass", "commit_round", "stats.add_round")
+TOP_LEVEL = ("draft (drafter.propose)", "runner.sync", "verify_pass", "commit_round", "stats.add_round")
 
 
 class Timers:
@@ -61,7 +64,10 @@ class Timers:
             original = owner.__dict__[attribute] if owner_name else getattr(owner, attribute, None)
             if original is None:
                 continue
-            setattr(owner, attribute, self._timed(label, original))
+            if isinstance(original, staticmethod):  # Engine._propose: stays a static method
+                setattr(owner, attribute, staticmethod(self._timed(label, original.__func__)))
+            else:
+                setattr(owner, attribute, self._timed(label, original))
             self._undo.append((owner, attribute, original))
 
     def _timed(self, label, original):
@@ -86,14 +92,18 @@ class Timers:
         self._undo.clear()
 
 
-def decode_rounds(engine, ids: list[int], new: int, on_first=None) -> tuple[int, float]:
-    """Plain greedy decoding of `ids`: tokens after the first and the seconds they took (from the first round's
-    event to the last's); `on_first` is called when the first (prefill) round's event arrives."""
+SPEC = None  # the setting profiled (--spec; None: plain decoding)
+ROUNDS = [0]  # decode rounds of the last decode_rounds call
+
+
+def decode_rounds(engine, ids: list[int], new: int, on_first=None, spec=None) -> tuple[int, float]:
+    """Greedy decoding of `ids` (plain, or `spec`): tokens after the first and the seconds they took (from the
+    first round's event to the last's); `on_first` is called when the first (prefill) round's event arrives."""
     from engine.core.events import RoundVerified
     engine.release()
     started = ended = None
-    tokens = 0
-    for event in engine.generate_ids(ids, max_new_tokens=new):
+    tokens = ROUNDS[0] = 0
+    for event in engine.generate_ids(ids, max_new_tokens=new, **({"spec": spec} if spec else {})):
         if isinstance(event, RoundVerified):
             if started is None:
                 if on_first is not None:
@@ -102,6 +112,7 @@ def decode_rounds(engine, ids: list[int], new: int, on_first=None) -> tuple[int,
             else:
                 ended = time.perf_counter()
                 tokens += len(event.committed_ids)
+                ROUNDS[0] += 1
     return tokens, (ended - started) if ended else 0.0
 
 
@@ -109,30 +120,37 @@ def profile(engine, ids: list[int], new: int, use_cprofile: bool) -> None:
     timers = Timers()
     timers.install()
     try:
-        tokens, seconds = decode_rounds(engine, ids, new, on_first=timers.reset)
+        tokens, seconds = decode_rounds(engine, ids, new, on_first=timers.reset, spec=SPEC)
     finally:
         timers.restore()
+    rounds = max(1, ROUNDS[0])
     per = lambda s: 1000 * s / max(1, tokens)  # noqa: E731
-    print(f"per-token profile: {tokens} decode tokens, {per(seconds):.3f} ms/token in all (instrumented)")
+    us = lambda s: 1e6 * s / rounds  # noqa: E731
+    print(f"profile of {SPEC.label() if SPEC else 'plain decoding'}: {tokens} decode tokens in {ROUNDS[0]} rounds, "
+          f"{us(seconds):.0f} µs/round, {per(seconds):.3f} ms/token in all (instrumented)")
     shown = []
     for label, parent, *_ in COMPONENTS:
         if label in shown or label not in timers.seconds:
             continue
         shown.append(label)
         depth = 0 if parent is None else 2 if parent == "runner.forward" else 1
-        print(f"  {'  ' * depth}{label:<{36 - 2 * depth}} {per(timers.seconds[label]):7.3f} ms "
-              f"({timers.calls[label] / max(1, tokens):.2f} calls/token)")
+        print(f"  {'  ' * depth}{label:<{36 - 2 * depth}} {us(timers.seconds[label]):8.0f} µs/round "
+              f"{per(timers.seconds[label]):7.3f} ms/token ({timers.calls[label] / rounds:.2f} calls/round)")
     forward, decode = timers.seconds.get("runner.forward", 0.0), timers.seconds.get("llama_decode (C)", 0.0)
-    print(f"  {'runner.forward outside llama_decode':<36} {per(forward - decode):7.3f} ms")
+    if SPEC is None:  # speculating, a draft model's runner and an MTP or assistant context call llama_decode too
+        print(f"  {'runner.forward outside llama_decode':<36} {us(forward - decode):8.0f} µs/round")
+    else:
+        print("  (runner.forward and llama_decode count every runner and context: the target's and the draft's)")
     rest = seconds - sum(timers.seconds.get(label, 0.0) for label in TOP_LEVEL)
-    print(f"  {'rest of the loop (generator, clocks)':<36} {per(rest):7.3f} ms")
-    print(f"  {'ours outside llama_decode':<36} {per(seconds - decode):7.3f} ms")
+    print(f"  {'rest of the loop (generator, clocks)':<36} {us(rest):8.0f} µs/round")
+    print(f"  {'ours outside llama_decode':<36} {us(seconds - decode):8.0f} µs/round {per(seconds - decode):7.3f} "
+          f"ms/token (llama_decode counts the target's and any draft context's calls)")
     if use_cprofile:
         import cProfile
         import pstats
         profiler = cProfile.Profile(time.perf_counter)
         profiler.enable()
-        decode_rounds(engine, ids, new)
+        decode_rounds(engine, ids, new, spec=SPEC)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
@@ -220,7 +238,7 @@ def compare(engine, path: str, ids: list[int], new: int, repeats: int, threads: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--new", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="default", help="a .gguf (default: the built-in model)")
@@ -228,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--no-compare", action="store_true")
     parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--spec", default=None, help="profile this setting's rounds (a SPEC), not plain decoding")
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall")
     args = parser.parse_args(argv)
     if args.clock == "thread":
@@ -240,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model, device="cpu", backend="llama.cpp")
     engine = local_engine(model)
     ids = engine.prompt_ids(args.prompt)
-    decode_rounds(engine, ids, 16)  # warm-up
+    global SPEC
+    if args.spec:
+        from engine.core.config import parse_spec
+        SPEC = parse_spec(args.spec)
+        engine.validate(SPEC)
+    decode_rounds(engine, ids, 16, spec=SPEC)  # warm-up
     print(f"{model.label}: {len(ids)} prompt ids, {engine_threads()} threads, {args.new} new tokens at most, "
           f"{args.clock} clock")
     if not args.no_profile:
