@@ -88,6 +88,16 @@ def baseline_label(backend: str, device: str = "", dtype: str = "") -> str:
     return "plain on " + " · ".join(p for p in (where or "this backend", dtype) if p)
 
 
+def plain_decoding_words(baseline: str) -> str:
+    """A baseline label as a run's title: "plain on transformers · cpu" → "plain decoding on transformers · cpu"."""
+    return baseline.replace("plain on ", "plain decoding on ", 1)
+
+
+def baseline_backend(baseline: str) -> str:
+    """The backend a baseline label names: "plain on transformers · cpu · bfloat16" → "transformers"."""
+    return baseline.partition(" · ")[0].removeprefix("plain on ")
+
+
 def target_baseline(engine) -> str:
     """What the rows run on `engine` are judged against: "plain on transformers · cpu · bfloat16"."""
     target = engine.target
@@ -109,4 +119,4 @@ def add_vs_fastest_plain(summary: dict) -> None:
             row["vs_fastest_plain"] = speedup(row["tok_per_s"], fastest)
 
 
-__all__ = ["ComparisonPlan", "with_plain_first", "baseline_label", "target_baseline", "add_vs_fastest_plain"]
+__all__ = ["ComparisonPlan", "with_plain_first", "baseline_label", "plain_decoding_words", "baseline_backend", "target_baseline", "add_vs_fastest_plain"]

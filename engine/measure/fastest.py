@@ -18,7 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from engine.measure.compare import PLAIN, PLAN_INDEX, ComparisonPlan, baseline_label, comparison_events
+from engine.measure.baselines import ComparisonPlan, baseline_label, plain_decoding_words
+from engine.measure.compare import PLAIN, PLAN_INDEX, comparison_events
 from engine.core.config import SamplingConfig, SpecConfig, check_k
 from engine.core.methods import MethodSpec, method_spec, methods
 from engine.core.errors import ConfigError
@@ -81,7 +82,10 @@ class FastestResult:
     repeats: int  # repeats that finished (plain and every setting)
     winner: SettingResult
 
-    several_backends: bool = False  # plain decoding ran on more than one backend (each setting's own baseline)
+    @property
+    def several_backends(self) -> bool:
+        """Plain decoding ran on more than one backend (each setting judged against its own)."""
+        return sum(not r.spec.speculative for r in self.results) > 1
 
     @property
     def plain(self) -> SettingResult:
@@ -100,7 +104,7 @@ class FastestResult:
             return (f"Plain decoding is fastest here: no setting beat it (median of {self.repeats} repeats "
                     "each).")
         noise = "" if self.clear_win else "; its range reaches below 1×, so the gain may be noise"
-        against = w.baseline.replace("plain on", "plain decoding on") if self.several_backends else "plain decoding"
+        against = plain_decoding_words(w.baseline) if self.several_backends else "plain decoding"
         text = (f"Fastest here: {w.spec.label()} at {w.median:.2f}× {against} "
                 f"(range {w.low:.2f}–{w.high:.2f}× over {self.repeats} repeats{noise})")
         if self.several_backends:
@@ -189,7 +193,7 @@ class FastestSweep:
         # fastest first; a tie goes to plain decoding, then to the smaller k (less wasted work)
         # (ranked against the fastest plain decoding on any backend: what is fastest on this machine)
         results.sort(key=lambda r: (-round(r.median_vs_fastest_plain, 6), r.spec.speculative, r.spec.k))
-        return FastestResult(tuple(results), len(repeats), results[0], len(self.plan.plain_indices) > 1)
+        return FastestResult(tuple(results), len(repeats), results[0])
 
     def _setting(self, index: int, repeats: list[dict[int, GenerationFinished]]) -> SettingResult:
         """Run `index` over the complete repeats: against its own backend's plain run and the fastest one."""

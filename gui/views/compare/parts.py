@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
+from engine.measure.baselines import baseline_backend, plain_decoding_words
 from engine.measure.compare import ComparisonRow, SweepSummary
 from engine.core.config import BACKENDS, MAX_K, REMOTE_PREFIX, SpecConfig, parse_spec
 from engine.core.errors import ConfigError
@@ -60,7 +61,7 @@ def row_title(row: ComparisonRow, several: bool = False) -> str:
     if row.spec.remote_url is not None:
         return f"{row.label} (figures: {row.figures_from})"
     if row.is_baseline:
-        return row.baseline.replace("plain on", "plain decoding on") if several else "plain decoding"
+        return plain_decoding_words(row.baseline) if several else "plain decoding"
     return row.label
 
 
@@ -235,7 +236,7 @@ class RunPane(QFrame):
         if stats.committed_tokens > 1:
             parts.append(f"{stats.tok_per_s:.1f} tok/s")
         if row is not None and row.speedup is not None and not row.is_baseline:
-            parts.append(f"{row.speedup:.2f}× {row.baseline.partition(' · ')[0]}")
+            parts.append(f"{row.speedup:.2f}× plain on {baseline_backend(row.baseline)}")
         if stats.drafted_tokens:
             parts.append(f"α {stats.acceptance_rate:.0%}")
         self.figures.setText(" · ".join(parts))

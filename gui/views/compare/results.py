@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QTableWidget, QTableWidgetItem, QTextEdit
 
 from engine.core.events import TokenStatus
 from engine.core.methods import method_spec
+from engine.measure.baselines import baseline_backend
 from engine.measure.compare import BASELINE_MISSING, ComparisonRow, SweepSummary
 from gui import theme
 from gui.sessions.compare import word_diff
@@ -85,7 +86,7 @@ def speedup_text(row: ComparisonRow, several: bool) -> str:
     """"1.06×", or "0.84× vs transformers" where plain decoding ran on several backends."""
     if row.speedup is None:
         return DASH
-    backend = row.baseline.partition(" · ")[0].removeprefix("plain on ")
+    backend = baseline_backend(row.baseline)
     return f"{row.speedup:.2f}× vs {backend}" if several and not row.is_baseline and backend else f"{row.speedup:.2f}×"
 
 

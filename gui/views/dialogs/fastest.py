@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderV
 
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
+from engine.measure.baselines import plain_decoding_words
 from engine.measure.fastest import DEFAULT_KS, DEFAULT_MAX_NEW_TOKENS, MIN_REPEATS, FastestResult
 from gui import theme
 from gui.sessions.fastest import FastestState, Plan
@@ -225,7 +226,7 @@ class FastestDialog(QDialog):
             rate = setting.acceptance_rate
             label = setting.spec.label() if setting.spec.speculative else "plain decoding (none)"
             if result.several_backends and not setting.spec.speculative:
-                label = f"{setting.baseline.replace('plain on', 'plain decoding on')} (none)"
+                label = f"{plain_decoding_words(setting.baseline)} (none)"
             against = f" vs {setting.baseline}" if result.several_backends else ""
             values = (label, f"{setting.median:.2f}×{against}",
                       f"{setting.low:.2f} – {setting.high:.2f}×" if setting.spec.speculative else "the reference",
