@@ -8,12 +8,18 @@ provides `load(name, source, *, device, dtype, progress, trust_remote_code) -> L
 imports it only when a model loads, so the engine works where a backend's library isn't installed.
 
     transformers.py   torch + transformers: HF folders, hub ids, GGUF dequantized; early exit
-                      (transformers_static.py: compiled runners on a static KV cache, --compile)
-    llama_cpp.py      llama-cpp-python: GGUF natively quantized
+                      (transformers_static.py: compiled runners on a static KV cache, --compile;
+                      transformers_heads.py: MTP layers and Gemma 4 assistants on it)
+    llama_cpp.py      llama-cpp-python: GGUF natively quantized (llama_cpp_library, _placement, _runner,
+                      _rollback, _tokenizer; llama_cpp_heads: its MTP heads and assistants)
 
-This module holds the Protocol, `LoadedModel` (what every backend's `load` returns), the prefix arithmetic
-every runner's `sync` shares, and the registry; it imports nothing heavy (torch only for type names) and
-asks whether a backend's library is installed without importing it.
+This module re-exports the Runner Protocol (engine.core.runner: its optional abilities declared there with
+defaults) and holds `LoadedModel` (what every backend's `load` returns, with the head drafting its backend
+offers: engine.backends.heads), the prefix arithmetic every runner's `sync` shares, and the registry, whose
+names are engine.core.config's BACKENDS (the one list); it imports nothing heavy (torch only for type names)
+and asks whether a backend's library is installed without importing it.
+
+Adding a backend: its name in engine.core.config.BACKENDS, its entry in REGISTRY here, and its module(s).
 """
 
 from __future__ import annotations
@@ -21,17 +27,20 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from engine.core.config import BACKENDS
+from engine.backends.heads import HeadDrafting  # what LoadedModel.heads declares
 from engine.core.errors import ConfigError, ModelLoadError
+from engine.core.runner import Runner  # the contract lives in the core, which the loop reads
 
 if TYPE_CHECKING:
     import torch
 
     from engine.backends.source import ModelSource
 
-__all__ = ["Runner", "LoadedModel", "common_prefix_length", "sync_by_prefix", "kv_cache_bytes", "Backend",
+__all__ = ["Runner", "LoadedModel", "HeadDrafting", "TRANSFORMERS", "LLAMA_CPP", "common_prefix_length",
+           "sync_by_prefix", "kv_cache_bytes", "Backend",
            "BackendChoice", "BACKENDS", "REGISTRY", "backend_named", "is_local_backend", "resolve_backend", "Note",
            "compile_note"]
 
@@ -40,35 +49,6 @@ class Note(str):
     """A loader's line the user must read even where progress is not shown (a piped terminal, --json): an option
     asked for that this backend leaves unused (--compile, --dtype). Everywhere else it is a line like any other
     (engine.runtime.terminal_progress prints it always)."""
-
-
-class Runner(Protocol):
-    """One loaded model's KV cache and the token ids it holds. Not thread-safe: one generation at a time."""
-
-    ids: list[int]  # the ids the cache holds
-    device: "torch.device"  # where the logits are computed
-
-    def forward(self, new_ids: list[int], n_logits: int) -> "torch.Tensor":
-        """Feed `new_ids` after the cached ones; float32 logits (n_logits, vocab) of the LAST n_logits
-        positions. They may be a view of the backend's own buffer (llama.cpp), valid until the runner's next
-        call: clone what must be kept."""
-
-    def rollback(self, length: int) -> None:
-        """Keep the first `length` cached positions."""
-
-    def sync(self, context_ids: list[int]) -> list[int]:
-        """Roll back to the common prefix with `context_ids` (always leaving the last id out) and return the
-        ids still to feed."""
-
-    def reset(self) -> None:
-        """Empty the cache."""
-
-    def release(self) -> None:
-        """Free the cache's memory between conversations."""
-
-    # Optional (engine.core.engine calls it where a runner has it):
-    #   reserve_rollback(depth): be able to cut depth − 1 tokens off a pass of `depth` (a recurrent state
-    #   keeping per-token snapshots, llama.cpp); rollback_cost() -> dict | None: what a rollback costs there.
 
 
 @dataclass(eq=False)
@@ -95,6 +75,8 @@ class LoadedModel:
     runner_factory: Callable[[], Runner] = field(repr=False)
     model: object = field(default=None, repr=False)
     native: object = field(default=None, repr=False)  # the backend's own model object (llama.cpp: its GgufModel)
+    # what its backend offers the methods that draft from the target's own states (MTP layers, an assistant)
+    heads: HeadDrafting = field(default_factory=HeadDrafting, repr=False)
     supports_rollback: bool = True  # False for a recurrent state that can't be cut back: plain decoding only
     rollback_refusal: str = ""  # why not, in the words the user reads, where supports_rollback is False
     device_label: str = ""  # what runs the layers (Backend.device_label), where `device` (the logits') may not say it
@@ -175,10 +157,11 @@ class Backend:
         return importlib.import_module(self.module).load(name, source, **options)
 
 
+TRANSFORMERS, LLAMA_CPP = BACKENDS  # the names come from engine.core.config's one list, in its order
 REGISTRY: tuple[Backend, ...] = (  # in BACKENDS' order; the first is where anything runs when nothing else can
-    Backend("transformers", "engine.backends.transformers_entry", "transformers", "pip install transformers",
+    Backend(TRANSFORMERS, "engine.backends.transformers_entry", "transformers", "pip install transformers",
             runs_folders=True, gguf="converted", kv_bytes_per_value=None, checks_memory=False, compiles=True),
-    Backend("llama.cpp", "engine.backends.llama_cpp_entry", "llama_cpp", "pip install llama-cpp-python==0.3.36",
+    Backend(LLAMA_CPP, "engine.backends.llama_cpp_entry", "llama_cpp", "pip install llama-cpp-python==0.3.36",
             runs_folders=False, gguf="native", kv_bytes_per_value=2, checks_memory=True,  # F16 keys and values
             device_words="llama.cpp · {where}", places_layers=True),
 )

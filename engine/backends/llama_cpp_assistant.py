@@ -31,11 +31,12 @@ import torch
 
 from engine.backends import LoadedModel, backend_named
 from engine.backends.gguf_file import ASSISTANT_ARCHITECTURE, ASSISTANT_TARGETS, read_header
-from engine.backends.llama_cpp import (BACKEND, GgufModel, LlamaCppRunner, OutOfMemoryError, _check_gpu_layers,
-                                       _check_threads, _errors, _llama_error, _memory_check_on, accelerators, library,
-                                       mtp_bindings, placement)
+from engine.backends.llama_cpp_library import (BACKEND, HeldWeights, clear_errors, last_error, library, memory_check_on,
+                                               mtp_bindings)
+from engine.backends.llama_cpp_placement import accelerators, check_gpu_layers, check_threads, placement
+from engine.backends.llama_cpp_runner import LlamaCppRunner
 from engine.backends.llama_cpp_tokenizer import LlamaCppTokenizer
-from engine.core.errors import ConfigError, ModelLoadError, SpecScopeError
+from engine.core.errors import ConfigError, ModelLoadError, OutOfMemoryError, SpecScopeError
 from engine.host import free_memory
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def is_assistant_file(path: str | Path) -> bool:
     return read_header(Path(path)).architecture == ASSISTANT_ARCHITECTURE
 
 
-class AssistantWeights:
+class AssistantWeights(HeldWeights):
     """A Gemma 4 assistant GGUF loaded by llama.cpp: its weights, tokenizer and facts. It has no context of its
     own: one is made for a target runner (AssistantContext)."""
 
@@ -63,20 +64,20 @@ class AssistantWeights:
         if header.architecture != ASSISTANT_ARCHITECTURE:
             raise ModelLoadError(f"{self.path.name} is a {header.architecture!r} model, not a Gemma 4 assistant "
                                  f"({ASSISTANT_ARCHITECTURE})")
-        self.n_threads = _check_threads(n_threads)
+        self.n_threads = check_threads(n_threads)
         self.n_gpu_layers = n_gpu_layers
-        if _memory_check_on() and not n_gpu_layers:
+        if memory_check_on() and not n_gpu_layers:
             free = free_memory("cpu")
             if free is not None and header.file_size > free:
                 raise OutOfMemoryError(f"{self.path.name} needs {header.file_size / 2**30:.1f} GB of memory, but "
                                        f"only {free / 2**30:.1f} GB is free")
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        _errors.clear()
+        clear_errors()
         self.handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.handle:
             raise ModelLoadError(f"{self.path.name} could not be loaded by llama.cpp "
-                                 f"({_llama_error('no reason given')})")
+                                 f"({last_error('no reason given')})")
         handle = self.handle
         self.n_embd = int(lib.llama_model_n_embd(handle))  # its own width
         self.backbone = int(lib.llama_model_n_embd_out(handle))  # the target's width it reads and writes
@@ -92,9 +93,9 @@ class AssistantWeights:
                           "beside its Gemma 4 target; load the target and draft with it (--method assistant "
                           f"--draft {self.path.name})")
 
-    def mismatch(self, target: GgufModel) -> str | None:
-        """Why this assistant can't read `target`'s cache (None: it can). The width first: it says which size
-        the assistant was made for."""
+    def mismatch(self, target) -> str | None:
+        """Why this assistant can't read `target`'s cache (a GgufModel's; None: it can). The width first: it says
+        which size the assistant was made for."""
         if self.backbone != target.n_embd:
             return (f"{self.label} was made for a Gemma 4 target of hidden size {self.backbone}; {target.label} "
                     f"has {target.n_embd}: use the assistant of this model size")
@@ -109,29 +110,22 @@ class AssistantWeights:
         return None
 
     def release(self) -> None:
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            self.lib.llama_model_free(handle)
-
-    def __del__(self) -> None:
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown
-            pass
+        """Free the weights."""
+        self.release_weights()
 
 
 def load(name: str, source: "ModelSource", *, device="auto", progress=None, n_threads: int | None = None,
          n_gpu_layers: int | None = None, **ignored) -> LoadedModel:
     """A Gemma 4 assistant GGUF as a LoadedModel (engine.backends.llama_cpp_entry.load sends these here): `native` is
     its AssistantWeights, and it makes no runner of its own (method assistant drafts with it). `device` as asked
-    (engine.backends.llama_cpp.placement)."""
+    (engine.backends.llama_cpp_placement.placement)."""
     started = time.perf_counter()
     found = accelerators()
     layers, _main_gpu = placement(device, found)
     n_gpu_layers = layers if n_gpu_layers is None else n_gpu_layers
     if progress is not None:
         progress(f"Loading the assistant {source.label} on llama.cpp…")
-    weights = AssistantWeights(source.file, n_threads=n_threads, n_gpu_layers=_check_gpu_layers(n_gpu_layers, found),
+    weights = AssistantWeights(source.file, n_threads=n_threads, n_gpu_layers=check_gpu_layers(n_gpu_layers, found),
                                label=source.label)
     where = found[0] if weights.n_gpu_layers and found else "CPU"
     return LoadedModel(
@@ -145,10 +139,11 @@ def load(name: str, source: "ModelSource", *, device="auto", progress=None, n_th
 
 class AssistantContext:
     """The assistant's llama.cpp context, linked to the target runner's (its KV cache is the target's), and the
-    drafting loop over it. Keeps the hidden states of the target's last pass (engine.backends.llama_cpp's
-    NextnListener): the first draft step reads the one of the last cached position."""
+    drafting loop over it (`target`: the target's GgufModel). Keeps the hidden states of the target's last pass
+    (engine.backends.llama_cpp_runner's NextnListener): the first draft step reads the one of the last cached
+    position."""
 
-    def __init__(self, weights: AssistantWeights, target: GgufModel, target_runner: LlamaCppRunner) -> None:
+    def __init__(self, weights: AssistantWeights, target, target_runner: LlamaCppRunner) -> None:
         self.weights, self.target, self.runner = weights, target, target_runner
         self.lib, self.ext = weights.lib, mtp_bindings()
         self.width = weights.backbone
@@ -186,11 +181,11 @@ class AssistantContext:
         params.no_perf = True
         params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         params.ctx_other = self.runner.context
-        _errors.clear()
+        clear_errors()
         ctx = lib.llama_init_from_model(self.weights.handle, params)
         if not ctx:
             raise OutOfMemoryError(f"llama.cpp could not make the assistant's context for {self.target.label} "
-                                   f"({_llama_error('out of memory')})")
+                                   f"({last_error('out of memory')})")
         self._ctx = ctx
         self.ext.llama_set_embeddings_nextn(ctx, True, True)  # its output state, for the next step's input
         self._batch = batch = lib.llama_batch_init(_N_BATCH, self.width, 1)
@@ -215,12 +210,12 @@ class AssistantContext:
         self._batch.pos[0] = position
         self._state[0] = state
         started = time.perf_counter()
-        _errors.clear()
+        clear_errors()
         status = self.lib.llama_decode(self._ctx, self._batch)
         self.decode_seconds += time.perf_counter() - started
         if status != 0:
             raise SpecScopeError(f"llama.cpp failed to run the assistant (status {status}: "
-                                 f"{_llama_error('no reason given')})")
+                                 f"{last_error('no reason given')})")
 
     def _last_state(self, context_ids: list[int]) -> np.ndarray:
         """The target's hidden state at its last cached position; where its last pass did not compute it (a
@@ -261,5 +256,4 @@ class AssistantContext:
     def release(self) -> None:
         """Free the context and stop reading the target's states (the weights stay: the draft model's)."""
         self._free()
-        if self.runner._listener is self:
-            self.runner.record_nextn(None)
+        self.runner.stop_recording_nextn(self)

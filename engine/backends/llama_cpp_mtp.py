@@ -28,32 +28,32 @@ import torch
 from engine.backends import common_prefix_length
 from engine.backends.gguf_file import (MTP_ARCHITECTURES, ONE_HEAD_ARCHITECTURES, fitting_sidecar, mtp_mismatch,
                                        mtp_shape, read_header)
-from engine.backends.llama_cpp import (GgufModel, LlamaCppRunner, OutOfMemoryError, _errors, mtp_bindings, _llama_error,
-                                       _memory_check_on, N_BATCH)
-from engine.core.errors import ConfigError, ModelLoadError, SpecScopeError
+from engine.backends.llama_cpp_library import HeldWeights, clear_errors, last_error, memory_check_on, mtp_bindings
+from engine.backends.llama_cpp_runner import N_BATCH, LlamaCppRunner
+from engine.core.errors import ConfigError, ModelLoadError, OutOfMemoryError, SpecScopeError
 
 ROW_MARGIN = 256  # hidden states kept behind the head's cache, for a rollback that reaches back into it
 
 
-def find_sidecar(target: GgufModel) -> Path | None:
-    """An MTP head file beside the target that fits it (same architecture, width and vocabulary)."""
+def find_sidecar(target) -> Path | None:
+    """An MTP head file beside the target (a GgufModel) that fits it (same architecture, width and vocabulary)."""
     return fitting_sidecar(target.path, mtp_shape(target.header))
 
 
-def _sidecar_mismatch(target: GgufModel, path: Path, header) -> str | None:
+def _sidecar_mismatch(target, path: Path, header) -> str | None:
     """Why the MTP file at `path` is not for `target` (None: it fits)."""
     return mtp_mismatch(mtp_shape(header), mtp_shape(target.header), target.label)
 
 
-class MtpHead:
-    """The MTP layers one target drafts with: its own (loaded with it) or a sidecar file's (loaded here)."""
+class MtpHead(HeldWeights):
+    """The MTP layers one target (a GgufModel) drafts with: its own (loaded with it) or a sidecar file's (loaded
+    here)."""
 
-    def __init__(self, target: GgufModel, sidecar: str | Path | None = None) -> None:
+    def __init__(self, target, sidecar: str | Path | None = None) -> None:
         self.ext = mtp_bindings()
         self.target = target
         self.lib = target.lib
         self.sidecar: Path | None = None
-        self._own_handle = None
         arch = target.header.architecture
         if arch not in MTP_ARCHITECTURES:
             raise ConfigError(f"method mtp: llama.cpp has no MTP graph for {target.label}'s architecture ({arch!r})")
@@ -66,7 +66,7 @@ class MtpHead:
                     "--draft FILE, or use another method")
         if sidecar is not None:
             self._load_sidecar(Path(sidecar).expanduser())
-            self.n_heads = int(self.lib.llama_model_n_layer_nextn(self._own_handle))
+            self.n_heads = int(self.lib.llama_model_n_layer_nextn(self.handle))
         else:
             self.n_heads = target.n_nextn
         if arch in ONE_HEAD_ARCHITECTURES and self.n_heads != 1:
@@ -76,8 +76,9 @@ class MtpHead:
         self.chained = self.n_heads > 1
 
     @property
-    def handle(self):
-        return self._own_handle or self.target.handle
+    def weights(self):
+        """The llama_model whose MTP layers draft: the sidecar's, else the target's own."""
+        return self.handle or self.target.handle
 
     @property
     def label(self) -> str:
@@ -92,7 +93,7 @@ class MtpHead:
         problem = _sidecar_mismatch(self.target, path, header)
         if problem:
             raise ConfigError(f"method mtp: {path.name} is not {self.target.label}'s MTP head: {problem}")
-        if _memory_check_on() and not self.target.n_gpu_layers:
+        if memory_check_on() and not self.target.n_gpu_layers:
             from engine.host import free_memory
             free = free_memory("cpu")
             if free is not None and header.file_size > free:
@@ -101,23 +102,16 @@ class MtpHead:
         params = self.lib.llama_model_default_params()
         params.n_gpu_layers = self.target.n_gpu_layers
         params.load_mtp = True
-        _errors.clear()
+        clear_errors()
         handle = self.lib.llama_model_load_from_file(str(path).encode(), params)
         if not handle:
             raise ModelLoadError(f"{path.name} could not be loaded by llama.cpp "
-                                 f"({_llama_error('no reason given')})")
-        self._own_handle, self.sidecar = handle, path
+                                 f"({last_error('no reason given')})")
+        self.handle, self.sidecar = handle, path
 
     def release(self) -> None:
-        handle, self._own_handle = self._own_handle, None
-        if handle:
-            self.lib.llama_model_free(handle)
-
-    def __del__(self) -> None:
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown
-            pass
+        """Free a sidecar's weights (the target's own layers are the target's)."""
+        self.release_weights()
 
 
 class _Rows:
@@ -156,7 +150,7 @@ class _Rows:
 
 
 class MtpContext:
-    """The head's llama.cpp context, kept in step with the target runner (engine.backends.llama_cpp's
+    """The head's llama.cpp context, kept in step with the target runner (engine.backends.llama_cpp_runner's
     NextnListener), and the drafting loop over it."""
 
     def __init__(self, head: MtpHead, target_runner: LlamaCppRunner) -> None:
@@ -192,11 +186,11 @@ class MtpContext:
         params.no_perf = True
         params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         params.ctx_other = self.runner.context
-        _errors.clear()
-        ctx = lib.llama_init_from_model(self.head.handle, params)
+        clear_errors()
+        ctx = lib.llama_init_from_model(self.head.weights, params)
         if not ctx:
             raise OutOfMemoryError(f"llama.cpp could not make the MTP context for {target.label} "
-                                   f"({_llama_error('out of memory')})")
+                                   f"({last_error('out of memory')})")
         self._ctx, self._memory = ctx, lib.llama_get_memory(ctx)
         # its output states, for the next step's input: every row's (a masked read gives the first row of a pass
         # of several, not the row with logits), read by batch index
@@ -238,7 +232,7 @@ class MtpContext:
         if self.head.chained:
             self.ext.llama_set_nextn_layer_offset(self._ctx, head)
         started = time.perf_counter()
-        _errors.clear()
+        clear_errors()
         try:
             status = self.lib.llama_decode(self._ctx, self._batch)
         finally:
@@ -247,7 +241,7 @@ class MtpContext:
         self.decode_seconds += time.perf_counter() - started
         if status != 0:
             raise SpecScopeError(f"llama.cpp failed to run the MTP head (status {status}: "
-                                 f"{_llama_error('no reason given')})")
+                                 f"{last_error('no reason given')})")
 
     def _cut(self, length: int) -> None:
         if not self.lib.llama_memory_seq_rm(self._memory, 0, length, -1):
@@ -350,6 +344,5 @@ class MtpContext:
     def release(self) -> None:
         """Stop reading the target's states and free the head's context (the sidecar's weights too)."""
         self._free()
-        if self.runner._listener is self:
-            self.runner.record_nextn(None)
+        self.runner.stop_recording_nextn(self)
         self.head.release()

@@ -28,14 +28,15 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from engine.backends import LoadedModel, backend_named, sync_by_prefix
+from engine.backends import TRANSFORMERS, LoadedModel, Runner, backend_named, sync_by_prefix
 from engine.backends.device import dtype_label
 from engine.backends.hybrid_cache import HybridRollback, linear_layers, restore
 from engine.backends.source import ModelSource, check_gguf, converted_folder, weight_files
+from engine.backends.transformers_heads import TRANSFORMERS_HEADS
 from engine.core.chat import eos_ids
 from engine.core.errors import ModelLoadError, OutOfMemoryError
 
-BACKEND = "transformers"
+BACKEND = TRANSFORMERS
 Progress = Callable[[str], None]
 # what from_pretrained raises on a file it can't read (struct.error, EOFError: a truncated GGUF)
 _READ_ERRORS = (ValueError, KeyError, IndexError, OSError, RuntimeError, TypeError, AssertionError,
@@ -106,7 +107,7 @@ class HiddenRows:
         return self.buffer[start - self.start:self.end - self.start]
 
 
-class TransformersRunner:
+class TransformersRunner(Runner):
     """A causal LM, its KV cache and the ids in it (engine.backends.Runner). One generation at a time.
 
     On request (`record_outputs`) it also keeps what MTP heads and Gemma 4 assistants draft from: the last
@@ -137,6 +138,10 @@ class TransformersRunner:
             self.reset()
             self.hidden = HiddenRows()
             self._keep_shared_kv = shared_kv
+
+    def hidden_rows(self, start: int) -> torch.Tensor | None:
+        """The kept hidden states (n, hidden) of cached positions start…len(ids)−1 (HiddenRows.rows)."""
+        return self.hidden.rows(start) if self.hidden is not None else None
 
     def shared_kv_states(self, length: int) -> dict | None:
         """The shared key/value states of the last pass, cut to the first `length` positions (a rejected draft's
@@ -408,5 +413,5 @@ def load(name: str, source: ModelSource, *, device: torch.device, dtype: torch.d
         context_length=context_length,
         vocab_size=_vocab_size(model),
         n_parameters=sum(p.numel() for p in model.parameters()), eos_ids=eos_ids(tokenizer, model),
-        runner_factory=lambda: TransformersRunner(model), model=model,
+        runner_factory=lambda: TransformersRunner(model), model=model, heads=TRANSFORMERS_HEADS,
         device_label=backend_named(BACKEND).device_label(str(device)))

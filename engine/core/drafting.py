@@ -14,9 +14,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    ids: list[int]
-    # The distribution each id was drawn from, one row per id (vocabulary of the drafter), or None for a
-    # drafter without one (n-gram): it is then verified as a one-hot draft, which keeps sampling lossless.
+    """A drafter's guess for the next tokens: n drafted ids and, where the drafter has one, the distribution each
+    was drawn from."""
+
+    ids: list[int]  # n drafted ids, in order
+    # p_draft: float (n, vocab), row i the distribution ids[i] was drawn from (vocabulary of the drafter), or
+    # None for a drafter without one (n-gram): it is then verified as a one-hot draft, which keeps sampling
+    # lossless.
     p_draft: torch.Tensor | None = None
     # What kind of guess this is, for the adaptive draft length's acceptance estimates (prompt lookup: the
     # matched n-gram size). Drafters with one kind of guess leave it at 0.
@@ -42,11 +46,15 @@ class Proposal:
 
 
 class Drafter(Protocol):
+    """What the loop drafts with. A drafter subclasses this Protocol to inherit the defaults of the optional
+    parts it lacks (`note`, `warning`, `learn`), which the loop then reads directly."""
+
     name: str
     free_to_propose: bool  # proposing costs next to nothing (a lookup): the adaptive length trims after
-    note: str | None  # one line for the start of a generation (e.g. the model a foreign eagle head was made for)
-    # optional `warning: str | None`: a problem to say at the start (its store started afresh, a setting that
-    # drafts poorly); a drafter without the attribute has none
+    # one line for the start of a generation (e.g. the model a foreign eagle head was made for)
+    note: str | None = None
+    # a problem to say at the start (its store started afresh, a setting that drafts poorly)
+    warning: str | None = None
 
     def begin(self, sampling: SamplingConfig, generator: torch.Generator) -> None:
         """A generation starts with these sampling settings."""
@@ -60,8 +68,11 @@ class Drafter(Protocol):
     def release(self) -> None:
         """Free caches (memory) between conversations."""
 
+    def learn(self, reply_ids: list[int]) -> None:
+        """A finished reply, for a drafter that learns from past replies (suffix decoding); by default, nothing."""
 
-class PickingDrafter:
+
+class PickingDrafter(Drafter):
     """A base for drafters that choose each drafted token from logits of their own: the argmax when greedy, else
     a draw with the generation's settings; the Proposal carries the distribution each token was chosen from
     (the rejection rule needs it), softmaxed once for a greedy draft."""
@@ -75,8 +86,8 @@ class PickingDrafter:
         self._generator = generator
 
     def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
-        """A drafted token and the row to keep for it (the logits themselves when greedy: clone them first
-        where the caller's buffer is reused)."""
+        """From float logits (vocab,): a drafted token and the row (vocab,) to keep for it (the logits themselves
+        when greedy: clone them first where the caller's buffer is reused)."""
         import torch
 
         from engine.core.sampling import probabilities, sample
@@ -86,7 +97,7 @@ class PickingDrafter:
         return int(sample(probs, self._generator)), probs
 
     def proposal(self, ids: list[int], rows: list[torch.Tensor]) -> Proposal:
-        """The drafted ids with the rows pick() kept for them."""
+        """The n drafted ids with the n rows (vocab,) pick() kept for them: p_draft (n, vocab)."""
         import torch
         if not ids:
             return Proposal.empty()

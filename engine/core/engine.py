@@ -23,6 +23,7 @@ from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError, PromptTooLongError
 from engine.core.events import Event, GenerationFinished, GenerationStarted
 from engine.core.loop import Checked, Generation, Verdict, commit_round, room_left, verify_pass
+from engine.core.runner import Runner
 from engine.core.sampling import make_generator
 from engine.core.stats import StatsAccumulator, VerifyCost, describe_rollback
 
@@ -69,7 +70,7 @@ class Engine:
 
     def __init__(self, target, drafts: DraftSource, on_status: Status | None = None) -> None:
         self.target = target
-        self.runner = target.new_runner()
+        self.runner: Runner = target.new_runner()
         self.eos_ids = target.eos_ids
         self.drafts = drafts
         self.on_status = on_status
@@ -137,9 +138,8 @@ class Engine:
         if self._active is not None:
             self._active.close()
         self.validate(spec)
-        reserve = getattr(self.runner, "reserve_rollback", None)  # a recurrent state's per-token snapshots
-        if reserve is not None and spec.speculative:
-            reserve(spec.k + 1)
+        if spec.speculative:  # a recurrent state keeps per-token snapshots for this (a KV cache: nothing to do)
+            self.runner.reserve_rollback(spec.k + 1)
         drafter = self.drafter(spec)
         self._active = self._loop(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
                                   cancel or threading.Event(), drafter, record)
@@ -149,14 +149,13 @@ class Engine:
         """The generation: a started event, one event per round until a stop, a finished event."""
         state = self._begin(prompt, spec, sampling, drafter)
         state.piece = state.detok.text_of if record else None
-        rollback_cost = getattr(self.runner, "rollback_cost", None)  # a recurrent state's (else None)
-        before = rollback_cost() if rollback_cost is not None else None
+        before = self.runner.rollback_cost()  # a recurrent state's (a KV cache: None)
         where = {"backend": self.target.backend, "device": self.target.device_label or str(self.target.device)}
         yield GenerationStarted(
             spec_label=spec.label(), method=spec.method, k=spec.k, model=self.target.label, draft=spec.draft,
             dtype=self.target.dtype_label, greedy=sampling.greedy, prompt_tokens=len(prompt),
             reused_prefix_tokens=len(self.runner.ids), max_new_tokens=max_new_tokens,
-            warnings=spec.warnings + _said(getattr(drafter, "warning", None)),
+            warnings=spec.warnings + _said(drafter.warning),
             rollback=describe_rollback(before) if spec.speculative else "", notes=_said(drafter.note), **where)
         try:
             while state.stop_reason is None:
@@ -172,10 +171,9 @@ class Engine:
         except torch.OutOfMemoryError:
             self._out_of_memory(state)
         state.stats.set_elapsed(time.perf_counter() - state.started)
-        learn = getattr(drafter, "learn", None)  # a drafter that learns from finished replies (suffix decoding)
-        if learn is not None and state.output:
-            learn(list(state.output))
-        after = rollback_cost() if before is not None else None
+        if state.output:  # a drafter that learns from finished replies (suffix decoding); others do nothing
+            drafter.learn(list(state.output))
+        after = self.runner.rollback_cost() if before is not None else None
         if after is not None:
             state.stats.set_rollbacks(after["restores"] - before["restores"],
                                       1e-3 * ((after["mean_restore_ms"] or 0) * after["restores"]
@@ -221,7 +219,8 @@ class Engine:
 
     def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig, generator: torch.Generator,
                 piece=None) -> Checked:
-        """The target's pass over `feed` + the draft, accepted and rolled back (engine.core.loop.verify_pass)."""
+        """The target's pass over `feed` + the m drafted ids (logits (m+1, V); `proposal.p_draft` (m, V_draft) or
+        None), accepted and rolled back (engine.core.loop.verify_pass)."""
         return verify_pass(self.runner, feed, proposal, sampling, generator, piece)
 
     def _out_of_memory(self, state: Generation) -> None:

@@ -19,6 +19,7 @@ from engine.core.config import SamplingConfig
 from engine.core.drafting import Proposal
 from engine.core.events import RoundDetail, RoundVerified, target_status
 from engine.core.recording import record_round
+from engine.core.runner import Runner
 from engine.core.sampling import probabilities
 from engine.core.stats import StatsAccumulator
 from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy, verify_greedy_probs
@@ -75,17 +76,18 @@ class Checked:
 
     n_accepted: int
     target_id: int  # the correction, the bonus, or a plain step's token
-    p_target: list[float]  # per drafted token
-    p_draft: list[float | None]
+    p_target: list[float]  # m: the target's probability of each drafted token
+    p_draft: list[float | None]  # m: the drafter's (None: a drafter without a distribution)
     p_own: float  # the target's probability of its own token
     rollback_seconds: float
     detail: RoundDetail | None = None  # the round's tree, when recorded
 
 
 @torch.inference_mode()
-def verify_pass(runner, feed: list[int], proposal: Proposal, sampling: SamplingConfig,
+def verify_pass(runner: Runner, feed: list[int], proposal: Proposal, sampling: SamplingConfig,
                 generator: torch.Generator, piece: Callable[[int], str] | None = None) -> Checked:
-    """One target forward pass over the pending token(s) plus the draft; then accept and roll back. With
+    """One target forward pass over the pending token(s) plus the m drafted ids, logits (m+1, V) for the draft
+    positions and the bonus; then accept and roll back. `proposal.p_draft`, where given, is (m, V_draft). With
     `piece` (an id's text) the round's tree is recorded too (engine.core.recording); without, nothing more
     runs than the decision needs."""
     draft_ids = proposal.ids
@@ -121,7 +123,8 @@ def verify_pass(runner, feed: list[int], proposal: Proposal, sampling: SamplingC
 
 
 def drafted_probabilities(proposal: Proposal) -> list[float | None]:
-    """The drafter's probability of each token it drafted (None where it has no distribution)."""
+    """The drafter's probability of each of the m tokens it drafted, read from p_draft (m, V) (None where it
+    has no distribution)."""
     if proposal.p_draft is None:
         return [None] * len(proposal.ids)
     rows = torch.arange(len(proposal.ids), device=proposal.p_draft.device)

@@ -17,7 +17,8 @@ from engine.core.sampling import residual, sample
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
-    """Greedy verification of a draft against target logits for positions 0…m.
+    """Greedy verification of m drafted ids against the target's logits (m+1, V) for positions 0…m (row i: the
+    target's prediction for draft position i; row m: the bonus position).
 
     Returns n_accepted, the target's own token (argmax at the first disagreement, or the bonus), the
     target's probability of each drafted token, and its probability of its own token.
@@ -26,7 +27,8 @@ def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[in
 
 
 def verify_greedy_probs(probs: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
-    """verify_greedy on the softmax of the target's logits, computed by the caller (a recorded round keeps it)."""
+    """verify_greedy on probs (m+1, V), the softmax of the target's logits computed by the caller (a recorded
+    round keeps it)."""
     m = len(draft_ids)
     if probs.device.type == "cpu" and probs.dtype == torch.float32:
         return _verify_greedy_on_host(probs.detach().numpy(), draft_ids)
@@ -42,8 +44,8 @@ def verify_greedy_probs(probs: torch.Tensor, draft_ids: list[int]) -> tuple[int,
 
 
 def _verify_greedy_on_host(probs: np.ndarray, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
-    """verify_greedy on probabilities already in host memory, in numpy: the same first maximum of each row and
-    the same values, without the per-op cost of torch (whose max over a row of a large vocabulary is slow)."""
+    """verify_greedy on probabilities (m+1, V) already in host memory, in numpy: the same first maximum of each
+    row and the same values, without the per-op cost of torch (whose max over a row of a large vocabulary is slow)."""
     m, vocab = len(draft_ids), probs.shape[-1]
     argmax = probs.argmax(axis=-1).tolist()
     n_accepted = 0
@@ -88,12 +90,13 @@ def rejection_sample(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft
 
 
 def uniform_draws(m: int, generator: torch.Generator, device) -> torch.Tensor:
-    """The m uniform draws of a round's acceptance test, in the order rejection_sample takes them."""
+    """The m uniform draws (m,) of a round's acceptance test, in the order rejection_sample takes them."""
     return torch.rand(m, generator=generator, device=device)
 
 
 def one_hot_draft(draft_ids: list[int], vocab: int, device) -> torch.Tensor:
-    """A drafter with no distribution as rows of one-hot probabilities (ids beyond the vocabulary: zeros)."""
+    """A drafter with no distribution as rows (m, vocab) of one-hot probabilities (ids beyond the vocabulary:
+    zeros)."""
     rows = torch.zeros((len(draft_ids), vocab), device=device)
     in_vocab = [(i, x) for i, x in enumerate(draft_ids) if x < vocab]
     if in_vocab:
@@ -102,8 +105,8 @@ def one_hot_draft(draft_ids: list[int], vocab: int, device) -> torch.Tensor:
 
 
 def _gather_drafted(rows: torch.Tensor, draft_ids: list[int], outside: float = 0.0) -> torch.Tensor:
-    """rows[i, draft_ids[i]]; a draft id beyond the target's vocabulary (vocabularies may differ by up to
-    128 padding ids) has target probability 0, so it is always rejected."""
+    """rows[i, draft_ids[i]] (m,) from rows (≥ m, V); a draft id beyond the target's vocabulary (vocabularies may
+    differ by up to 128 padding ids) has target probability 0, so it is always rejected."""
     vocab = rows.shape[-1]
     drafted = torch.tensor(draft_ids, dtype=torch.long, device=rows.device)
     picked = rows[torch.arange(len(draft_ids), device=rows.device), drafted.clamp(max=vocab - 1)]
@@ -111,7 +114,8 @@ def _gather_drafted(rows: torch.Tensor, draft_ids: list[int], outside: float = 0
 
 
 def align_vocab(p_draft: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Draft and target vocabularies may differ by a few padding ids (≤ 128): pad or cut the draft's."""
+    """Draft and target vocabularies may differ by a few padding ids (≤ 128): pad or cut the draft's rows
+    (m, V_draft) to (m, vocab_size)."""
     extra = vocab_size - p_draft.shape[-1]
     if extra > 0:
         return torch.nn.functional.pad(p_draft, (0, extra))

@@ -5,172 +5,64 @@ target's shared key/value states, and each step reads the embedding of the last 
 (the target's for the first step, its own projected one after), always at the position of the context's last
 token. So it skips the prefill entirely and k is bounded only by MAX_K.
 
-- transformers (`AssistantDrafter`): the target must be a Gemma 4 (or Gemma 3n) model that returns shared K/V
-  states. Touches the assistant's torch module, the target's input embedding (read-only) and the target runner's
-  kept outputs (`TransformersRunner.record_outputs(shared_kv=True)`), never the target's cache.
-- llama.cpp (`LlamaAssistantDrafter`): the assistant's GGUF (`gemma4-assistant`, loaded as the draft with no
-  runner of its own) in an MTP context sharing the Gemma 4 target's KV cache, as llama.cpp's draft-mtp runs it
-  (engine.backends.llama_cpp_assistant). Touches that context and the target runner's hidden states.
+One drafter, written once against the target's head context (`LoadedModel.heads`, engine.backends.heads):
+- transformers (engine.backends.transformers_heads): the target must be a Gemma 4 (or Gemma 3n) model that
+  returns shared K/V states; the assistant's torch module reads them and the target's input embedding.
+- llama.cpp (engine.backends.llama_cpp_heads): the assistant's GGUF (`gemma4-assistant`, loaded as the draft
+  with no runner of its own) in an MTP context sharing the Gemma 4 target's KV cache, as llama.cpp's draft-mtp
+  runs it.
+Touches nothing itself: the head context (its backend's) reads the target runner's states, never its cache.
 """
 
 from __future__ import annotations
 
 from engine.backends import LoadedModel, Runner
+from engine.backends.transformers_heads import TARGET_PREFIXES
 from engine.core.config import check_backend
 from engine.core.drafting import PickingDrafter, Proposal
-from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec
 
 NAME = "assistant"
 
-ASSISTANT_CLASSES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
-TARGET_PREFIXES = ("Gemma4", "Gemma3n")  # the targets whose forward returns shared K/V states
-
-
-def is_assistant(model: LoadedModel) -> bool:
-    return model.model is not None and type(model.model).__name__ in ASSISTANT_CLASSES
-
 
 def check_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
-    """Refuse a draft that isn't a Gemma 4 assistant, or a target of another family (with what to use)."""
+    """Refuse a draft that isn't a Gemma 4 assistant, or a target of another family (with what to use): what the
+    target's backend says (LoadedModel.heads)."""
     check_backend(NAME, target.backend)
-    if target.backend == "llama.cpp":
-        check_llama_assistant(target, draft)
-        return
-    if draft is None or not is_assistant(draft):
-        kind = "no draft" if draft is None else type(draft.model).__name__ if draft.model is not None else \
-            draft.backend
-        raise ConfigError(f"method {NAME} needs a Gemma 4 assistant drafter as --draft (e.g. "
-                          f"google/gemma-4-E2B-it-assistant), got {kind}; use draft-model for other drafts")
-    target_class = type(target.model).__name__ if target.model is not None else target.backend
-    if not target_class.startswith(TARGET_PREFIXES):
-        raise ConfigError(f"{draft.label} is a Gemma 4 assistant: it drafts only for a Gemma 4 target, and "
-                          f"{target.label} is {target_class}")
-    backbone = int(draft.model.config.backbone_hidden_size)
-    hidden = int(target.model.config.get_text_config().hidden_size)
-    if backbone != hidden:
-        raise ConfigError(f"{draft.label} was made for a Gemma 4 target of hidden size {backbone}; "
-                          f"{target.label} has {hidden}: use the assistant of this model size")
+    target.heads.check_assistant(target, draft)
 
 
 class AssistantDrafter(PickingDrafter):
-    """Drafts k tokens per round with a Gemma 4 assistant over the target runner's shared K/V states."""
+    """Drafts k tokens per round with a Gemma 4 assistant from the target runner's own states (its shared K/V
+    states and last hidden state), through the head context the target's backend makes (engine.backends.heads)."""
 
     name = NAME
     free_to_propose = False  # every drafted token is a pass of the assistant
-    note: str | None = None  # nothing to say at the start of a generation
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
         super().__init__()
-        check_assistant(target, draft)
-        self.assistant = draft.model
-        self.embed = target.model.get_input_embeddings()
-        self.target_runner = target_runner
-        target_runner.record_outputs(shared_kv=True)
-        self.device = target.device
-
-    def _inputs(self, context_ids: list[int]):
-        """The target's states the first step reads: its hidden state at the last cached position and its
-        shared K/V states cut to the cached positions."""
-        n_cached = len(context_ids) - 1
-        runner = self.target_runner
-        hidden = runner.hidden.rows(n_cached - 1) if runner.hidden is not None else None
-        shared_kv = runner.shared_kv_states(n_cached)
-        if hidden is None or hidden.shape[0] != 1 or shared_kv is None:
-            raise RuntimeError("the target runner did not keep the states the assistant drafts from")
-        return hidden.view(1, 1, -1), shared_kv
-
-    def propose(self, context_ids: list[int], k: int) -> Proposal:
-        import torch
-
-        if k < 1 or len(context_ids) < 2:
-            return Proposal.empty()
-        hidden, shared_kv = self._inputs(context_ids)
-        position = torch.tensor([[len(context_ids) - 1]], device=self.device)
-        token = context_ids[-1]
-        draft_ids, rows = [], []
-        for _ in range(k):
-            embedding = self.embed(torch.tensor([[token]], device=self.device))
-            out = self.assistant(inputs_embeds=torch.cat([embedding, hidden], dim=-1), position_ids=position,
-                                 shared_kv_states=shared_kv, use_cache=False)
-            token, row = self.pick(out.logits[0, -1].float())
-            draft_ids.append(token)
-            rows.append(row)
-            hidden = out.last_hidden_state
-        return self.proposal(draft_ids, rows)
-
-    def observe(self, n_accepted: int) -> None:
-        pass  # no state of its own: the next round reads the target's states again
-
-    def release(self) -> None:
-        pass  # the K/V states are the target runner's
-
-
-# ------------------------------------------------------------------ llama.cpp
-
-def check_llama_assistant(target: LoadedModel, draft: LoadedModel | None) -> None:
-    """On llama.cpp: the draft must be a Gemma 4 assistant GGUF, the target a Gemma 4 GGUF whose cache it can
-    read (the size it was made for)."""
-    from engine.backends.llama_cpp_assistant import ASSISTANT_ARCHITECTURE, TARGET_ARCHITECTURES, AssistantWeights
-    if draft is None or not isinstance(draft.native, AssistantWeights):
-        header = getattr(draft.native, "header", None) if draft is not None else None
-        kind = "no draft" if draft is None else \
-            f"{draft.label} (a {header.architecture!r} model)" if header is not None else draft.label
-        raise ConfigError(f"method {NAME} on llama.cpp needs a Gemma 4 assistant GGUF as --draft "
-                          f"({ASSISTANT_ARCHITECTURE}, converted from google/gemma-4-…-it-assistant), got {kind}; "
-                          "use draft-model for other drafts")
-    architecture = target.native.header.architecture
-    if architecture not in TARGET_ARCHITECTURES:
-        raise ConfigError(f"{draft.label} is a Gemma 4 assistant: it drafts only for a Gemma 4 target, and "
-                          f"{target.label} is a {architecture!r} model")
-    problem = draft.native.mismatch(target.native)
-    if problem:
-        raise ConfigError(problem)
-
-
-class LlamaAssistantDrafter(PickingDrafter):
-    """Drafts k tokens per round with a Gemma 4 assistant GGUF reading the llama.cpp target runner's cache."""
-
-    name = NAME
-    free_to_propose = False  # every drafted token is a pass of the assistant
-    note = ("Gemma 4 assistant on llama.cpp: it reads the target's KV cache (shared memory), one pass per drafted "
-            "token at the last token's position")
-
-    def __init__(self, target: LoadedModel, draft: LoadedModel, target_runner: Runner) -> None:
-        super().__init__()
-        check_llama_assistant(target, draft)
-        self._models, self._runner = (draft.native, target.native), target_runner
-        self._attach()
-
-    def _attach(self) -> None:
-        """The assistant's context, reading the target runner's cache and states from now on."""
-        from engine.backends.llama_cpp_assistant import AssistantContext
-        self.context = AssistantContext(*self._models, self._runner)
+        check_backend(NAME, target.backend)
+        self.context = target.heads.assistant(target, draft, target_runner)
+        self.note = self.context.note
 
     def begin(self, sampling, generator) -> None:
         super().begin(sampling, generator)
-        if self.context is None:  # released since the last generation: attached again before the prefill
-            self._attach()
+        self.context.begin()  # attached again before the prefill where it was released
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         return self.proposal_from(self.context.draft, context_ids, k)
 
     def observe(self, n_accepted: int) -> None:
-        pass  # no state of its own: the next round reads the target's cache and states again
+        pass  # no state of its own: the next round reads the target's states again
 
     def release(self) -> None:
-        """Free the context and stop reading the target (the weights are the draft model's); the next
-        generation's begin() attaches it again."""
-        if self.context is not None:
-            self.context.release()
-            self.context = None
+        """Free what the context keeps (the weights are the draft model's); the next begin() takes it up again."""
+        self.context.release()
 
 
 def build(spec, target: LoadedModel, draft: LoadedModel | None, target_runner: Runner | None):
     if target_runner is None:
         raise ValueError(f"{NAME} drafts from the target's runner; pass target_runner")
-    if target.backend == "llama.cpp":
-        return LlamaAssistantDrafter(target, draft, target_runner)
     return AssistantDrafter(target, draft, target_runner)
 
 

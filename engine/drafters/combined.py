@@ -10,12 +10,12 @@ drafter's cache catches up by common prefix on the rounds it sat out (its propos
 
 from __future__ import annotations
 
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 
 MODEL_BUCKET = 1000  # the model drafter's guesses are their own kind for the adaptive draft length
 
 
-class CombinedDrafter:
+class CombinedDrafter(Drafter):
     free_to_propose = False  # the model drafter costs a pass per token: the adaptive length decides k first
 
     def __init__(self, lookup, model) -> None:
@@ -31,7 +31,7 @@ class CombinedDrafter:
 
     @property
     def warning(self) -> str | None:
-        return _joined(getattr(self.lookup, "warning", None), getattr(self.model, "warning", None))
+        return _joined(self.lookup.warning, self.model.warning)
 
     def begin(self, sampling, generator) -> None:
         self.lookup.begin(sampling, generator)
@@ -53,8 +53,7 @@ class CombinedDrafter:
     def learn(self, reply_ids: list[int]) -> None:
         """A finished reply, for a lookup that learns from past replies (suffix with learning on)."""
         for part in (self.lookup, self.model):
-            if hasattr(part, "learn"):
-                part.learn(reply_ids)
+            part.learn(reply_ids)
 
     def release(self) -> None:
         self.lookup.release()

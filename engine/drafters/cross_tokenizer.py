@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner
 from engine.core.config import SamplingConfig
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def shared_vocabulary_words(target_tok, draft_tok) -> str:
 
 # ---------------------------------------------------------------- the drafter
 
-class CrossTokenizerDrafter:
+class CrossTokenizerDrafter(Drafter):
     """`draft-model` with a draft whose tokenizer differs from the target's; `name` is the method's (its
     module, engine.drafters.draft_model, says it)."""
 

@@ -1,9 +1,9 @@
 """Method `eagle`: a trained EAGLE-style head (arXiv 2401.15077, engine/drafters/eagle_head.py) drafts from the target's
 own last hidden states, which the verify pass computes anyway (the target's runner keeps them once this
-drafter attaches: TransformersRunner.record_outputs). Each draft step reads the features of the position
-before and the embedding of the token drafted last, predicts the next features and reads them out through
-the target's frozen output head over the head's draft vocabulary; p_draft is that distribution (zero
-outside the draft vocabulary), so verification is the usual lossless one.
+drafter attaches: the Runner's declared record_outputs, read by its hidden_rows). Each draft step reads the
+features of the position before and the embedding of the token drafted last, predicts the next features and
+reads them out through the target's frozen output head over the head's draft vocabulary; p_draft is that
+distribution (zero outside the draft vocabulary), so verification is the usual lossless one.
 
 The head keeps a one-layer KV cache of its own for the positions with real (target) features, synced by
 common prefix like any runner; positions drafted from predicted features are dropped after each round.
@@ -18,16 +18,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.backends import LoadedModel, common_prefix_length
+from engine.backends import LoadedModel, Runner, common_prefix_length
 from engine.core.config import SamplingConfig, SpecConfig, check_backend
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec
 
 if TYPE_CHECKING:  # the drafter's own modules import torch: they are imported where a head is used
     import torch
 
-    from engine.backends.transformers import TransformersRunner
     from engine.drafters.eagle_head import EagleHead
 
 NAME = "eagle"
@@ -85,11 +84,11 @@ def causal_mask(n_new: int, n_past: int, device: torch.device) -> torch.Tensor:
     return torch.ones(n_new, n_past + n_new, dtype=torch.bool, device=device).tril(diagonal=n_past)[None, None]
 
 
-class EagleDrafter:
+class EagleDrafter(Drafter):
     name = NAME
     free_to_propose = False  # every drafted token is a pass of the head (and a readout)
 
-    def __init__(self, target: LoadedModel, head: EagleHead, target_runner: TransformersRunner,
+    def __init__(self, target: LoadedModel, head: EagleHead, target_runner: Runner,
                  note: str | None = None) -> None:
         import torch
 
@@ -105,14 +104,14 @@ class EagleDrafter:
                         else readout_weight(output_head, self.head.draft_vocab))
         self.note = note  # e.g. the model a head without our card was trained for
         self.vocab_size = target.vocab_size
-        self.target_runner: TransformersRunner | None = None
+        self.target_runner: Runner | None = None
         self.cache = None
         self.ids: list[int] = []  # x_0…x_L: the head's cache holds entries 0…L−1 (entry i reads f_i, x_{i+1})
         self._sampling = SamplingConfig()
         self._generator: torch.Generator | None = None
         self.attach(target_runner)
 
-    def attach(self, runner: TransformersRunner) -> None:
+    def attach(self, runner: Runner) -> None:
         """Draft from this (the engine's target) runner's hidden states; it keeps them from now on."""
         runner.record_outputs()
         self.target_runner = runner
@@ -130,12 +129,12 @@ class EagleDrafter:
 
         from engine.backends.transformers import crop_cache
         runner, n = self.target_runner, len(context_ids)
-        if runner is None or runner.hidden is None or runner.ids != context_ids[:n - 1] or n < 2:
+        if runner is None or runner.ids != context_ids[:n - 1] or n < 2:
             return None
         keep = max(0, min(len(self.ids) - 1, common_prefix_length(self.ids, context_ids) - 1, n - 2))
-        features = runner.hidden.rows(keep)
+        features = runner.hidden_rows(keep)  # (n − 1 − keep, hidden), None where not kept
         if features is None or features.shape[0] != n - 1 - keep:
-            keep, features = 0, runner.hidden.rows(0)
+            keep, features = 0, runner.hidden_rows(0)
             if features is None or features.shape[0] != n - 1:
                 return None
         if self.cache is None or keep == 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, ParamSpec
 
@@ -161,7 +161,17 @@ class NgramMap:
         return None if others > 0 and most < 2 * others else best
 
     def draft(self, history: list[int], id_last: int) -> list[int]:
-        """What llama.cpp drafts after `history` (the ids the target has seen) and `id_last` (its last token)."""
+        """What llama.cpp drafts after `history` (the ids the target has seen) and `id_last` (its last token).
+
+        size_n=2, size_m=3: the key is [1, 2] (the history's last token and id_last); it occurred before at 1,
+        so the size_m ids after it, from 3 on, are drafted. An occurrence at position 0 is never found (0
+        stands for "none", as in llama.cpp), and a history shorter than 2·size_n + size_m drafts nothing:
+
+        >>> NgramMap(size_n=2, size_m=3, key_only=True, min_hits=1).draft([9, 1, 2, 3, 4, 5, 6, 1], id_last=2)
+        [3, 4, 5]
+        >>> NgramMap(size_n=2, size_m=3, key_only=True, min_hits=1).draft([1, 2, 3, 4, 5, 6, 7, 1], id_last=2)
+        []
+        """
         self.last = None
         n, m, length = self.n, self.m, len(history)
         if length < 2 * n + m:
@@ -193,7 +203,7 @@ class NgramMap:
             self.keys[key].values[slot].n_accepted = n_accepted
 
 
-class NgramMapDrafter:
+class NgramMapDrafter(Drafter):
     name = "ngram-map"
     free_to_propose = True  # lookups: proposing size_m and trimming costs nothing
     note: str | None = None
@@ -208,6 +218,14 @@ class NgramMapDrafter:
         self._starting = True
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """NgramMap.draft of the context (its last id is id_last), as llama.cpp drafts it: size_m ids, which the
+        loop trims to k.
+
+        >>> drafter = NgramMapDrafter(size_n=2, size_m=3)
+        >>> drafter.begin(sampling=None, generator=None)
+        >>> drafter.propose([9, 1, 2, 3, 4, 5, 6, 1, 2], k=8).ids
+        [3, 4, 5]
+        """
         if len(context_ids) < 2:
             return Proposal.empty()
         history, id_last = context_ids[:-1], context_ids[-1]

@@ -14,7 +14,7 @@ Touches no model.
 
 from __future__ import annotations
 
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, ParamSpec
 
@@ -58,7 +58,7 @@ class NgramModPool:
         self.slots.clear()
 
 
-class NgramModDrafter:
+class NgramModDrafter(Drafter):
     name = "ngram-mod"
     free_to_propose = True  # lookups: proposing n_max and trimming costs nothing
 
@@ -91,7 +91,13 @@ class NgramModDrafter:
 
     def draft(self, history: list[int], id_last: int) -> list[int]:
         """What llama.cpp drafts after `history` (the ids the target has seen) and `id_last` (the token it just
-        chose): the chained lookups from the last n_match tokens, or [] for a chain shorter than n_min."""
+        chose): the chained lookups from the last n_match tokens, or [] for a chain shorter than n_min.
+
+        n_match=2, history [1, 2, 3, 4, 5, 1] (its n-grams in the pool: [1, 2]→3, [2, 3]→4, [3, 4]→5, [4, 5]→1),
+        id_last 2: [1, 2] gives 3, [2, 3] gives 4, [3, 4] gives 5, [4, 5] gives 1, and n_max=4 ends the chain:
+        [3, 4, 5, 1]. With n_min=3, history [1, 2, 3, 1] and id_last 2, the chain breaks at [3, 1] (never seen)
+        after 3, 1: two ids, fewer than n_min, so nothing is drafted (`propose` runs both).
+        """
         self._n_draft_last = 0
         n, length = self.pool.n, len(history)
         if length < n:
@@ -114,6 +120,18 @@ class NgramModDrafter:
         return drafted
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """`draft` of the context (its last id is id_last; at a generation's start its n-grams join the pool
+        first), as llama.cpp drafts it: up to n_max ids, which the loop trims to k.
+
+        >>> drafter = NgramModDrafter(n_match=2, n_min=1, n_max=4)
+        >>> drafter.begin(sampling=None, generator=None)  # a generation starts: its prompt joins the pool
+        >>> drafter.propose([1, 2, 3, 4, 5, 1, 2], k=8).ids
+        [3, 4, 5, 1]
+        >>> drafter = NgramModDrafter(n_match=2, n_min=3, n_max=4)
+        >>> drafter.begin(sampling=None, generator=None)
+        >>> drafter.propose([1, 2, 3, 1, 2], k=8).ids
+        []
+        """
         if len(context_ids) < 2:
             return Proposal.empty()
         history, id_last = context_ids[:-1], context_ids[-1]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.methods import MethodSpec
 
 
-class NoDrafter:
+class NoDrafter(Drafter):
     name = "none"
     free_to_propose = True  # it proposes nothing
     note: str | None = None  # nothing to say at the start of a generation

@@ -8,12 +8,12 @@ instead of a scan over the whole text. Touches no model.
 from __future__ import annotations
 
 from engine.backends import common_prefix_length
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, ParamSpec
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     name = "prompt-lookup"
     free_to_propose = True  # a dictionary lookup: proposing k and trimming costs nothing
     note: str | None = None  # nothing to say at the start of a generation
@@ -46,6 +46,17 @@ class PromptLookupDrafter:
             self._indexed = 0
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """What followed the latest earlier occurrence of the context's last n-gram, at most k ids; the longest
+        n-gram that occurred before wins (its n is the proposal's bucket).
+
+        Context [1, 2, 3, 4, 2, 3], n up to 2: the last 2-gram [2, 3] occurred before at 1, so what followed it
+        from 3 on is proposed; a last token that never came before proposes nothing:
+
+        >>> PromptLookupDrafter(ngram_max=2, ngram_min=1).propose([1, 2, 3, 4, 2, 3], k=3).ids
+        [4, 2, 3]
+        >>> PromptLookupDrafter(ngram_max=2, ngram_min=1).propose([1, 2, 3, 4, 9], k=3).ids
+        []
+        """
         self._sync(context_ids)
         ids = self._ids
         # Index every n-gram except those ending at the very end: the tail must find an *earlier* match.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.backends import common_prefix_length
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.methods import MethodSpec, ParamSpec
 from engine.drafters.suffix_tree import SpeculationLimits, SuffixTree, best_of
 
@@ -46,7 +46,7 @@ class LearnedReplies:
         return self.store.add(self.model, ids, self.max_replies)
 
 
-class SuffixDrafter:
+class SuffixDrafter(Drafter):
     name = "suffix"
     free_to_propose = True  # a lookup: proposing k and trimming costs nothing
     note: str | None = None  # said at the start of the next generation (learning on, and how much it holds)
@@ -76,6 +76,16 @@ class SuffixDrafter:
         self._local.extend(new)
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """The higher-scoring path of the two trees (SuffixTree.speculate), at most k ids; the match length
+        (up to 8) is the proposal's bucket.
+
+        Context [1, 2, 3, 4, 1, 2]: its tail [1, 2] occurred at 0, followed by 3 then 4; the match is 2 long, so
+        the draft is at most 2 × spec_factor (1) = 2 ids:
+
+        >>> drafter = SuffixDrafter()
+        >>> drafter.propose([1, 2, 3, 4, 1, 2], k=4).ids
+        [3, 4]
+        """
         self._sync(context_ids)
         local = self._local.speculate(context_ids, k, self.limits)
         learned = self.learned.tree.speculate(context_ids, k, self.limits) if self.learned is not None else local

@@ -81,7 +81,15 @@ class SuffixTree:
 
     def occurrences(self, pattern) -> list[int]:
         """Where `pattern` ends in the sequences, each followed by something (a token or a sequence's end): an
-        occurrence at the very end of the open sequence (the context matching itself) is not one."""
+        occurrence at the very end of the open sequence (the context matching itself) is not one.
+
+        In [1, 2, 3, 1, 2, 4, 1, 2], [1, 2] ends at 1, 4 and 7; 7 is the end itself:
+
+        >>> tree = SuffixTree()
+        >>> tree.extend([1, 2, 3, 1, 2, 4, 1, 2])
+        >>> tree.occurrences([1, 2])
+        [1, 4]
+        """
         if not pattern:
             return []
         last = len(self.tokens) - 1
@@ -96,7 +104,15 @@ class SuffixTree:
         return [p for p in ends if p - back + 1 >= 0 and tokens[p - back + 1] == token]
 
     def continuations(self, ends: list[int]) -> dict[int, int]:
-        """How often each token followed the occurrences ending at `ends` (a sequence's end is no token)."""
+        """How often each token followed the occurrences ending at `ends` (a sequence's end is no token).
+
+        In [1, 2, 3, 1, 2, 4, 1, 2], 3 followed the 2 at 1 and 4 the 2 at 4:
+
+        >>> tree = SuffixTree()
+        >>> tree.extend([1, 2, 3, 1, 2, 4, 1, 2])
+        >>> tree.continuations([1, 4])
+        {3: 1, 4: 1}
+        """
         counts: dict[int, int] = {}
         tokens, n = self.tokens, len(self.tokens)
         for p in ends:
@@ -106,7 +122,27 @@ class SuffixTree:
 
     def speculate(self, context, k: int, limits: SpeculationLimits = SpeculationLimits()) -> Candidate:
         """The best path continuing `context`'s last tokens, at most k long (see the module's docstring). The
-        longest match is followed first; a shorter one only while its length bound could beat the best score."""
+        longest match is followed first; a shorter one only while its length bound could beat the best score.
+
+        Tokens [1, 2, 3, 1, 2, 4, 1, 2], context [1, 2]: the tail [1, 2] (match length 2, so at most 2 ids with
+        spec_factor 1) occurred twice, followed once by 3 and once by 4; the tie goes to the later one, 4
+        (probability 1/2), and 1 always followed that 4 (1/2 · 1): the path is [4, 1], score 1/2 + 1/2.
+
+        >>> tree = SuffixTree()
+        >>> tree.extend([1, 2, 3, 1, 2, 4, 1, 2])
+        >>> tree.speculate([1, 2], k=3)
+        Candidate(ids=(4, 1), probs=(0.5, 0.5), score=1.0, match_length=2)
+
+        Three past replies [5, 6, 7], [5, 6, 8], [5, 6, 7] and the context [4, 5, 6]: [5, 6] matches them all,
+        7 followed it two times in three (2/3), and each reply ends there:
+
+        >>> tree = SuffixTree()
+        >>> for reply in ([5, 6, 7], [5, 6, 8], [5, 6, 7]):
+        ...     tree.add(reply)
+        >>> tree.extend([4, 5, 6])
+        >>> tree.speculate([4, 5, 6], k=4).ids
+        (7,)
+        """
         best = Candidate()
         if k < 1 or not context or not self.tokens:
             return best
@@ -127,7 +163,12 @@ class SuffixTree:
 
     def _follow(self, ends: list[int], length: int, min_token_prob: float, match_length: int) -> Candidate:
         """The most frequent continuation of the occurrences `ends`, up to `length` tokens, while its probability
-        stays at or above min_token_prob. Equal counts go to the token that followed most recently."""
+        stays at or above min_token_prob. Equal counts go to the token that followed most recently.
+
+        In [1, 2, 3, 1, 2, 4, 1, 2] from the 2s at 1 and 4: 3 and 4 followed once each, the later (4) wins at 1/2,
+        then 1 followed that 4 (1/2 · 1 = 1/2): [4, 1] within length 2. With min_token_prob 0.6 even 4 is too
+        rare, and the path is empty.
+        """
         tokens, n = self.tokens, len(self.tokens)
         ids: list[int] = []
         probs: list[float] = []

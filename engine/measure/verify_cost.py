@@ -57,9 +57,7 @@ def _measure(runner, vocab_size: int, n_max: int, repeats: int) -> VerifyCost:
     ids = [rng.randrange(vocab_size) for _ in range(CONTEXT_TOKENS + n_max)]
     runner.reset()
     runner.forward(ids[:CONTEXT_TOKENS], 1)
-    checkpoint = getattr(runner, "checkpoint", None)  # a recurrent state: each rollback restores this
-    if checkpoint is not None:
-        checkpoint()
+    runner.checkpoint()  # a recurrent state: each rollback restores this (a KV cache: nothing to do)
     runner.forward(ids[CONTEXT_TOKENS:], n_max)  # warm-up: buffers sized for the largest pass
     runner.rollback(CONTEXT_TOKENS)
     times: list[list[float]] = [[] for _ in range(n_max)]
@@ -82,9 +80,7 @@ def verify_cost(model, n_max: int, *, threads: int, refresh: bool = False) -> Ve
     if cached is not None:
         return cached
     runner = model.new_runner()
-    reserve = getattr(runner, "reserve_rollback", None)  # a recurrent state: as the verifying target keeps it
-    if reserve is not None:
-        reserve(n_max + 1)
+    runner.reserve_rollback(n_max + 1)  # a recurrent state: as the verifying target keeps it
     try:
         cost = measure(runner, model.vocab_size, n_max)
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 
 CHAT_TEMPLATE = (
@@ -94,7 +94,7 @@ def save_tiny_model(folder: Path, tokenizer, seed: int = 0, noise: float = 0.0, 
     return folder
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """A Drafter that proposes what it is told. `script` is a list, one entry per decoding round: a list of
     ids (verified as a one-hot draft) or a Proposal (with p_draft rows). Rounds past the script draft nothing.
     It records every call so that tests can check what the engine asked and told it."""
@@ -195,7 +195,7 @@ def save_tiny_hybrid_model(folder: Path, tokenizer, seed: int = 0, noise: float 
     return folder
 
 
-class SteeredDrafter:
+class SteeredDrafter(Drafter):
     """A real drafter whose proposals are replaced by turns: the target's own continuation (accepted whole),
     a wrong first token (rejected at position 0), or its own guess. Its inner drafter proposes every round, so
     its state follows the engine's as it would unsteered."""

@@ -85,8 +85,8 @@ def test_cuda_on_a_cpu_build_is_an_error_naming_it(tiny_gguf_path):
 
 @needs_llama
 def test_a_cpu_build_beside_a_cuda_gpu_warns_once(monkeypatch, pretend_cuda):
-    from engine.backends import llama_cpp
-    monkeypatch.setattr(llama_cpp, "_warned_cpu_build", False)
+    from engine.backends import llama_cpp, llama_cpp_placement
+    monkeypatch.setattr(llama_cpp_placement, "_warned_cpu_build", False)
     heard = []
     llama_cpp.warn_cpu_build([], "cpu", heard.append)  # the CPU was asked for: nothing to say
     assert heard == []

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine.core.config import SpecConfig
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 from engine.models.load import load_model
 from engine.runtime import local_engine
@@ -157,7 +157,7 @@ def test_plain_decoding_matches_transformers_generate(hybrid_model, baselines):
         assert out[0, len(prompt_ids):].tolist()[:len(output)] == output
 
 
-class OracleDrafter:
+class OracleDrafter(Drafter):
     """Drafts the target's own greedy continuation (all accepted) on even rounds, and a wrong first token
     before it (rejected at position 0) on odd rounds."""
 

@@ -199,8 +199,8 @@ def test_a_long_feed_is_split_into_batches(tiny_q8):
     ids = [rng.randrange(tiny_q8.vocab_size) for _ in range(2 * n_batch + 37)]
     runner = tiny_q8.new_runner()
     calls = []
-    decode = runner._decode
-    runner._decode = lambda chunk, position, n_outputs: (calls.append((position, len(chunk), n_outputs)),
+    decode = runner._decode_batch
+    runner._decode_batch = lambda chunk, position, n_outputs: (calls.append((position, len(chunk), n_outputs)),
                                                          decode(chunk, position, n_outputs))
     at_once = runner.forward(ids, 9).clone()
     assert calls == [(0, n_batch, 0), (n_batch, n_batch, 0), (2 * n_batch, 28, 0), (2 * n_batch + 28, 9, 9)]

@@ -111,7 +111,7 @@ def test_a_target_context_made_again_is_filled_again(target, files, baselines):
     engine.runner.release()  # the assistant's context goes with it
     _, _, finished = run(engine, prompt(2), spec=spec(files), max_new_tokens=N_NEW)
     assert list(finished.output_ids) == list(baselines[2].output_ids)
-    assert engine.drafts._drafter.context.refills == 1
+    assert engine.drafts._drafter.context.attached.refills == 1
 
 
 def test_after_release_the_assistant_drafts_as_a_fresh_engines_does(target, files):

@@ -267,20 +267,21 @@ def test_mtp_on_a_model_without_a_head_says_what_to_do(models):
 
 
 def test_k_beyond_chained_heads_is_refused():
-    from engine.drafters.mtp import _check_llama_k
+    from engine.backends.llama_cpp_heads import check_chained_k
 
     class Chained:
         chained, n_heads, label = True, 3, "tiny step35's own MTP layers"
 
-    assert _check_llama_k(Chained, 3) == 3
+    assert check_chained_k(Chained, 3) == 3
     with pytest.raises(ConfigError, match="chains 3 MTP heads, one drafted token each, so k is at most 3, got k=4"):
-        _check_llama_k(Chained, 4)
+        check_chained_k(Chained, 4)
 
 
 def test_a_llama_cpp_python_without_the_mtp_bindings_is_named(models, monkeypatch):
     import llama_cpp.llama_cpp_ext as ext
     monkeypatch.delattr(ext, "llama_get_embeddings_nextn_ith")
-    monkeypatch.setattr(backend, "_bindings", None)
+    from engine.backends import llama_cpp_library
+    monkeypatch.setattr(llama_cpp_library, "_bindings", None)
     with pytest.raises(ConfigError, match="needs llama-cpp-python 0.3.36 .* pip install llama-cpp-python==0.3.36"):
         local_engine(models["inside"]).validate(SpecConfig("mtp", k=2))
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import sys
 
-from engine.core.drafting import Proposal
+from engine.core.drafting import Drafter, Proposal
 from engine.core.methods import MethodSpec, ParamSpec
 
 
-class FixedTokenDrafter:
+class FixedTokenDrafter(Drafter):
     name = "toy-fixed"
     free_to_propose = True
     note: str | None = None

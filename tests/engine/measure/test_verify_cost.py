@@ -177,9 +177,11 @@ def test_another_device_is_another_curve(tiny_model, tmp_path, monkeypatch):
 def test_each_timed_pass_waits_for_its_device(monkeypatch):
     """On a GPU a pass is queued, not done, when forward returns: the timer stops after the device's sync."""
     import torch
+
+    from engine.backends import Runner as RunnerContract
     calls = []
 
-    class Runner:
+    class Runner(RunnerContract):
         device = torch.device("cuda", 0)
         ids: list[int] = []
 

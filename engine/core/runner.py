@@ -1,0 +1,72 @@
+"""The Runner contract: what the round loop, the measurements and the drafters see of one loaded model's KV
+cache, including its optional abilities, declared here with defaults (a backend overrides the ones it has),
+so that nobody finds an ability by probing for it. The backends (engine.backends) implement it and re-export
+it; it lives in the core because the loop reads it and the core imports nothing from the backends.
+
+Types only: torch is named, not imported. No Qt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from engine.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Runner(Protocol):
+    """One loaded model's KV cache and the token ids it holds. Not thread-safe: one generation at a time.
+    A runner subclasses this Protocol to inherit the defaults of the abilities it lacks."""
+
+    ids: list[int]  # the ids the cache holds
+    device: "torch.device"  # where the logits are computed
+
+    def forward(self, new_ids: list[int], n_logits: int) -> "torch.Tensor":
+        """Feed `new_ids` (n ids) after the cached ones; float32 logits (n_logits, vocab) of the LAST n_logits
+        positions. They may be a view of the backend's own buffer (llama.cpp), valid until the runner's next
+        call: clone what must be kept."""
+
+    def rollback(self, length: int) -> None:
+        """Keep the first `length` cached positions."""
+
+    def sync(self, context_ids: list[int]) -> list[int]:
+        """Roll back to the common prefix with `context_ids` (always leaving the last id out) and return the
+        ids still to feed."""
+
+    def reset(self) -> None:
+        """Empty the cache."""
+
+    def release(self) -> None:
+        """Free the cache's memory between conversations."""
+
+    # ---- optional abilities: these defaults say "none here"
+
+    def reserve_rollback(self, depth: int) -> None:
+        """Be able to cut depth − 1 tokens off a pass of `depth` (a verification of k = depth − 1 drafts). A KV
+        cache can always: nothing to do (a recurrent state keeps per-token snapshots, llama.cpp)."""
+
+    def rollback_cost(self) -> dict | None:
+        """What a rollback costs here (kind, snapshot_bytes, snapshots, mean_restore_ms, restores, refills);
+        None where it is a KV cache's cut, with nothing to say."""
+        return None
+
+    def checkpoint(self) -> None:
+        """Save the state as it stands, for the next rollback that reaches back before the last pass (a
+        recurrent state without snapshots); nothing to do for a KV cache."""
+
+    def record_outputs(self, *, shared_kv: bool = False) -> None:
+        """From now on keep the last layer's hidden state of every cached position (and, with `shared_kv`, the
+        last pass's shared key/value states), for a drafter that reads them. ConfigError where this runner
+        keeps none."""
+        raise ConfigError(f"{type(self).__name__} keeps no hidden states for a drafter to read")
+
+    def hidden_rows(self, start: int) -> "torch.Tensor | None":
+        """The kept hidden states (n, hidden) of cached positions start…len(ids)−1; None where they are not all
+        kept (or record_outputs was never asked)."""
+        return None
+
+    def shared_kv_states(self, length: int) -> dict | None:
+        """The last pass's shared key/value states cut to `length` positions; None where none are kept."""
+        return None
