@@ -10,7 +10,8 @@ are the CLI's (SpecConfig() and SamplingConfig()).
 The method options are generated from the method registry (engine.drafters registers each method's
 MethodSpec): --method's choices (every registered method, and every combination a SPEC takes), and one option
 per method parameter (engine.core.methods.ParamSpec). A parameter given to a method that doesn't take it is
-refused here (`check_own_params`), the one place the command line's stray method options are refused.
+refused here (`check_own_params`), the one place the command line's stray method options are refused. The
+sampling options are generated the same way, one per SamplingConfig field (engine.core.config.SAMPLING_FIELDS).
 
 Touches argparse, engine.core.config, engine.backends.device's dtype names and the method registry only: no
 models, no Qt.
@@ -24,7 +25,7 @@ from typing import Iterable
 
 import engine.drafters  # noqa: F401  (registers the methods)
 from engine.backends.device import DTYPE_NAMES
-from engine.core.config import BACKENDS, MAX_K, SamplingConfig, SpecConfig
+from engine.core.config import BACKENDS, MAX_K, SAMPLING_FIELDS, SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.core.methods import (ParamSpec, all_params, foreign_param_words, implied_method, method_names,
                                  method_spec, methods, plain_method)
@@ -123,13 +124,15 @@ def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> No
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> None:
-    """--temperature, --top-p, --top-k, --seed."""
-    d = _SAMPLING_DEFAULTS
-    parser.add_argument("--temperature", type=parse_float, default=_default(d.temperature, unset),
-                        help=_help("0 = greedy", unset) if unset else "0 = greedy (default)")
-    parser.add_argument("--top-p", type=parse_float, default=_default(d.top_p, unset), help=_help("1 = off", unset))
-    parser.add_argument("--top-k", type=parse_int, default=_default(d.top_k, unset), help=_help("0 = off", unset))
-    parser.add_argument("--seed", type=parse_int, default=None, help="random seed for sampling")
+    """One option per SamplingConfig field (--temperature, --top-p, --top-k, --seed), from its description
+    (engine.core.config.SAMPLING_FIELDS): type, default and help."""
+    for field in SAMPLING_FIELDS:
+        if field.default is None:  # not set is the default (a random seed): nothing to say of it
+            help_text = field.help
+        else:
+            help_text = _help(field.help, True) if unset else f"{field.help} (default)"
+        parser.add_argument(field.cli_flag, dest=field.name, type=_PARSERS[field.type],
+                            default=_default(field.default, unset), help=help_text)
 
 
 def add_generation_args(parser: argparse.ArgumentParser, *, unset: bool = False,
@@ -194,8 +197,7 @@ def spec_from_args(args: argparse.Namespace, base: SpecConfig | None = None, *,
 
 def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLING_DEFAULTS) -> SamplingConfig:
     """The SamplingConfig the options ask for; an option left None takes `base`'s value. Raises ConfigError."""
-    return SamplingConfig(temperature=_given(args, "temperature", base), top_k=_given(args, "top_k", base),
-                          top_p=_given(args, "top_p", base), seed=_given(args, "seed", base))
+    return SamplingConfig(**{field.name: _given(args, field.name, base) for field in SAMPLING_FIELDS})
 
 
 __all__ = ["add_compile_arg", "add_consent_args", "check_generation_args", "add_model_args", "add_spec_args",

@@ -1,13 +1,16 @@
 """Settings as data: frozen dataclasses, validated on creation, and the one way a SpecConfig becomes text
 (its SPEC label, parsed back by `parse_spec`) and a record (a JSON-ready dict: `spec_to_record`,
-`spec_from_record`, what the history and the GUI's settings store).
+`spec_from_record`, what the history and the GUI's settings store). Each field of SamplingConfig is
+described once (engine.core.sampling_fields, SAMPLING_FIELDS); its record (`sampling_to_record`,
+`sampling_from_record`), its controls' and QSettings' numbers (`sampling_to_values`, `sampling_from_values`)
+and its settings words (`sampling_words`) are made from those descriptions here.
 
 A SpecConfig names its method and carries the method's own parameters as data; everything it knows about a
 method (its name, parameters, whether it needs a draft, the backends that serve it) it reads from the method
 registry (engine.core.methods; engine.drafters registers the methods). The checks on k and on a method's
 backend are written here once and called everywhere; the number checks at the edge of their type (seeds,
 temperatures, sizes) are engine.core.validation's. Pure Python: imports nothing but engine.core's errors,
-validation and methods.
+validation, methods and sampling_fields.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from typing import Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, check_params, method_spec, param_owner, plain_method
-from engine.core.validation import check_seed, check_temperature, check_top_k, check_top_p
+from engine.core.sampling_fields import SamplingField, described, described_fields
+from engine.core.validation import (MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K, check_seed, check_temperature, check_top_k,
+                                    check_top_p)
 
-BACKENDS = ("transformers", "llama.cpp")
+BACKENDS = ("transformers", "llama.cpp")  # the one list of local backends: engine.backends.REGISTRY is built from it
 MAX_K = 64
 REMOTE_PREFIX = "remote:"
 
@@ -42,22 +47,60 @@ def check_backend(method: str, backend: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SamplingConfig:
-    """How the next token is picked. temperature == 0 means greedy (argmax)."""
+    """How the next token is picked. temperature == 0 means greedy (argmax). Each field is described once
+    (engine.core.sampling_fields.SamplingField: SAMPLING_FIELDS), and everything that stores, shows, parses or
+    edits one reads that description."""
 
-    temperature: float = 0.0
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0
-    seed: int | None = None
+    temperature: float = described(SamplingField(
+        0.0, float, check_temperature, "0 = greedy", "Temperature", words="temperature",
+        control_range=(0.0, MAX_TEMPERATURE), step=0.1, decimals=2, special="0 (greedy)"))
+    top_p: float = described(SamplingField(
+        1.0, float, check_top_p, "1 = off", "Top-p", control_range=(0.01, 1.0), step=0.05, decimals=2,
+        greedy_ignores=True))
+    top_k: int = described(SamplingField(
+        0, int, check_top_k, "0 = off", "Top-k", control_range=(0, MAX_TOP_K), special="off", greedy_ignores=True))
+    seed: int | None = described(SamplingField(
+        None, int, check_seed, "random seed for sampling", "Seed", words="seed", control_range=(-1, MAX_SEED),
+        special="random", unset_shown=-1, greedy_ignores=True))
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "temperature", check_temperature(self.temperature))
-        object.__setattr__(self, "top_p", check_top_p(self.top_p))
-        check_top_k(self.top_k)
-        check_seed(self.seed)
+        for description in SAMPLING_FIELDS:
+            object.__setattr__(self, description.name, description.check(getattr(self, description.name)))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+SAMPLING_FIELDS: tuple[SamplingField, ...] = described_fields(SamplingConfig)
+
+
+def sampling_to_record(sampling: SamplingConfig) -> dict:
+    """`sampling` as a flat JSON-ready dict, one key per field (None: a random seed)."""
+    return {f.name: getattr(sampling, f.name) for f in SAMPLING_FIELDS}
+
+
+def sampling_from_record(record: Mapping) -> SamplingConfig:
+    """The SamplingConfig a record of `sampling_to_record` describes; a key missing (an older record) or None
+    takes its default, a key no field has is left out. ConfigError for values that don't fit."""
+    return SamplingConfig(**{f.name: record[f.name] for f in SAMPLING_FIELDS if record.get(f.name) is not None})
+
+
+def sampling_to_values(sampling: SamplingConfig) -> dict:
+    """`sampling` as the numbers its controls show and QSettings keeps: no None (a random seed is -1)."""
+    return {f.name: f.shown(getattr(sampling, f.name)) for f in SAMPLING_FIELDS}
+
+
+def sampling_from_values(values: Mapping) -> SamplingConfig:
+    """The SamplingConfig that controls' numbers (`sampling_to_values`) stand for; a field missing takes its
+    default. ConfigError for values that don't fit."""
+    return SamplingConfig(**{f.name: f.from_shown(values[f.name]) for f in SAMPLING_FIELDS if f.name in values})
+
+
+def sampling_words(sampling: SamplingConfig) -> str:
+    """What a settings line says of `sampling`: "temperature 0.7 · seed 7" (the fields with words, when set)."""
+    return " · ".join(f"{f.words} {getattr(sampling, f.name)}" for f in SAMPLING_FIELDS
+                      if f.words and getattr(sampling, f.name) is not None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,10 @@ times (`gui.persistence.records.round_meta`), and the reply's final stats and se
 of a stored conversation back into `engine.core.events.RoundVerified` events (the same the live view folded) and
 its `GenerationStats`, so the session's live figures and ring buffers are rebuilt by the very fold that
 built them live. `apply_values` turns its settings record (gui.sessions.chat.settings_record: the SpecConfig's
-one record, engine.core.config.spec_to_record, plus the sampling and the budget) into the settings panel's
-fields.
+one record, engine.core.config.spec_to_record, plus the sampling's, sampling_to_record, and the budget) into the
+settings panel's fields.
 
-May touch: engine events (build), engine.core.config's record reader and the method registry (read),
+May touch: engine events (build), engine.core.config's record readers and the method registry (read),
 gui.persistence.records (read), gui.persistence.recorder's stats reader. No Qt.
 """
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import engine.drafters  # noqa: F401  (registers the methods)
-from engine.core.config import SpecConfig, spec_from_record
+from engine.core.config import (SamplingConfig, SpecConfig, sampling_from_record, sampling_to_values, sampling_words,
+                                spec_from_record)
 from engine.core.errors import ConfigError
 from engine.core.events import RoundVerified
 from gui.persistence.recorder import stats_from_dict
@@ -63,6 +64,18 @@ def saved_spec(settings: dict) -> SpecConfig | None:
         return None
 
 
+def saved_sampling(settings: dict) -> SamplingConfig | None:
+    """The SamplingConfig a settings record ran with; None for a record that keeps none (or one that no longer
+    fits: a value out of range)."""
+    record = settings.get("sampling")
+    if not isinstance(record, dict) or not record:
+        return None
+    try:
+        return sampling_from_record(record)
+    except ConfigError:
+        return None
+
+
 def _spec_values(spec: SpecConfig | None) -> dict:
     """The panel's fields of `spec`: method, k, draft, adaptive and each of the method's parameters (0: auto)."""
     if spec is None:
@@ -76,26 +89,20 @@ def _spec_values(spec: SpecConfig | None) -> dict:
 
 def apply_values(settings: dict) -> dict:
     """A settings record as the settings panel's fields (gui.views.chat.controls.ControlsPanel.apply's keywords)."""
-    sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
+    sampling = saved_sampling(settings)
     values = {"model": settings.get("model"), **_spec_values(saved_spec(settings)),
               "max_new_tokens": settings.get("max_new_tokens"),
               "system_prompt": settings.get("system_prompt") or "",
-              "temperature": sampling.get("temperature"), "top_p": sampling.get("top_p"),
-              "top_k": sampling.get("top_k"), "seed": -1 if sampling.get("seed") is None else sampling.get("seed")}
-    if "sampling" not in settings:
-        for name in ("temperature", "top_p", "top_k", "seed"):
-            values.pop(name)
+              **(sampling_to_values(sampling) if sampling is not None else {})}
     return {name: value for name, value in values.items() if value is not None}
 
 
 def settings_words(settings: dict) -> str:
-    """What the user reads: "draft-model:k=4,draft=small · temperature 0 · seed 7 · 256 tokens"."""
-    sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
+    """What the user reads: "draft-model:k=4,draft=small · temperature 0.7 · seed 7 · 256 tokens"."""
+    sampling = saved_sampling(settings)
     parts = [str(settings.get("spec") or settings.get("method") or SpecConfig().label())]
-    if sampling:
-        parts.append(f"temperature {sampling.get('temperature', 0)}")
-        if sampling.get("seed") is not None:
-            parts.append(f"seed {sampling['seed']}")
+    if sampling is not None:
+        parts.append(sampling_words(sampling))
     if settings.get("max_new_tokens"):
         parts.append(f"{settings['max_new_tokens']} tokens")
     return " · ".join(parts)

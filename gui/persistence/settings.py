@@ -11,8 +11,8 @@ puts an INI file there instead (tests: the user's real settings are never touche
 written (a folder that can't be made), the settings hold for the session only and `AppSettings.problem` says
 why; the app works on.
 
-May touch: QSettings and the file system under that location, the method registry (read: which method
-parameters the panel has); no widget, no model.
+May touch: QSettings and the file system under that location, the method registry and SamplingConfig's field
+descriptions (read: which fields the panel has); no widget, no model.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 
 import engine.drafters  # noqa: F401  (registers the methods)
+from engine.core.config import SAMPLING_FIELDS
 from engine.core.methods import all_params
 
 ORGANIZATION = "SpecScope"
@@ -54,9 +55,10 @@ def export_folder() -> Path:
 
 
 # the chat's settings panel as remembered between runs: name, type (keys chat/NAME); the method parameters
-# (chat_fields) come in after k
+# (chat_fields) come in after k; the sampling fields (engine.core.config.SAMPLING_FIELDS: their controls' numbers,
+# a random seed -1) after adaptive
 CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("adaptive", bool),
-               ("temperature", float), ("top_p", float), ("top_k", int), ("seed", int),
+               *((field.name, field.type) for field in SAMPLING_FIELDS),
                ("max_new_tokens", int), ("system_prompt", str))
 
 

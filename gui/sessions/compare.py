@@ -25,7 +25,7 @@ from typing import Any, Callable
 from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary, summary_rows, sweep_points, sweep_specs, \
     sweep_summary
 from engine.core.methods import all_params
-from engine.core.config import SamplingConfig, SpecConfig, check_k
+from engine.core.config import SAMPLING_FIELDS, SamplingConfig, SpecConfig, check_k, sampling_to_record
 from engine.measure.divergence import Divergence
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.measure.prompts import Prompt, categories_of, load_prompts
@@ -33,7 +33,7 @@ from engine.core.tokens import DisplayToken
 from gui.sessions.session_model import SessionModel, Turn
 
 # every setting of the run, on every exported row (a row read alone says how it was made)
-RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", "temperature", "top_p", "top_k", "seed",
+RUN_FIELDS = ("prompt", "model", "backend", "device", "dtype", *(field.name for field in SAMPLING_FIELDS),
               "max_new_tokens", "strict")
 FIGURE_FIELDS = ("tok_per_s", "speedup", "acceptance_rate", "mean_accepted_length", "theoretical_speedup",
                  "efficiency", "draft_seconds", "verify_seconds", "identical_to_plain", "first_difference",
@@ -287,10 +287,8 @@ def run_settings(session: ComparisonSession | None) -> dict:
         backend = ""
     if session.strict:
         backend = "transformers"
-    sampling = session.sampling
     return {"prompt": session.prompt, "model": session.model, "backend": backend, "device": session.device,
-            "dtype": session.dtype, "temperature": sampling.temperature, "top_p": sampling.top_p,
-            "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": session.max_new_tokens,
+            "dtype": session.dtype, **sampling_to_record(session.sampling), "max_new_tokens": session.max_new_tokens,
             "strict": session.strict}
 
 
