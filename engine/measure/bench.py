@@ -1,47 +1,50 @@
 """`specscope bench`: every config against plain decoding on the same prompts, in the same run.
 
-Configs run interleaved, prompt by prompt, so that drift in machine speed hits them all alike. Figures are
-pooled per config, overall and per category, with the definitions of engine.core.stats; plain decoding first and
-the k sweep come from engine.measure.compare, the prompt files from engine.measure.prompts, the engine from engine.runtime.
+Configs run interleaved, prompt by prompt, so that drift in machine speed hits them all alike; a server's model
+(`remote:url=…`, or the run's model itself) after them, as its server was started. Figures are pooled per row,
+overall and per category, with the definitions of engine.core.stats (engine.measure.bench_results: our configs'
+rows and a server's); plain decoding first and the k sweep come from engine.measure.compare, the prompt files
+from engine.measure.prompts, the engine from engine.runtime.
 A greedy output that differs from plain decoding is diagnosed (engine.measure.divergence) and counted as a near-tie
 or a mismatch beside the identical ones; --strict reruns everything in float32 on the CPU with transformers.
 
-Touches the terminal (the tables of engine.measure.report on stdout, progress on stderr) and the --json file; no Qt.
+Touches the terminal (the tables of engine.measure.report on stdout, progress on stderr), the --json file and,
+for configs that learn from past replies, a throwaway data folder of the run's own; no Qt.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
-from engine.measure.baselines import add_vs_fastest_plain, target_baseline
-from engine.measure.compare import parse_sweep, strict_engine, sweep_specs, with_plain_first
-from engine.measure.hf_reference import hf_generate
-from engine.measure.bench_llama import (check_compare_llama, close_comparisons, comparison_row, cost_curve_line,
-                                make_comparisons)
-from engine.measure.bench_server import add_server_rows, check_compare_server, compare_with_server, print_server_table
 from engine.backends import is_local_backend
-from engine.host import DATA_DIR_VARIABLE
-from engine.core.config import BACKENDS, REMOTE_PREFIX, SamplingConfig, SpecConfig, parse_remote, parse_spec
-from engine.measure.fastest import sweep_methods
-from engine.measure.divergence import Divergence, diagnose
+from engine.core.config import BACKENDS, SamplingConfig, SpecConfig, parse_remote, parse_spec
 from engine.core.errors import ConfigError
+from engine.core.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float,
+                                    parse_int, write_text_atomic)
+from engine.host import data_root_set_to
+from engine.measure.baselines import add_vs_fastest_plain, target_baseline
+from engine.measure.bench_llama import check_compare_llama, close_comparisons, cost_curve_line, make_comparisons
+from engine.measure.bench_results import ConfigResult, ServerResult, summarise
+from engine.measure.bench_server import (add_server_rows, check_compare_server, compare_with_server,
+                                         print_server_table)
+from engine.measure.compare import parse_sweep, strict_engine, sweep_specs, with_plain_first
+from engine.measure.divergence import diagnose
+from engine.measure.fastest import sweep_methods
+from engine.measure.hf_reference import hf_generate
 from engine.measure.prompts import Prompt, load_prompts
 from engine.measure.report import print_divergences, print_sources, print_sweep, print_table, table_console
-from engine.core.validation import (MAX_COUNT, check_int, check_max_new_tokens, check_output_path, parse_float, parse_int,
-                               write_text_atomic)
-from engine.core.stats import AggregateStats, GenerationStats, aggregate, efficiency, speedup
-from engine.measure.verify_cost import theoretical_from_stats, verify_cost
+from engine.measure.verify_cost import verify_cost
 
+__all__ = ["add_bench_args", "ConfigResult", "ServerResult", "run_benchmark", "summarise", "learning_pass",
+           "own_learning_store", "WARM_UP", "run", "auto_method"]
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", required=True, help="JSON lines: Spec-Bench format or {\"prompt\": …}")
@@ -77,43 +80,6 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
 
 
-@dataclass
-class ConfigResult:
-    spec: SpecConfig
-    stats: dict[str, list[GenerationStats]] = field(default_factory=lambda: defaultdict(list))
-    identical: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    hf_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    hf_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    hf_identical: int = 0
-    outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    remote: object | None = None  # a RemoteEngine (engine.remote.engine): a model on a server, run as it was started
-    diagnosed: bool = False  # greedy and local: every differing output got a diagnosis (engine.measure.divergence)
-    near_ties: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    mismatches: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    divergences: dict[str, Divergence] = field(default_factory=dict)  # by prompt id
-
-    def equality_counts(self, key: str) -> dict:
-        """identical / near_ties / mismatches for `key` ("all" or a category); None where not diagnosed
-        (sampling: outputs are not compared token for token; a server's run)."""
-        if not self.diagnosed:
-            return {"identical": None, "near_ties": None, "mismatches": None}
-        return {"identical": self.identical[key], "near_ties": self.near_ties[key],
-                "mismatches": self.mismatches[key]}
-
-    @property
-    def label(self) -> str:
-        return f"{REMOTE_PREFIX}url={self.remote.target.address.url}" if self.remote else self.spec.label()
-
-    def figures_from(self) -> str:
-        """Where this config's figures come from, in words (the report says it for every row)."""
-        if self.remote is None:
-            return "measured here"
-        server = self.remote.server
-        counts = "/metrics" if server.metrics else "response timings (no /metrics)"
-        return (f"tok/s and TTFT measured here, network included; acceptance from {server.kind}'s {counts} "
-                f"at {self.remote.target.address.url}")
-
-
 def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int,
              rounds: list | None = None):
     """The run's finished event; its round events are appended to `rounds` when given."""
@@ -128,41 +94,31 @@ def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens:
     return finished
 
 
-def _diagnose(engine, result: ConfigResult, prompt: Prompt, finished, rounds: list, baseline: ConfigResult
-              ) -> None:
-    """Count a greedy run as identical to plain decoding, a near-tie or a mismatch (engine.measure.divergence); only
-    a differing output costs anything (its diagnosis)."""
-    plain_ids = baseline.outputs[prompt.id]
-    if finished.output_ids == plain_ids:
-        return  # counted by _record
-    divergence = diagnose(engine.target, engine.prompt_ids(prompt.text), plain_ids, finished.output_ids, rounds)
-    result.divergences[prompt.id] = divergence
-    counter = result.near_ties if divergence.is_near_tie else result.mismatches
-    for key in ("all", prompt.category):
-        counter[key] += 1
+Progress = Callable[[int, int, str], None]  # (done, total, what is running)
 
 
-def _record(result: ConfigResult, prompt: Prompt, finished, baseline: ConfigResult) -> None:
-    for key in ("all", prompt.category):
-        result.stats[key].append(finished.stats)
-    result.outputs[prompt.id] = finished.output_ids
-    if finished.output_ids == baseline.outputs[prompt.id]:
-        for key in ("all", prompt.category):
-            result.identical[key] += 1
+@dataclass
+class _Pass:
+    """One timed pass over the prompts: what every run of it shares, and how far it has come."""
 
+    engine: object  # the run's EngineLike
+    sampling: SamplingConfig
+    max_new_tokens: int
+    compare_hf: bool
+    comparisons: dict  # engine.measure.bench_llama's, by config label
+    progress: Progress
+    total: int
+    done: int = 0
 
-def _record_hf(result: ConfigResult, prompt: Prompt, finished, new_ids: list[int], seconds: float) -> None:
-    for key in ("all", prompt.category):
-        result.hf_seconds[key] += seconds
-        result.hf_tokens[key] += len(new_ids)
-    ours = list(finished.output_ids)
-    result.hf_identical += int(new_ids[:len(ours)] == ours)
+    def tick(self, label: str) -> None:
+        self.done += 1
+        self.progress(self.done, self.total, label)
 
 
 def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_new_tokens: int,
-                  sampling: SamplingConfig, compare_hf: bool = False, progress=None,
+                  sampling: SamplingConfig, compare_hf: bool = False, progress: Progress | None = None,
                   comparisons: dict | None = None, remotes: tuple = (), learn_pass: bool = False
-                  ) -> list[ConfigResult]:
+                  ) -> list[ConfigResult | ServerResult]:
     """Run plain decoding plus every spec on every prompt (engine.measure.compare.with_plain_first: plain first,
     once). Every spec is validated before the first run. `comparisons` (engine.measure.bench_llama, by config label)
     run llama-cpp-python's own loop after ours on the same prompt ids. `remotes` (RemoteEngines) run each
@@ -172,38 +128,51 @@ def run_benchmark(engine, prompts: list[Prompt], specs: list[SpecConfig], max_ne
     specs = with_plain_first(specs)
     for spec in specs:
         engine.validate(spec)  # fail before the long run, not in its middle
-    on_server = not is_local_backend(engine.target.backend)  # --model is a server: its figures are the server's
-    results = [ConfigResult(spec, diagnosed=sampling.greedy and not on_server,
-                            remote=engine if on_server else None) for spec in specs] + \
-        [ConfigResult(SpecConfig(), remote=r) for r in remotes]
+    if is_local_backend(engine.target.backend):
+        local = [ConfigResult(spec, diagnosed=sampling.greedy) for spec in specs]
+        servers = [ServerResult(SpecConfig(), server=remote) for remote in remotes]
+    else:  # --model is a server: its figures are the server's
+        local, servers = [], [ServerResult(spec, server=engine) for spec in specs]
     progress = progress or (lambda done, total, label: None)
     _warm_up(engine, specs, sampling, comparisons, remotes)
     if learn_pass:
         learning_pass(engine, prompts, specs, sampling, max_new_tokens, progress)
-    total, done = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons) + len(remotes)), 0
+    total = len(prompts) * (len(specs) * (2 if compare_hf else 1) + len(comparisons) + len(remotes))
+    timed = _Pass(engine, sampling, max_new_tokens, compare_hf, comparisons, progress, total)
+    baseline = (local + servers)[0]
     for prompt in prompts:
         ids = engine.prompt_ids(prompt.text) if compare_hf or comparisons else None  # a server's: never ours
-        for result in results:
-            rounds: list = []
-            finished = _run_one(result.remote or engine, prompt, result.spec, sampling, max_new_tokens, rounds)
-            done += 1
-            progress(done, total, result.label)
-            _record(result, prompt, finished, results[0])
-            if result.remote is not None:
-                continue
-            if result.diagnosed:
-                _diagnose(engine, result, prompt, finished, rounds, results[0])
-            if compare_hf:
-                new_ids, seconds = hf_generate(engine, ids, result.spec, max_new_tokens)
-                done += 1
-                progress(done, total, f"transformers {result.spec.label()}")
-                _record_hf(result, prompt, finished, new_ids, seconds)
-            comparison = comparisons.get(result.spec.label())
-            if comparison is not None:
-                comparison.run(prompt, ids, finished.output_ids, max_new_tokens, engine.eos_ids)
-                done += 1
-                progress(done, total, f"llama-cpp-python {result.spec.label()}")
-    return results
+        for result in local:
+            _run_config(timed, result, prompt, ids, baseline)
+        for result in servers:
+            finished = _run_one(result.server, prompt, result.spec, sampling, max_new_tokens)
+            timed.tick(result.label)
+            result.record(prompt, finished, baseline)
+    return local + servers
+
+
+def _run_config(timed: _Pass, result: ConfigResult, prompt: Prompt, ids: list[int] | None,
+                baseline: ConfigResult) -> None:
+    """One of our configs on one prompt, then the references beside it: transformers' generate() (--compare-hf),
+    llama-cpp-python's loop (--compare-llama). A greedy output that differs from plain decoding's is diagnosed
+    (engine.measure.divergence); only a differing output costs anything (its diagnosis)."""
+    engine = timed.engine
+    rounds: list = []
+    finished = _run_one(engine, prompt, result.spec, timed.sampling, timed.max_new_tokens, rounds)
+    timed.tick(result.label)
+    result.record(prompt, finished, baseline)
+    plain_ids = baseline.outputs[prompt.id]
+    if result.diagnosed and finished.output_ids != plain_ids:
+        result.add_divergence(prompt, diagnose(engine.target, engine.prompt_ids(prompt.text), plain_ids,
+                                               finished.output_ids, rounds))
+    if timed.compare_hf:
+        new_ids, seconds = hf_generate(engine, ids, result.spec, timed.max_new_tokens)
+        timed.tick(f"transformers {result.label}")
+        result.record_hf(prompt, finished, new_ids, seconds)
+    comparison = timed.comparisons.get(result.label)
+    if comparison is not None:
+        comparison.run(prompt, ids, finished.output_ids, timed.max_new_tokens, engine.eos_ids)
+        timed.tick(f"llama-cpp-python {result.label}")
 
 
 WARM_UP = Prompt("warm-up", "warm-up", "Hello!")
@@ -222,20 +191,13 @@ def learning_pass(engine, prompts: list[Prompt], specs: list[SpecConfig], sampli
 @contextmanager
 def own_learning_store(specs: list[SpecConfig]) -> Iterator[str | None]:
     """A run whose configs learn from past replies keeps what they learn in a throwaway data folder (its path,
-    else None): a benchmark starts from nothing and never reads or writes the user's own store."""
+    else None): a benchmark starts from nothing and never reads or writes the user's own store. Within the
+    block engine.host.data_root is that folder, for this run alone (engine.host.data_root_set_to)."""
     if not any(spec.learns for spec in specs):
         yield None
         return
-    previous = os.environ.get(DATA_DIR_VARIABLE)
-    with tempfile.TemporaryDirectory(prefix="specscope-bench-") as folder:
-        os.environ[DATA_DIR_VARIABLE] = folder
-        try:
-            yield folder
-        finally:
-            if previous is None:
-                os.environ.pop(DATA_DIR_VARIABLE, None)
-            else:
-                os.environ[DATA_DIR_VARIABLE] = previous
+    with tempfile.TemporaryDirectory(prefix="specscope-bench-") as folder, data_root_set_to(folder):
+        yield folder
 
 
 def _warm_up(engine, specs: list[SpecConfig], sampling, comparisons: dict, remotes: tuple) -> None:
@@ -249,65 +211,6 @@ def _warm_up(engine, specs: list[SpecConfig], sampling, comparisons: dict, remot
         ids = engine.prompt_ids(WARM_UP.text)
         for comparison in comparisons.values():
             comparison.warm_up(ids, 8, engine.eos_ids)
-
-
-def summarise(results: list[ConfigResult], compare_hf: bool, comparisons: dict | None = None,
-              cost=None, against: str = "") -> dict:
-    """Every config's figures, overall ('all') and per category, as plain data; with the measured verify
-    cost curve `cost` (engine.measure.verify_cost), the theoretical speed-up on it too. `against` names the
-    baseline (results[0]: plain decoding on the same backend); a server's row has none (speed-up None)."""
-    baseline = results[0]
-    out = {}
-    for result in results:
-        rows = {}
-        for key, runs in result.stats.items():
-            pooled: AggregateStats = aggregate(runs)
-            base: AggregateStats = aggregate(baseline.stats[key])
-            measured = speedup(pooled.tok_per_s, base.tok_per_s)
-            row = {
-                "prompts": pooled.generations,
-                "tokens": pooled.committed_tokens,
-                "tok_per_s": pooled.tok_per_s,
-                "e2e_tok_per_s": pooled.e2e_tok_per_s,
-                "speedup": measured,
-                "acceptance_rate": pooled.acceptance_rate,
-                "mean_accepted_length": pooled.mean_accepted_length,
-                "theoretical_speedup": pooled.theoretical_speedup,
-                "efficiency": efficiency(measured, pooled.theoretical_speedup),
-                "identical_to_none": result.identical[key],
-                **result.equality_counts(key),
-                "draft_seconds": pooled.draft_seconds,
-                "verify_seconds": pooled.verify_seconds,
-                "drafted_tokens": pooled.drafted_tokens,
-                "accepted_tokens": pooled.accepted_tokens,
-                "cost_ratio": pooled.cost_ratio,
-            }
-            if cost is not None:
-                on_cost = theoretical_from_stats(pooled, cost)
-                row["theoretical_speedup_measured_cost"] = on_cost
-                row["efficiency_measured_cost"] = efficiency(measured, on_cost) if on_cost else None
-            row.update(comparison_row((comparisons or {}).get(result.spec.label()), key, pooled.tok_per_s))
-            row["figures_from"] = result.figures_from()
-            row["baseline"] = against
-            if result.remote is not None:  # the server reports no draft/verify times: no theory to hold it to
-                row["theoretical_speedup"] = row["efficiency"] = None
-                if result is not baseline:  # a server beside local plain decoding: vs_fastest_plain compares
-                    row["speedup"], row["baseline"] = None, ""
-            if compare_hf and result.hf_seconds[key] > 0:
-                hf_tok_s = result.hf_tokens[key] / result.hf_seconds[key]
-                row["hf_e2e_tok_per_s"] = hf_tok_s
-                row["ours_over_hf"] = pooled.e2e_tok_per_s / hf_tok_s if hf_tok_s else None
-            rows[key] = row
-        if compare_hf:
-            rows["all"]["hf_identical_outputs"] = result.hf_identical
-        if result.diagnosed:
-            rows["all"]["divergences"] = [{"prompt": prompt_id, **d.as_dict()}
-                                          for prompt_id, d in result.divergences.items()]
-        out[result.label] = rows
-    return out
-
-
-# Columns a table shows when some row has the figure: (heading, row key, format, unit)
 
 
 def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
@@ -328,8 +231,8 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
         "model": engine.target.label, "device": str(engine.target.device),
         "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts), "categories": sorted({p.category for p in prompts}),
-        "temperature": args.temperature, "compile": bool(getattr(args, "compile", False)), "seconds": seconds,
-        "learn_pass": bool(getattr(args, "learn_pass", False)),
+        "temperature": args.temperature, "compile": args.compile, "seconds": seconds,
+        "learn_pass": args.learn_pass,
         "platform": platform.platform(), "configs": summary, "backend": engine.target.backend,
         "verify_cost": None if cost is None else cost.as_dict(),
     }
@@ -363,7 +266,7 @@ def run(args) -> int:
     answers = ConsentAnswers.from_flags(names, **flags)
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype,
                          backend=args.backend, method=auto_method(specs), consent=lambda: answers,
-                         compile=getattr(args, "compile", False), **flags)
+                         compile=args.compile, **flags)
     if args.compare_llama:
         check_compare_llama(engine, specs, args.temperature)
     if args.compare_llama_server:
@@ -473,7 +376,7 @@ def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Promp
     from engine.runtime import load_engine, terminal_progress
     engine = load_engine(args.model, terminal_progress(), device=args.device, dtype=args.dtype, backend=backend,
                          trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
-                         compile=getattr(args, "compile", False))
+                         compile=args.compile)
     cost = _verify_cost(engine, specs, args.remeasure_cost)
     results = run_benchmark(engine, prompts, specs, args.max_new_tokens, sampling, False, progress,
                             learn_pass=args.learn_pass)

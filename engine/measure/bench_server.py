@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engine.core.config import SpecConfig
 from engine.core.errors import ConfigError
+from engine.measure.bench_results import ConfigResult
 
 
 def check_compare_server(engine, temperature: float) -> None:
@@ -73,12 +74,13 @@ class ServerTally:
 
 def compare_with_server(engine, prompts, results, max_new_tokens: int, progress=None) -> tuple[dict, list[str]]:
     """Each comparable config's ServerTally (by label) and a note for each config left out, saying why.
-    `results` are the bench's ConfigResults: their outputs are what each reply is held against."""
+    `results` are the bench's rows (engine.measure.bench_results): our configs' outputs are what each reply is
+    held against; a server's row (ServerResult) runs as its server was started and has no llama-server equal."""
     from engine.measure.llama_server import LlamaServer, complete_ids
     progress = progress or (lambda done, total, label: None)
     tallies, notes, plan = {}, [], []
     for result in results:
-        if result.remote is not None:
+        if not isinstance(result, ConfigResult):
             continue
         try:
             args = server_args(result.spec)

@@ -76,7 +76,7 @@ def safety_check(name: str, answers: ConsentAnswers) -> None:
     the user was never asked about it, or when its weights are pickle checkpoints only; refuse pickle weights
     the user declined."""
     from engine.backends.source import weight_files
-    from engine.models.catalog import needs_remote_code
+    from engine.models.folder_facts import needs_remote_code
 
     found = _model_folder(name)
     if found is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine.backends.source import file_stamp
 from engine.core.stats import VerifyCost
+from engine.core.validation import write_text_atomic
 from engine.host import cache_root
 
 CACHE_VERSION = 1
@@ -61,9 +62,7 @@ def cached_verify_cost(model, n_max: int, *, threads: int) -> VerifyCost | None:
 
 
 def store_curve(path: Path, model, threads: int, cost: VerifyCost) -> None:
-    """Keep a measured curve at `path` (written aside, then moved into place)."""
+    """Keep a measured curve at `path` (whole or not at all: engine.core.validation.write_text_atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps({"version": CACHE_VERSION, "model": model.label, "threads": threads,
-                                   "seconds": list(cost.seconds)}))
-    staging.replace(path)
+    write_text_atomic(path, json.dumps({"version": CACHE_VERSION, "model": model.label, "threads": threads,
+                                        "seconds": list(cost.seconds)}))

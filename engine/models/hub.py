@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
 from engine.backends.source import PICKLE_SUFFIXES
-from engine.models.catalog import needs_remote_code
+from engine.models.folder_facts import needs_remote_code
 from engine.models.sources import hub_cache_dir
 from engine.core.errors import DownloadCancelledError, DownloadError, UnsafeCheckpointError
 

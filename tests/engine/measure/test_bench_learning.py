@@ -5,10 +5,11 @@ the replies it learned (the repeat-chat case), while a config that does not lear
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from engine.core.config import SamplingConfig, parse_spec
-from engine.drafters.suffix_store import STORE_NAME
-from engine.host import DATA_DIR_VARIABLE
+from engine.drafters.suffix_store import STORE_NAME, default_store_path
+from engine.host import DATA_DIR_VARIABLE, data_root
 from engine.measure.bench import own_learning_store, run_benchmark, summarise
 from engine.measure.prompts import Prompt
 from engine.runtime import local_engine
@@ -22,15 +23,17 @@ PROMPT_SET = [Prompt(f"p{i}", category, text[:160]) for i, (category, text) in e
 def test_only_a_learning_config_gets_a_store_of_its_own_and_the_users_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path))
     with own_learning_store([NOT_LEARNING]) as store:
-        assert store is None and os.environ[DATA_DIR_VARIABLE] == str(tmp_path)
+        assert store is None and data_root() == tmp_path
     with own_learning_store([NOT_LEARNING, LEARNING]) as store:
-        assert store is not None and os.environ[DATA_DIR_VARIABLE] == store != str(tmp_path)
-    assert os.environ[DATA_DIR_VARIABLE] == str(tmp_path)  # put back
+        assert store is not None and data_root() == Path(store) != tmp_path
+        assert default_store_path() == Path(store) / STORE_NAME  # where the suffix drafter's store opens
+        assert os.environ[DATA_DIR_VARIABLE] == str(tmp_path)  # the environment is never edited
+    assert data_root() == tmp_path  # put back
     assert not os.path.exists(store)  # thrown away
     monkeypatch.delenv(DATA_DIR_VARIABLE)
-    with own_learning_store([LEARNING]):
-        pass
-    assert DATA_DIR_VARIABLE not in os.environ
+    with own_learning_store([LEARNING]) as store:
+        assert data_root() == Path(store)
+    assert DATA_DIR_VARIABLE not in os.environ and data_root() != Path(store)
 
 
 def test_a_learning_pass_lets_the_timed_run_draft_from_the_replies_it_learned(tiny_model, tmp_path, monkeypatch):

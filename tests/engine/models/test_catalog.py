@@ -15,7 +15,7 @@ import pytest
 from safetensors.numpy import save
 
 from engine.host import free_memory
-from engine.models import catalog, memory, pairing, sources
+from engine.models import catalog, gguf_facts, memory, pairing, sources
 from engine.cli.main import main
 from engine.core.errors import OutOfMemoryError
 from engine.core.compat import TokenizerDifference, explain_mismatch, tokenizer_difference
@@ -268,7 +268,7 @@ def test_gguf_facts_from_our_header_reader_match_gguf_py(tmp_path, monkeypatch):
     from engine.models.sources import default_model_gguf
     monkeypatch.setenv("SPECSCOPE_CACHE_DIR", str(tmp_path))  # nothing cached: read the file
     path = default_model_gguf()
-    facts = catalog.gguf_facts(path)
+    facts = gguf_facts.gguf_facts(path)
     reader = GGUFReader(str(path), "r")
     by_type: dict[str, int] = {}
     for tensor in reader.tensors:

@@ -18,7 +18,7 @@ from engine.backends import backend_named
 from engine.backends.gguf_file import fitting_sidecar, mtp_mismatch, mtp_shape, read_header
 from engine.cli.main import main
 from engine.core.methods import method_spec
-from engine.models import catalog
+from engine.models import catalog, gguf_facts
 from tests.fixtures.tiny_gguf import build
 
 
@@ -120,8 +120,8 @@ def test_own_drafter_words_by_backend_and_heads(tmp_path):
 
 def test_the_facts_cache_holds_the_mtp_facts(ggufs, monkeypatch):
     path = ggufs["inside"]
-    cached = catalog._gguf_facts_file(path)
-    assert cached.name.endswith(f"-v{catalog.FACTS_VERSION}.json")  # older caches lack these facts: not read
+    cached = gguf_facts.facts_file(path)
+    assert cached.name.endswith(f"-v{gguf_facts.FACTS_VERSION}.json")  # older caches lack these facts: not read
     catalog.describe_path(path)
     facts = json.loads(cached.read_text())
     assert facts["nextn_layers"] == 1 and facts["mtp_only"] is False and facts["architecture"] == "qwen35"

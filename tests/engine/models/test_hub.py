@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from engine.models import catalog, hub
+from engine.models import catalog, folder_facts, hub
 from engine.core.errors import DownloadCancelledError, DownloadError, UnsafeCheckpointError
 from engine.models.sources import resolve_source
 from hubserver import FakeHub, FakeRepo
@@ -181,8 +181,8 @@ def test_needs_remote_code(tmp_path):
     custom = tmp_path / "custom"
     custom.mkdir()
     (custom / "config.json").write_bytes(_config(auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"}))
-    assert not catalog.needs_remote_code(plain)
-    assert catalog.needs_remote_code(custom)
+    assert not folder_facts.needs_remote_code(plain)
+    assert folder_facts.needs_remote_code(custom)
     assert catalog.describe_path(custom).needs_remote_code
 
 
