@@ -1,17 +1,22 @@
 """This machine: how many CPU threads the engine's compute uses (all cores but one, left to the interface or
 the terminal), what its CPU computes natively (bfloat16 in hardware?), which GPUs torch sees, how much memory
-is free on a device, and where SpecScope's caches live.
+is free on a device, where SpecScope's caches live (`cache_root`) and where the user's own data lives
+(`data_root`, and the chat history's database in it, `history_path`).
 
 A leaf module (imports nothing of the engine): anything may ask it. Touches torch's thread setting
 (torch.set_num_threads) when told to, and reads /proc/cpuinfo, /proc/meminfo, the cgroup limit, the CUDA
-driver's free memory and the environment (SPECSCOPE_CACHE_DIR) when asked; nothing at import time.
+driver's free memory and the environment (SPECSCOPE_CACHE_DIR, SPECSCOPE_DATA_DIR) when asked; nothing at import
+time.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Iterator
 
 
 def engine_threads() -> int:
@@ -70,14 +75,40 @@ def cache_root() -> Path:
 DATA_DIR_VARIABLE = "SPECSCOPE_DATA_DIR"
 
 
+_DATA_ROOT_HERE: ContextVar[Path | None] = ContextVar("specscope_data_root", default=None)
+
+
+@contextmanager
+def data_root_set_to(folder: str | os.PathLike) -> Iterator[Path]:
+    """`data_root()` is `folder` within the block, in this thread alone (a benchmark's throwaway store): the
+    environment, other threads and child processes never see it."""
+    token = _DATA_ROOT_HERE.set(Path(folder))
+    try:
+        yield Path(folder)
+    finally:
+        _DATA_ROOT_HERE.reset(token)
+
+
 def data_root() -> Path:
-    """Where SpecScope keeps the user's own data (the chat history, what suffix decoding learned):
-    SPECSCOPE_DATA_DIR overrides (tests, a benchmark's own store)."""
+    """Where SpecScope keeps the user's own data (the chat history, what suffix decoding learned): the folder
+    of an enclosing data_root_set_to (a benchmark's own store), else SPECSCOPE_DATA_DIR (tests), else the
+    platform's."""
+    here = _DATA_ROOT_HERE.get()
+    if here is not None:
+        return here
     override = os.environ.get(DATA_DIR_VARIABLE)
     if override:
         return Path(override).expanduser()
     import platformdirs
     return Path(platformdirs.user_data_dir("specscope", appauthor=False))
+
+
+HISTORY_FILE = "history.sqlite3"  # the chat history's database, in the data folder
+
+
+def history_path() -> Path:
+    """The chat history's database: the GUI writes it, drafter training (--from-history) reads it."""
+    return data_root() / HISTORY_FILE
 
 
 # ---- GPUs and memory

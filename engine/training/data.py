@@ -13,7 +13,6 @@ Touches the out folder and the history database (read-only). No Qt.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sqlite3
 import threading
@@ -25,6 +24,7 @@ from typing import Callable
 import torch
 
 from engine.core.errors import ConfigError
+from engine.host import history_path
 from engine.measure.prompts import Prompt, load_prompts
 
 REPLIES_FILE = "replies.jsonl"
@@ -46,15 +46,9 @@ class Job:
 
 def history_prompts(db_path: Path | None = None) -> list[Prompt]:
     """The user's own messages from the chat history (read-only, straight from SQLite: the engine never imports
-    gui). The database is gui/persistence/store.py's: <data dir>/history.sqlite3, SPECSCOPE_DATA_DIR overriding the dir."""
+    gui). The database is engine.host.history_path(), the GUI's chat history, unless `db_path` is given."""
     if db_path is None:
-        override = os.environ.get("SPECSCOPE_DATA_DIR")
-        if override:
-            folder = Path(override).expanduser()
-        else:
-            import platformdirs
-            folder = Path(platformdirs.user_data_dir("specscope", appauthor=False))
-        db_path = folder / "history.sqlite3"
+        db_path = history_path()
     if not db_path.is_file():
         raise ConfigError(f"--from-history: no chat history at {db_path} yet")
     try:

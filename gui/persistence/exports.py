@@ -20,7 +20,8 @@ from engine.core.events import TokenStatus
 from engine.core.tokens import DisplayToken
 from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STATUS_CODE, ConversationRecord, StoredMessage,
                                      StoredRound)
-from gui.persistence.store import PRIVATE, HistoryError, owner_only
+from gui.persistence.private_files import PRIVATE, owner_only
+from gui.persistence.store import HistoryError
 
 EXPORT_FORMAT = "specscope.conversation"
 EXPORT_FORMAT_VERSION = 2

@@ -5,7 +5,8 @@ back are gui.persistence.records' plain records, the tokens engine.core.tokens' 
 positions as they are); exports to files are gui.persistence.exports'. Touches only the database file (and its
 backup copy on migration).
 
-Where: `<platformdirs user_data_dir>/history.sqlite3`; SPECSCOPE_DATA_DIR overrides the folder (tests).
+Where: engine.host.history_path() (`<data folder>/history.sqlite3`; SPECSCOPE_DATA_DIR overrides the folder).
+Rows are read by column name (sqlite3.Row).
 
 Durability: WAL journal, `synchronous=NORMAL`, one short transaction per write. Each round of a reply is its
 own commit, so a crash or SIGKILL mid-reply loses at most the round being written; everything committed is
@@ -17,15 +18,16 @@ opened (by a writable store), turned into "interrupted", and its text rebuilt fr
 The GUI shows it with an "interrupted" mark; nothing is thrown away.
 
 Several windows: one writer per conversation. A store `claim`s a conversation before writing a reply into it
-(an OS file lock, `history.sqlite3.locks/c<id>.lock`, released when the writer ends or dies), so a second
+(gui.persistence.writer_locks: an OS file lock, released when the writer ends or dies), so a second
 SpecScope never relabels a reply that is still streaming in another one, and can tell a conversation that
 is live elsewhere (`claimed_elsewhere`) to open it read-only. A database another process keeps busy makes a
 write fail after BUSY_TIMEOUT_S with HistoryBusyError (the GUI thread never waits longer); the recorder
 (gui.persistence.recorder) keeps such writes and replays them when the database frees.
 
-Privacy: the database, its -wal/-shm files, the locks and the migration backup are created owner-only (0600,
-umask 077 around their creation, chmod after). Deleting a conversation or a reply also makes suffix decoding's
-store beside the database (engine.drafters.suffix_store, "learn from my chats") forget those replies.
+Privacy: the database, its -wal/-shm files, the locks and the migration backup are created owner-only
+(gui.persistence.private_files). Deleting a conversation or a reply tells `replies_deleted` (a constructor
+parameter) the committed token ids of each reply deleted: the app's store (gui.persistence.user_history) has
+suffix decoding's store forget them.
 
 Versions: an older database is migrated in place after a backup copy (`history.sqlite3.v<version>.bak`); a
 database from a newer SpecScope is opened read-only with a message saying so, and never changed or wiped.
@@ -36,21 +38,22 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import stat
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from engine.core.tokens import DisplayToken, committed_text, fold_round
-from engine.host import data_root
+from engine.host import history_path
 from gui.persistence import schema
+from gui.persistence.private_files import make_private, owner_only
 from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STREAMING, ConversationRecord,
                                      ConversationSummary, SearchHit, StoredMessage, StoredRound, round_meta,
                                      token_row)
+from gui.persistence.writer_locks import ConversationLocks
 
-DB_NAME = "history.sqlite3"
+RepliesDeleted = Callable[[list[list[int]]], object]  # the committed token ids of each assistant reply deleted
 
 
 class HistoryError(Exception):
@@ -70,37 +73,8 @@ class HistoryLockedError(HistoryError):
 
 
 BUSY_TIMEOUT_S = 0.25  # the longest a write waits for another process's lock (it runs on the GUI thread)
-PRIVATE = stat.S_IRUSR | stat.S_IWUSR
-
-
-@contextmanager
-def owner_only() -> Iterator[None]:
-    """Files created inside are owner-only (umask 077): sqlite's own -wal/-shm files and copies included."""
-    previous = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(previous)
-
-
-def make_private(*paths: Path) -> None:
-    """chmod 0600 the files of `paths` that exist (POSIX; elsewhere a no-op)."""
-    if os.name != "posix":
-        return
-    for path in paths:
-        try:
-            if path.exists():
-                os.chmod(path, PRIVATE)
-        except OSError:
-            pass
-
-
-def default_data_dir() -> Path:
-    return data_root()  # the one function that knows the data folder (SPECSCOPE_DATA_DIR overriding it)
-
-
-def default_db_path() -> Path:
-    return default_data_dir() / DB_NAME
+MESSAGE_COLUMNS = ("id, conversation_id, role, content, state, created_at, finished_at, settings, stats, "
+                   "stop_reason, error")
 
 
 def _dumps(value) -> str:
@@ -120,17 +94,34 @@ def _contains(haystack, needle) -> int:
     return int(haystack is not None and needle in str(haystack).casefold())
 
 
+def _reply_text(rounds: Iterable[StoredRound]) -> str:
+    """A reply's text: what its stored rounds committed."""
+    return committed_text(t for r in rounds for t in r.tokens)
+
+
+def _stored_message(row: sqlite3.Row, rounds: tuple[StoredRound, ...]) -> StoredMessage:
+    """A messages row (MESSAGE_COLUMNS) read back; a reply cut short reads as what its rounds committed."""
+    cut_short = row["state"] != COMPLETE and rounds
+    return StoredMessage(
+        id=row["id"], conversation_id=row["conversation_id"], role=row["role"],
+        content=_reply_text(rounds) if cut_short else row["content"], state=row["state"],
+        created_at=row["created_at"], finished_at=row["finished_at"], settings=_loads(row["settings"], {}),
+        stats=_loads(row["stats"]), stop_reason=row["stop_reason"], error=row["error"], rounds=rounds)
+
 
 class HistoryStore:
     """The chat history. Thread-safe (one connection behind a lock); close() it, or use it as a context
-    manager. `read_only` is True (with `read_only_reason`) for a database from a newer SpecScope."""
+    manager. `read_only` is True (with `read_only_reason`) for a database from a newer SpecScope.
+    `replies_deleted` is told the committed token ids of each assistant reply deleted (after the deletion)."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, recover: bool = True) -> None:
-        self.path = Path(path) if path is not None else default_db_path()
+    def __init__(self, path: str | os.PathLike | None = None, *, recover: bool = True,
+                 replies_deleted: RepliesDeleted | None = None) -> None:
+        self.path = Path(path) if path is not None else history_path()
         self.read_only = False
         self.read_only_reason: str | None = None
+        self._replies_deleted = replies_deleted
         self._lock = threading.RLock()
-        self._claims: dict[int, int] = {}  # conversation id -> the fd of its writer lock, held by this store
+        self._writer_locks = ConversationLocks(self.path)
         with owner_only():
             self._conn = self._open()
         make_private(*self.private_files())
@@ -190,6 +181,7 @@ class HistoryStore:
         else:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=BUSY_TIMEOUT_S)
+        conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         if not read_only:
@@ -216,63 +208,27 @@ class HistoryStore:
 
     def close(self) -> None:
         with self._lock:
-            for conversation_id in list(self._claims):
-                self.release(conversation_id)
+            self._writer_locks.release_all()
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
         make_private(*self.private_files())
 
-    # -- one writer per conversation
-    def _lock_file(self, conversation_id: int) -> Path:
-        folder = self.path.with_name(self.path.name + ".locks")
-        folder.mkdir(mode=0o700, exist_ok=True)
-        return folder / f"c{int(conversation_id)}.lock"
-
-    def _try_lock(self, conversation_id: int) -> int | None:
-        """An fd holding the conversation's writer lock, or None when another writer holds it."""
-        try:
-            import fcntl
-        except ImportError:  # no POSIX locks (Windows): one writer is not enforced there
-            return -1
-        with owner_only():
-            fd = os.open(self._lock_file(conversation_id), os.O_RDWR | os.O_CREAT, PRIVATE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return None
-        return fd
-
+    # -- one writer per conversation (gui.persistence.writer_locks)
     def claim(self, conversation_id: int) -> bool:
         """Become the one writer of a conversation (until release/close, or this process ends). False when
         another SpecScope (or another store) is writing it."""
         with self._lock:
-            if conversation_id in self._claims:
-                return True
-            fd = self._try_lock(conversation_id)
-            if fd is None:
-                return False
-            self._claims[conversation_id] = fd
-            return True
+            return self._writer_locks.claim(conversation_id)
 
     def release(self, conversation_id: int | None) -> None:
         with self._lock:
-            fd = self._claims.pop(conversation_id, None) if conversation_id is not None else None
-            if fd is not None and fd >= 0:
-                os.close(fd)
+            self._writer_locks.release(conversation_id)
 
     def claimed_elsewhere(self, conversation_id: int) -> bool:
         """Whether another writer (another window, another SpecScope) holds the conversation now."""
         with self._lock:
-            if conversation_id in self._claims:
-                return False
-            fd = self._try_lock(conversation_id)
-            if fd is None:
-                return True
-            if fd >= 0:
-                os.close(fd)
-            return False
+            return self._writer_locks.held_elsewhere(conversation_id)
 
     def __enter__(self) -> "HistoryStore":
         return self
@@ -327,32 +283,32 @@ class HistoryStore:
                                   (_dumps(settings), time.time(), conversation_id)), conversation_id)
 
     def delete_conversation(self, conversation_id: int) -> None:
-        """The conversation and what suffix decoding learned from its replies."""
+        """The conversation; `replies_deleted` is told its replies."""
         with self._write() as conn:
             replies = self._reply_ids(conn, "conversation_id", conversation_id)
             conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-        self._forget_learned(replies)
+        self._tell_deleted(replies)
 
     def _reply_ids(self, conn: sqlite3.Connection, column: str, value: int) -> list[list[int]]:
         """The committed token ids of each assistant reply whose `column` (id, conversation_id) is `value`."""
-        ids = conn.execute(f"SELECT id FROM messages WHERE {column} = ? AND role = 'assistant'", (value,)).fetchall()
-        return [[t.token_id for r in self._rounds(conn, message_id) for t in r.tokens
-                 if t.committed and t.token_id is not None] for (message_id,) in ids]
+        rows = conn.execute(f"SELECT id FROM messages WHERE {column} = ? AND role = 'assistant'", (value,)).fetchall()
+        return [[t.token_id for r in self._rounds(conn, row["id"]) for t in r.tokens
+                 if t.committed and t.token_id is not None] for row in rows]
 
-    def _forget_learned(self, replies: list[list[int]]) -> None:
-        """Cleared with the history: suffix decoding's store beside it forgets these replies (if it was ever made)."""
-        from engine.drafters.suffix_store import STORE_NAME, forget_replies
-        forget_replies(replies, self.path.with_name(STORE_NAME))
+    def _tell_deleted(self, replies: list[list[int]]) -> None:
+        if self._replies_deleted is not None:
+            self._replies_deleted(replies)
 
     def list_conversations(self, limit: int | None = None, offset: int = 0) -> list[ConversationSummary]:
         """Newest activity first."""
         with self._lock:
             rows = self._read().execute(
                 "SELECT c.id, c.title, c.created_at, c.updated_at, c.settings, "
-                "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) "
+                "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS n_messages "
                 "FROM conversations c ORDER BY c.updated_at DESC, c.id DESC LIMIT ? OFFSET ?",
                 (-1 if limit is None else limit, offset)).fetchall()
-        return [ConversationSummary(r[0], r[1], r[2], r[3], _loads(r[4], {}), r[5]) for r in rows]
+        return [ConversationSummary(r["id"], r["title"], r["created_at"], r["updated_at"], _loads(r["settings"], {}),
+                                    r["n_messages"]) for r in rows]
 
     def search(self, text: str, limit: int = 50) -> list[SearchHit]:
         """Conversations whose title or messages contain `text` (case-insensitive, any language), newest
@@ -369,9 +325,9 @@ class HistoryStore:
                 "SELECT m.conversation_id, c.title, m.id, m.role, m.content FROM messages m "
                 "JOIN conversations c ON c.id = m.conversation_id WHERE specscope_contains(m.content, ?) "
                 "ORDER BY c.updated_at DESC, c.id DESC, m.id LIMIT ?", (needle, limit)).fetchall()
-        hits = [SearchHit(cid, title, None, None, title) for cid, title in titles]
-        hits += [SearchHit(cid, title, mid, role, _snippet(content, needle))
-                 for cid, title, mid, role, content in messages]
+        hits = [SearchHit(r["id"], r["title"], None, None, r["title"]) for r in titles]
+        hits += [SearchHit(r["conversation_id"], r["title"], r["id"], r["role"], _snippet(r["content"], needle))
+                 for r in messages]
         return hits[:limit]
 
     # -- messages
@@ -414,10 +370,10 @@ class HistoryStore:
         length are the round's: `round_index` and `meta`). Re-sending a round replaces it."""
         rows = _dumps([token_row(t) for t in tokens])
         with self._write() as conn:
-            state = conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()
-            if state is None:
+            row = conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None:
                 raise HistoryError(f"there is no message {message_id}")
-            if state[0] == COMPLETE:
+            if row["state"] == COMPLETE:
                 raise HistoryError(f"message {message_id} is finished; start a new reply to add rounds")
             conn.execute("INSERT OR REPLACE INTO rounds (message_id, round_index, meta, tokens) VALUES (?, ?, ?, ?)",
                          (message_id, round_index, _dumps(meta or {}), rows))
@@ -432,12 +388,12 @@ class HistoryStore:
             row = conn.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise HistoryError(f"there is no message {message_id}")
-            content = committed_text(t for r in self._rounds(conn, message_id) for t in r.tokens)
+            content = _reply_text(self._rounds(conn, message_id))
             conn.execute("UPDATE messages SET content = ?, state = ?, stats = ?, stop_reason = ?, error = ?, "
                          "finished_at = ? WHERE id = ?",
                          (content, state, None if stats is None else _dumps(stats), stop_reason, error, now,
                           message_id))
-            conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, row[0]))
+            conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, row["conversation_id"]))
             return content
 
     def finish_from_event(self, message_id: int, finished) -> str:
@@ -451,10 +407,10 @@ class HistoryStore:
         with self._write() as conn:
             rows = conn.execute("SELECT id, conversation_id FROM messages WHERE state = ?", (STREAMING,)).fetchall()
             # a reply whose conversation has a live writer (here or in another SpecScope) is still streaming
-            ids = [message_id for message_id, conversation_id in rows
-                   if conversation_id not in self._claims and not self.claimed_elsewhere(conversation_id)]
+            ids = [row["id"] for row in rows if not self._writer_locks.held_here(row["conversation_id"])
+                   and not self.claimed_elsewhere(row["conversation_id"])]
             for message_id in ids:
-                content = committed_text(t for r in self._rounds(conn, message_id) for t in r.tokens)
+                content = _reply_text(self._rounds(conn, message_id))
                 conn.execute("UPDATE messages SET state = ?, content = ?, stop_reason = 'interrupted' WHERE id = ?",
                              (INTERRUPTED, content, message_id))
             return ids
@@ -463,14 +419,15 @@ class HistoryStore:
         with self._write() as conn:
             replies = self._reply_ids(conn, "id", message_id)
             conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-        self._forget_learned(replies)
+        self._tell_deleted(replies)
 
     # -- reading back
     @staticmethod
     def _rounds(conn: sqlite3.Connection, message_id: int) -> list[StoredRound]:
         rows = conn.execute("SELECT round_index, meta, tokens FROM rounds WHERE message_id = ? ORDER BY round_index",
                             (message_id,)).fetchall()
-        return [StoredRound.from_rows(index, _loads(meta, {}), _loads(tokens, [])) for index, meta, tokens in rows]
+        return [StoredRound.from_rows(row["round_index"], _loads(row["meta"], {}), _loads(row["tokens"], []))
+                for row in rows]
 
     def load_conversation(self, conversation_id: int) -> ConversationRecord:
         """Everything needed to re-render a conversation, coloured."""
@@ -480,21 +437,12 @@ class HistoryStore:
                                (conversation_id,)).fetchone()
             if row is None:
                 raise HistoryError(f"there is no conversation {conversation_id}")
-            messages = []
-            for m in conn.execute(
-                    "SELECT id, conversation_id, role, content, state, created_at, finished_at, settings, stats, "
-                    "stop_reason, error FROM messages WHERE conversation_id = ? ORDER BY id",
-                    (conversation_id,)).fetchall():
-                rounds = tuple(self._rounds(conn, m[0])) if m[2] == "assistant" else ()
-                if m[4] != COMPLETE and rounds:  # a reply cut short: its text is what its rounds committed
-                    content = committed_text(t for r in rounds for t in r.tokens)
-                else:
-                    content = m[3]
-                messages.append(StoredMessage(
-                    id=m[0], conversation_id=m[1], role=m[2], content=content, state=m[4], created_at=m[5],
-                    finished_at=m[6], settings=_loads(m[7], {}), stats=_loads(m[8]), stop_reason=m[9], error=m[10],
-                    rounds=rounds))
-        return ConversationRecord(row[0], row[1], row[2], row[3], _loads(row[4], {}), tuple(messages))
+            rows = conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id",
+                                (conversation_id,)).fetchall()
+            messages = tuple(_stored_message(m, tuple(self._rounds(conn, m["id"])) if m["role"] == "assistant" else ())
+                             for m in rows)
+        return ConversationRecord(row["id"], row["title"], row["created_at"], row["updated_at"],
+                                  _loads(row["settings"], {}), messages)
 
     def add_conversation(self, record: ConversationRecord) -> int:
         """A copy of `record` (an import: gui.persistence.exports) as a new conversation, in one transaction;

@@ -7,37 +7,43 @@ a cancelled request's stragglers, the plain-decoding baseline per model, the set
 and the history writes (`gui.persistence.recorder.HistoryRecorder`). The window asks it what to do and renders what it
 answers; the views never see it change behind their back.
 
-The answers to the loader's safety questions given in this session, and a device chosen for this run only,
-live here too; the remembered ones are the window's (QSettings).
+It composes smaller pieces and answers for them (its public methods and attributes stay the window's one
+surface): which model is loaded or loading, the pair waiting for a load, a device chosen for this run only and
+this session's answers to the loader's safety questions (gui.sessions.loading), where the chat branches, Edit
+and Regenerate (gui.sessions.forks), and the plain-decoding speeds (gui.sessions.baselines). A request's
+purpose is a gui.sessions.purpose.Purpose.
 
-May touch: engine configs, events, stats and consent (read), gui.sessions.session_model, gui.persistence.recorder. Never Qt, never
-a widget.
+May touch: engine configs, events, stats and consent (read), gui.sessions (session_model, loading, forks,
+baselines, purpose), gui.persistence.recorder and fork. Never Qt, never a widget.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine.core.config import SamplingConfig, SpecConfig, parse_spec, spec_to_record
+from engine.core.config import SamplingConfig, SpecConfig, parse_spec, sampling_to_record, spec_to_record
 from engine.core.errors import ConfigError
-from engine.models.consent import PICKLE, REMOTE_CODE, ConsentAnswers
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.core.methods import plain_method
 from engine.core.stats import efficiency, speedup
 from engine.core.tokens import DisplayToken
-from gui.persistence.recorder import HistoryRecorder
+from engine.models.consent import ConsentAnswers
 from gui.persistence.fork import branch_recorder
+from gui.persistence.recorder import HistoryRecorder
+from gui.sessions.baselines import Baseline, Baselines
+from gui.sessions.baselines import baseline_key  # noqa: F401 -- still imported from here by gui.views.main.loading
+from gui.sessions.forks import Branches, turns_before
+from gui.sessions.loading import ModelLoading, SessionConsents
+from gui.sessions.purpose import Purpose
 from gui.sessions.session_model import Figures, SessionModel, Turn
 
 MIN_BASELINE_TOKENS = 8  # a plain-decoding run shorter than this is no reference
 BASELINE_PROMPT = "Write a short paragraph about the sea."  # when the chat has no message to measure on
 # what the session is doing: one of these at any time
 NOT_LOADED, LOADING, IDLE, GENERATING, MEASURING = "not-loaded", "loading", "idle", "generating", "measuring"
-CHAT, BASELINE = "chat", "baseline"  # a request's purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,26 +58,10 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
-class Baseline:
-    """The plain-decoding speed of one model on one device in one dtype: measured once, used everywhere."""
-
-    tok_per_s: float
-    measured_at: float  # seconds since the epoch
-
-    def describe(self) -> str:
-        return f"{self.tok_per_s:.1f} tok/s, measured {time.strftime('%d %b %Y %H:%M', time.localtime(self.measured_at))}"
-
-
-def baseline_key(info) -> str:
-    """What a baseline is the speed of: the model as loaded (its name, device and dtype)."""
-    return f"{info.requested} · {info.device} · {info.dtype}"
-
-
-@dataclass(frozen=True, slots=True)
 class Outcome:
     """What the end of a request means for the window."""
 
-    purpose: str  # chat | baseline
+    purpose: Purpose
     status: str  # the status line
     turn: Turn | None = None  # chat: the finished (or partial) reply
     baseline: float | None = None  # baseline: the measured tok/s (None: too short, stopped)
@@ -89,27 +79,65 @@ class ChatSession(SessionModel):
         super().__init__(system_prompt)
         self.recorder = recorder
         self.make_request = make_request
-        self.baselines: dict[str, Baseline] = {}  # baseline_key -> the plain-decoding speed (this run or remembered)
-        self.model_info = None  # gui.worker.ModelInfo of the loaded model
-        self.loaded_as: dict[str, Any] = {}  # backend -> ModelInfo: the loaded model there (a setting run there)
-        self.loading: str | None = None  # the model being loaded
+        self.baselines = Baselines()  # baseline_key -> the plain-decoding speed (this run or remembered)
+        self.model_loading = ModelLoading()  # the loaded model, the one loading, the pair waiting for a load
+        self.consents = SessionConsents()  # this session's answers to the loader's safety questions
+        self.branches = Branches()  # the message being edited, and the settings each message was sent with
         self.active = None  # the request in flight
         self.settings_in_effect: Settings | None = None  # what the last message was sent with
-        self.sent_with: list[tuple[Turn, Settings]] = []  # each message sent this session and its settings
         self.record_rounds = True  # chat replies record every round's tree (the round views' detail; a setting)
         self.saved_settings: dict | None = None  # what a reopened chat's last reply ran with (its settings record)
-        self.consents: dict[tuple[str, str], bool] = {}  # (kind, model) -> the answer given this session
-        self.device_override: tuple[str, str] | None = None  # (device, dtype) for this run only (--device)
-        self.editing: int | None = None  # the turn index of the message being edited (Edit), if any
-        self.pending_pair: tuple[str, str | None] | None = None  # the Models window's choice, until it loads
         self._request_record: dict = {}
         self._next_request_id = 1
+
+    # ------------------------------------------------------------------ the composed pieces' fields, read here
+    @property
+    def model_info(self):
+        """gui.worker.ModelInfo of the loaded model (None: none loaded)."""
+        return self.model_loading.info
+
+    @property
+    def loaded_as(self) -> dict[str, Any]:
+        """backend -> ModelInfo: the loaded model on each backend it is loaded on."""
+        return self.model_loading.loaded_as
+
+    @property
+    def loading(self) -> str | None:
+        """The model being loaded."""
+        return self.model_loading.loading
+
+    @property
+    def pending_pair(self) -> tuple[str, str | None] | None:
+        """The Models window's choice of target and draft, until that target loads."""
+        return self.model_loading.pending_pair
+
+    @pending_pair.setter
+    def pending_pair(self, pair: tuple[str, str | None] | None) -> None:
+        self.model_loading.pending_pair = pair
+
+    @property
+    def device_override(self) -> tuple[str, str] | None:
+        """(device, dtype) for this run only (--device)."""
+        return self.model_loading.device_override
+
+    @device_override.setter
+    def device_override(self, choice: tuple[str, str] | None) -> None:
+        self.model_loading.device_override = choice
+
+    @property
+    def editing(self) -> int | None:
+        """The turn index of the message being edited (Edit), if any."""
+        return self.branches.editing
+
+    @property
+    def sent_with(self) -> list[tuple[Turn, Settings]]:
+        return self.branches.sent_with
 
     # ------------------------------------------------------------------ state
     @property
     def state(self) -> str:
         if self.active is not None:
-            return MEASURING if self.active.purpose == BASELINE else GENERATING
+            return MEASURING if self.active.purpose is Purpose.BASELINE else GENERATING
         if self.loading is not None:
             return LOADING
         return IDLE if self.model_info is not None else NOT_LOADED
@@ -117,7 +145,7 @@ class ChatSession(SessionModel):
     @property
     def ready(self) -> bool:
         """A model is loaded and none is loading."""
-        return self.model_info is not None and self.loading is None
+        return self.model_loading.ready
 
     @property
     def generating(self) -> bool:
@@ -135,64 +163,47 @@ class ChatSession(SessionModel):
             return "The chat is generating: wait for the reply or stop it first."
         return None
 
-    # ------------------------------------------------------------------ loading
+    # ------------------------------------------------------------------ loading (gui.sessions.loading)
     def wants_load(self, name: str, force: bool = False) -> str | None:
         """The name to load (and the session is now loading it), or None when there is nothing to do: it is
         loading already, or it is the loaded model and `force` is off."""
-        name = name.strip() or "default"
-        if name == self.loading or (not force and self.loading is None and self.model_info is not None
-                                    and name == self.model_info.requested):
-            return None
-        self.loading = name
-        return name
+        return self.model_loading.wants_load(name, force)
 
     def load_started(self, name: str) -> None:
-        self.loading = name
+        self.model_loading.loading = name
 
     def model_loaded(self, info) -> None:
-        self.loading = None
-        self.model_info = info
-        self.loaded_as = {info.backend: info}
+        self.model_loading.loaded(info)
 
     def model_loaded_on(self, info) -> None:
         """The loaded model, loaded on another backend too (for a method its own backend can't serve)."""
-        if self.model_info is not None and info.requested == self.model_info.requested:
-            self.loaded_as[info.backend] = info
+        self.model_loading.loaded_on(info)
 
     def load_ended(self) -> None:
         """The load failed, or it waits for the user's answer to a safety question."""
-        self.loading = None
+        self.model_loading.loading = None
 
     def expect_pair(self, target: str, draft: str | None) -> bool:
         """The Models window chose a target and draft: they become the chat's settings once that target has
         loaded (`take_pair`). Returns whether it is the loaded one already (nothing to wait for)."""
-        self.pending_pair = (target, draft)
-        return self.model_info is not None and self.model_info.requested == target
+        return self.model_loading.expect_pair(target, draft)
 
     def take_pair(self, loaded: str) -> tuple[str, str | None] | None:
         """The pair chosen for `loaded`, once (None: none chosen, or chosen for another model)."""
-        pending, self.pending_pair = self.pending_pair, None
-        return pending if pending is not None and pending[0] == loaded else None
+        return self.model_loading.take_pair(loaded)
 
-    # ------------------------------------------------------------------ how models load
     def answer_consent(self, kind: str, model: str, answer: bool) -> None:
         """The user's answer to a safety question (kind: remote-code | pickle) about `model`."""
-        self.consents[(kind, model)] = answer
+        self.consents.answer(kind, model, answer)
 
     def consent(self, kind: str, model: str, stored: bool | None) -> bool | None:
         """This session's answer, else the one remembered from an earlier run (`stored`)."""
-        return self.consents.get((kind, model), stored)
+        return self.consents.get(kind, model, stored)
 
     def consent_answers(self, stored: dict[str, dict]) -> ConsentAnswers:
         """Every answer the loader must know: the remembered ones (`stored`: kind -> {model: answer}) with this
         session's on top."""
-        def names(kind: str, answer: bool) -> frozenset[str]:
-            merged = {**{m: a for m, a in stored.get(kind, {}).items() if isinstance(a, bool)},
-                      **{m: a for (k, m), a in self.consents.items() if k == kind}}
-            return frozenset(m for m, a in merged.items() if a is answer)
-
-        return ConsentAnswers(remote_code_allowed=names(REMOTE_CODE, True), remote_code_refused=names(REMOTE_CODE, False),
-                              pickle_allowed=names(PICKLE, True), pickle_refused=names(PICKLE, False))
+        return self.consents.merged_with(stored)
 
     # ------------------------------------------------------------------ requests
     def send(self, text: str, settings: Settings, fallback_model: str):
@@ -208,8 +219,8 @@ class ChatSession(SessionModel):
         if self.recorder.read_only_reason is not None:
             branch_recorder(self.recorder, self.recorder.conversation_id, self.turns)
         self.recorder.user_message(text, self._request_record)
-        self.sent_with.append((self.add_user(text), settings))
-        return self._begin(CHAT, model, self.conversation(), settings.spec, settings.sampling,
+        self.branches.sent(self.add_user(text), settings)
+        return self._begin(Purpose.CHAT, model, self.conversation(), settings.spec, settings.sampling,
                            settings.max_new_tokens)
 
     def baseline_request(self, sampling: SamplingConfig, fallback_model: str):
@@ -223,7 +234,7 @@ class ChatSession(SessionModel):
         if not history or history[-1]["role"] != "user":
             history = ([m for m in history if m["role"] == "system"]
                        + [{"role": "user", "content": BASELINE_PROMPT}])
-        return self._begin(BASELINE, self.model_name(fallback_model), history, SpecConfig(),
+        return self._begin(Purpose.BASELINE, self.model_name(fallback_model), history, SpecConfig(),
                            sampling, self.measurement_budget())
 
     def measurement_budget(self) -> int:
@@ -242,10 +253,10 @@ class ChatSession(SessionModel):
             return None
         return max(1, math.ceil(stats.ttft_seconds + self.measurement_budget() / stats.tok_per_s))
 
-    def _begin(self, purpose, model, conversation, spec, sampling, max_new_tokens):
+    def _begin(self, purpose: Purpose, model, conversation, spec, sampling, max_new_tokens):
         request = self.make_request(request_id=self._next_request_id, model=model, conversation=conversation,
                                     spec=spec, sampling=sampling, max_new_tokens=max_new_tokens, purpose=purpose,
-                                    record=self.record_rounds and purpose == CHAT)
+                                    record=self.record_rounds and purpose is Purpose.CHAT)
         self._next_request_id += 1
         self.active = request
         return request
@@ -259,9 +270,7 @@ class ChatSession(SessionModel):
     def on_started(self, request_id: int, event: GenerationStarted) -> Turn | None:
         """The reply's turn (None: not ours, or the hidden baseline run)."""
         request = self._ours(request_id)
-        if request is None:
-            return None
-        if request.purpose != CHAT:
+        if request is None or request.purpose is not Purpose.CHAT:
             return None
         turn = self.start(event)
         self.recorder.reply_started({**self._request_record, "spec": event.spec_label, "model_label": event.model,
@@ -271,7 +280,7 @@ class ChatSession(SessionModel):
     def on_round(self, request_id: int, event: RoundVerified) -> list[DisplayToken] | None:
         """The round's tokens in display order (None: not a chat reply's round)."""
         request = self._ours(request_id)
-        if request is None or request.purpose != CHAT or self.current is None:
+        if request is None or request.purpose is not Purpose.CHAT or self.current is None:
             return None
         tokens = self.apply_round(event)
         self.recorder.round_verified(event)  # one short transaction: a kill mid-reply keeps every round so far
@@ -283,11 +292,11 @@ class ChatSession(SessionModel):
             return None
         self.active = None
         stats = event.stats
-        if request.purpose == BASELINE:
+        if request.purpose is Purpose.BASELINE:
             if event.stop_reason == "cancelled" or stats.committed_tokens < MIN_BASELINE_TOKENS:
-                return Outcome(BASELINE, "Plain-speed measurement stopped before it had enough tokens")
+                return Outcome(Purpose.BASELINE, "Plain-speed measurement stopped before it had enough tokens")
             self.record_baseline(stats.tok_per_s, replace=True)
-            return Outcome(BASELINE, f"Plain decoding: {stats.tok_per_s:.1f} tok/s on this machine · used for "
+            return Outcome(Purpose.BASELINE, f"Plain decoding: {stats.tok_per_s:.1f} tok/s on this machine · used for "
                            "every speed-up of this model from now on", baseline=stats.tok_per_s)
         turn = self.finish(event)
         self.recorder.reply_finished(event)
@@ -299,19 +308,19 @@ class ChatSession(SessionModel):
             ended = "Stopped" if event.stop_reason == "cancelled" else "Done"  # as the reply's footer says it
             status = (f"{ended} · {stats.committed_tokens} tokens · {stats.tok_per_s:.1f} tok/s"
                       + (f" · acceptance {stats.acceptance_rate:.0%}" if stats.drafted_tokens else ""))
-        return Outcome(CHAT, status, turn=turn)
+        return Outcome(Purpose.CHAT, status, turn=turn)
 
     def on_failed(self, request_id: int, message: str) -> Outcome | None:
         request = self._ours(request_id)
         if request is None:
             return None
         self.active = None
-        if request.purpose != CHAT:
+        if request.purpose is not Purpose.CHAT:
             return Outcome(request.purpose, f"Refused: {message}", error=message)
         restored = self.fail(message)
         self.recorder.reply_failed(message, taken_back=restored is not None)
         last = self.turns[-1] if self.turns and self.turns[-1].role == "assistant" else None
-        return Outcome(CHAT, f"Refused: {message}", turn=last, restored_text=restored, error=message)
+        return Outcome(Purpose.CHAT, f"Refused: {message}", turn=last, restored_text=restored, error=message)
 
     def abandon(self, stop_reason: str = "cancelled") -> bool:
         """Forget the request in flight (the window stops it); a chat reply's part so far is kept in the
@@ -321,39 +330,35 @@ class ChatSession(SessionModel):
         if request is None:
             return False
         self.active = None
-        if request.purpose == CHAT:
+        if request.purpose is Purpose.CHAT:
             stats = self.live.snapshot() if self.current is not None else None
             if self.current is not None:
                 self.current.stop_reason = stop_reason
             self.recorder.reply_stopped(stop_reason, stats.as_dict() if stats is not None else None)
         return True
 
-    # ------------------------------------------------------------------ branches (Edit, Regenerate)
+    # ------------------------------------------------------------------ branches (Edit, Regenerate: gui.sessions.forks)
     def edit(self, turn_index: int) -> str:
         """The user message `turn_index` is being edited: sending forks the chat before it. Returns its text."""
-        self.editing = turn_index
+        self.branches.edit(turn_index)
         return self.turns[turn_index].text
 
     def cancel_edit(self) -> bool:
         """No message is being edited any more; returns whether one was."""
-        editing, self.editing = self.editing, None
-        return editing is not None
+        return self.branches.cancel_edit()
 
     def fork_edited(self) -> bool:
         """Before a message goes out: a message being edited forks the chat before it (the history keeps both
         branches). Returns whether it forked."""
-        if self.editing is None:
+        index = self.branches.take_edit()
+        if index is None:
             return False
-        index, self.editing = self.editing, None
         self.fork_before(index)
         return True
 
     def settings_of(self, turn_index: int) -> Settings | None:
         """The settings the user message `turn_index` (or the reply to it) was sent with, if sent this session."""
-        turn = self.turns[turn_index]
-        if turn.role == "assistant" and turn_index > 0:
-            turn = self.turns[turn_index - 1]
-        return next((settings for sent, settings in self.sent_with if sent is turn), None)
+        return self.branches.settings_of(self.turns, turn_index)
 
     def fork_before(self, turn_index: int) -> str:
         """Go on from before the user message `turn_index`: it and every turn after it leave the chat, and the
@@ -362,10 +367,9 @@ class ChatSession(SessionModel):
         turn = self.turns[turn_index]
         if turn.role != "user" or self.active is not None:
             raise ValueError("a chat forks at a user message, and not while a reply is being written")
-        kept = self.turns[:turn_index]
-        n_tokens = sum(len(t.tokens) for t in kept)  # serials run in turn order: the kept turns' come first
+        kept, kept_tokens = turns_before(self.turns, self.tokens, turn_index)
         conversation_id = self.recorder.conversation_id
-        self.restore(kept, self.tokens[:n_tokens])
+        self.restore(kept, kept_tokens)
         branch_recorder(self.recorder, conversation_id, kept)
         return turn.text
 
@@ -373,14 +377,14 @@ class ChatSession(SessionModel):
     def new_chat(self) -> None:
         super().new_chat()
         self.saved_settings = None
-        self.editing = None  # a message being edited belonged to the chat shown before
+        self.branches.cancel_edit()  # a message being edited belonged to the chat shown before
         self.recorder.new_chat()
 
     def open_saved(self, conversation_id: int, turns: list[Turn], tokens: list[DisplayToken], run=None) -> None:
         """Show a saved conversation; the next message continues it. `run` (gui.persistence.replay.SavedRun): its last
         reply's rounds, folded again so its stats and graphs are as they were, and the settings it ran with."""
         self.restore(turns, tokens)
-        self.editing = None  # a message being edited belonged to the chat shown before
+        self.branches.cancel_edit()  # a message being edited belonged to the chat shown before
         self.recorder.open(conversation_id)
         self.saved_settings = run.settings if run is not None else None
         if run is not None:
@@ -404,30 +408,20 @@ class ChatSession(SessionModel):
     # ------------------------------------------------------------------ figures
     def record_baseline(self, tok_per_s: float, *, replace: bool, at: float | None = None) -> None:
         """The loaded model's plain speed; `replace` off keeps one measured before (measured once)."""
-        if tok_per_s <= 0 or self.model_info is None:
-            return
-        key = baseline_key(self.model_info)
-        if replace or key not in self.baselines:
-            self.baselines[key] = Baseline(tok_per_s, time.time() if at is None else at)
+        if self.model_info is not None:
+            self.baselines.record(self.model_info, tok_per_s, replace=replace, at=at)
 
     def remember_baselines(self, stored: dict) -> None:
         """Baselines measured in earlier runs (key -> {"tok_per_s", "measured_at"}); this run's stay."""
-        for key, value in stored.items():
-            try:
-                baseline = Baseline(float(value["tok_per_s"]), float(value["measured_at"]))
-            except (KeyError, TypeError, ValueError):
-                continue
-            if baseline.tok_per_s > 0:
-                self.baselines.setdefault(key, baseline)
+        self.baselines.remember(stored)
 
     def baseline(self) -> Baseline | None:
         """The plain speed of the loaded model (on its device, in its dtype), however long ago it was measured."""
-        return self.baselines.get(baseline_key(self.model_info)) if self.model_info is not None else None
+        return self.baselines.of(self.model_info)
 
     def plain_speeds(self) -> dict[str, Baseline]:
         """The loaded model's measured plain speed on each backend it is loaded on (where one is stored)."""
-        found = {backend: self.baselines.get(baseline_key(info)) for backend, info in self.loaded_as.items()}
-        return {backend: baseline for backend, baseline in found.items() if baseline is not None}
+        return self.baselines.on_backends(self.loaded_as)
 
     def baseline_tok_per_s(self) -> float | None:
         baseline = self.baseline()
@@ -490,5 +484,4 @@ def settings_record(settings: Settings, model: str) -> dict:
     spec, sampling = settings.spec, settings.sampling
     return {"model": model, **spec_to_record(spec), "max_new_tokens": settings.max_new_tokens,
             "system_prompt": settings.system_prompt or None,
-            "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                         "seed": sampling.seed}}
+            "sampling": sampling_to_record(sampling)}

@@ -1,15 +1,21 @@
 """The training data of `drafter train` (engine/training/data.py): batched replies equal the engine's own
 greedy replies, a run stopped by its budget resumes without writing anything twice, cancel stops mid-batch,
-and the job order puts held-out prompts early and extra sampled rounds last."""
+and the job order puts held-out prompts early and extra sampled rounds last; --from-history reads the chat history
+in the data folder (engine.host.history_path)."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 
+import pytest
+
 from engine.core.config import SamplingConfig, SpecConfig
-from engine.training.data import Job, generate_batch, read_replies, reply_jobs, write_replies, _batches
+from engine.core.errors import ConfigError
+from engine.training.data import (Job, generate_batch, history_prompts, read_replies, reply_jobs, write_replies,
+                                  _batches)
 from engine.measure.prompts import Prompt
 from engine.runtime import local_engine
 from engine_testkit import run
@@ -82,3 +88,17 @@ def test_job_order_and_batches():
     assert all(len({job.mode for job, _ in group}) == 1 and len(group) <= 4 for group in groups)
     assert sorted(id(j) for g in groups for j, _ in g) == sorted(id(j) for j, _ in pairs)
     assert isinstance(jobs[0], Job)
+
+
+def test_history_prompts_read_the_chat_history_in_the_data_folder(tmp_path, monkeypatch):
+    """--from-history reads the user's messages from <SPECSCOPE_DATA_DIR>/history.sqlite3, the GUI's history."""
+    monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(tmp_path / "data"))
+    with pytest.raises(ConfigError, match="no chat history"):
+        history_prompts()
+    (tmp_path / "data").mkdir()
+    with sqlite3.connect(tmp_path / "data" / "history.sqlite3") as conn:
+        conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, role TEXT, content TEXT)")
+        conn.executemany("INSERT INTO messages (role, content) VALUES (?, ?)",
+                         [("user", "first question"), ("assistant", "an answer"), ("user", "  "), ("user", "second")])
+    conn.close()
+    assert [p.text for p in history_prompts()] == ["first question", "second"]

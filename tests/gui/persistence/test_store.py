@@ -22,6 +22,7 @@ import pytest
 from engine.core.events import GenerationFinished, RoundVerified, TokenStatus
 from engine.core.stats import GenerationStats
 from engine.core.tokens import DisplayToken, fold_round
+from engine.host import history_path
 from gui.persistence import schema
 from gui.persistence.exports import conversation_from_json, conversation_json, conversation_markdown
 from gui.persistence.records import StoredRound, round_meta, token_row
@@ -353,7 +354,7 @@ def test_foreign_or_damaged_files_are_refused_and_kept(tmp_path):
 def test_default_location_follows_specscope_data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_DATA_DIR", str(tmp_path / "data"))
     with HistoryStore() as store:
-        assert store.path == tmp_path / "data" / "history.sqlite3"
+        assert store.path == tmp_path / "data" / "history.sqlite3" == history_path()
         assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     if os.name == "posix":
         assert (tmp_path / "data" / "history.sqlite3").stat().st_mode & 0o077 == 0

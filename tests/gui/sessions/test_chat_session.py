@@ -11,8 +11,10 @@ import pytest
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from fakes import FakeEngine
-from gui.sessions.chat import (BASELINE, CHAT, GENERATING, IDLE, LOADING, MEASURING, MIN_BASELINE_TOKENS, NOT_LOADED,
-                              Baseline, ChatSession, Settings, baseline_key)
+from gui.sessions.baselines import Baseline, baseline_key
+from gui.sessions.chat import (GENERATING, IDLE, LOADING, MEASURING, MIN_BASELINE_TOKENS, NOT_LOADED, ChatSession,
+                              Settings)
+from gui.sessions.purpose import Purpose
 from gui.persistence.recorder import HistoryRecorder
 from gui.persistence.store import HistoryStore
 
@@ -59,12 +61,12 @@ def test_states_follow_loading_sending_and_the_end_of_a_reply():
     assert session.wants_load("default", force=True) == "default"  # a new device: load again
     session.model_loaded(INFO)
     request = session.send("  hi  ", settings(), "default")
-    assert session.state == GENERATING and request.purpose == CHAT and request.model == "default"
+    assert session.state == GENERATING and request.purpose is Purpose.CHAT and request.model == "default"
     assert request.conversation == [{"role": "user", "content": "hi"}]
     assert session.send("again", settings(), "default") is None  # one request at a time
     assert session.busy_reason() is not None
     outcome = run(session, request)
-    assert session.state == IDLE and outcome.purpose == CHAT and outcome.turn.text
+    assert session.state == IDLE and outcome.purpose is Purpose.CHAT and outcome.turn.text
     assert outcome.status.startswith("Done · 24 tokens") and "acceptance" in outcome.status
     assert session.settings_in_effect.spec.label() == "draft-model:k=4,draft=default"
     assert session.busy_reason() is None
@@ -106,10 +108,10 @@ def test_a_plain_reply_and_a_hidden_measurement_both_give_the_baseline():
     # the hidden run: plain decoding of the last user message, not part of the chat; it measures again
     turns_before = len(session.turns)
     request = session.baseline_request(SamplingConfig(), "default")
-    assert request.purpose == BASELINE and session.state == MEASURING and request.spec.method == "none"
+    assert request.purpose is Purpose.BASELINE and session.state == MEASURING and request.spec.method == "none"
     assert request.conversation[-1] == {"role": "user", "content": "plain again"} and request.max_new_tokens >= 32
     outcome = run(session, request)
-    assert outcome.purpose == BASELINE and outcome.baseline == pytest.approx(session.baseline().tok_per_s)
+    assert outcome.purpose is Purpose.BASELINE and outcome.baseline == pytest.approx(session.baseline().tok_per_s)
     assert session.baseline().measured_at >= first.measured_at
     assert len(session.turns) == turns_before and outcome.status.startswith("Plain decoding:")
 
@@ -172,9 +174,14 @@ def test_history_is_written_as_the_reply_arrives(tmp_path):
 
 
 def test_the_session_imports_no_qt():
-    code = "import sys, gui.sessions.chat, gui.sessions.session_model; assert 'PySide6' not in sys.modules, sys.modules.keys()"
+    code = ("import sys, gui.sessions.chat, gui.sessions.session_model, gui.sessions.loading, gui.sessions.forks, "
+            "gui.sessions.baselines, gui.sessions.purpose; assert 'PySide6' not in sys.modules, sys.modules.keys()")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_purpose_keeps_its_words():
+    assert [p.value for p in Purpose] == ["chat", "baseline"]
 
 
 def test_this_sessions_safety_answers_override_the_remembered_ones():
