@@ -30,6 +30,7 @@ class CostCurveView(QWidget):
     """Headline, then a row of n, the ms of a pass over n tokens and its cost against one; in a dock too narrow
     for that row, a column each (n, ms, × one) instead: the table never widens the dock."""
 
+    name = "cost"
     stretch = 0
 
     def __init__(self, palette: theme.Palette | None = None, parent=None) -> None:

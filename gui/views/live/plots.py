@@ -32,6 +32,7 @@ def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
 
 
 class LivePlots(QWidget):
+    name = "plots"
     stretch = 1
 
     def __init__(self, palette: theme.Palette, parent=None) -> None:
@@ -80,7 +81,6 @@ class LivePlots(QWidget):
         layout.addWidget(self.histogram, 3, 0)
         self.set_palette(palette)
         self.clear()
-        self.redraws = 0  # how many times draw() ran (the tests check it is per frame, not per token)
 
     def _plot(self, title: str, left: str, bottom: str) -> pg.PlotWidget:
         plot = pg.PlotWidget()
@@ -178,7 +178,6 @@ class LivePlots(QWidget):
 
         Axis ranges move in 1-2-5 steps rather than with every point, so the axes (the costly part to paint)
         are only redrawn when a range steps up."""
-        self.redraws += 1
         if "acceptance" in panels:
             rolling, cumulative = _percent(live.acceptance_rolling.data()), _percent(live.acceptance_cumulative.data())
             self.acceptance_rolling_curve.setData(*rolling)
@@ -241,26 +240,6 @@ class LivePlots(QWidget):
         if k:
             self._set_range(self.positions, x=(0.4, k + 0.6))
             self._set_range(self.histogram, x=(-0.6, k + 0.6))
-
-    # ------------------------------------------------------------------ for tests and the benchmark
-    def series(self) -> dict[str, tuple[list[float], list[float]]]:
-        """What each item currently draws."""
-
-        def curve(item):
-            x, y = item.getData()
-            return ([] if x is None else list(map(float, x)), [] if y is None else list(map(float, y)))
-
-        def bars(item):
-            return (list(map(float, item.opts.get("x", []))), list(map(float, item.opts.get("height", []))))
-
-        return {
-            "acceptance_rolling": curve(self.acceptance_rolling_curve),
-            "acceptance_cumulative": curve(self.acceptance_cumulative_curve),
-            "speed_rolling": curve(self.speed_rolling_curve),
-            "speed_cumulative": curve(self.speed_cumulative_curve),
-            "per_position": bars(self.position_bars),
-            "histogram": bars(self.histogram_bars),
-        }
 
 
 def _nice_ceiling(value: float) -> float:

@@ -30,6 +30,7 @@ def rollback_text(description: str, stats) -> str:
 
 
 class RollbackNote(QWidget):
+    name = "rollback"
     stretch = 0
 
     def __init__(self, palette: theme.Palette | None = None, parent=None) -> None:
@@ -46,7 +47,7 @@ class RollbackNote(QWidget):
 
     def update_from(self, snapshot: LiveSnapshot) -> bool:
         live = snapshot.live
-        text = rollback_text(getattr(live, "rollback", ""), live.final)
+        text = rollback_text(live.rollback, live.final)
         self.label.setText(text)
         self.setVisible(bool(text))
         return False

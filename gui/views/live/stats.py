@@ -176,6 +176,7 @@ class StatsStrip(QWidget):
     """The figures as tiles that reflow: three columns when the dock is wide, two when it is narrow."""
 
     baseline_requested = Signal()
+    name = "stats"
     stretch = 0
 
     def __init__(self, palette: theme.Palette, parent=None) -> None:

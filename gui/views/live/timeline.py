@@ -10,7 +10,7 @@ The compare window's panes draw the same timeline per run, on one shared scale (
 decoding's one-token rounds and a speculative run's rounds compare lane by lane.
 
 Renders the RoundRecords it is given (gui.sessions.rounds, `LiveStats.rounds`); computes no figure of its own
-beyond sums and the scale. A live panel (gui.views.live.panel.LivePanel) that takes part in the round focus.
+beyond sums and the scale. A live panel (gui.views.live.panel.LivePanel) that takes part in the round focus (a RoundFocusPanel).
 
 May touch: QtWidgets / QtGui / QtCore, gui.theme, gui.sessions.rounds (read).
 """
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollBar, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from gui import theme
-from gui.views.live.panel import LiveSnapshot
+from gui.views.live.panel import LiveSnapshot, RoundFocusPanel
 
 BAR_WIDTH = 8  # px of one round's bar
 BAR_GAP = 3  # px between two bars
@@ -250,11 +250,11 @@ class TimelineCanvas(QWidget):
         return super().event(event)
 
 
-class RoundTimeline(QWidget):
-    """A caption (the colour keys and the reply's totals), the painted bars and their sideways scroll bar."""
+class RoundTimeline(QWidget, RoundFocusPanel):
+    """A caption (the colour keys and the reply's totals), the painted bars and their sideways scroll bar.
+    round_hovered: the bar's round under the mouse; round_selected: a clicked bar's round."""
 
-    round_hovered = Signal(object)  # gui.sessions.rounds.RoundRecord | None
-    round_selected = Signal(object)
+    name = "timeline"
     stretch = 0
 
     def __init__(self, palette: theme.Palette, parent=None, canvas_height: int = CANVAS_HEIGHT) -> None:
