@@ -1,4 +1,4 @@
-"""`specscope` / `specscope gui`: the QApplication, the main window and the scripted mode.
+"""`specscope` / `specscope gui`: the options (parsing and checks) and the start-up (the QApplication, the window).
 
 Scripted mode (also headless, with QT_QPA_PLATFORM=offscreen):
 
@@ -21,14 +21,15 @@ object per setting (plain decoding first), the fields of the summary table.
 
 `--demo` replays a recorded generation of the built-in model (gui/demo_engine.py) instead of loading one.
 
-May touch: engine.cli.arguments and engine.core.config (the options and their checks), the main and compare windows' public
-methods, gui.theme, gui.worker (the real loader). It holds no chat state: the windows' sessions do.
+The scripted mode itself (send, wait, screenshot, print, quit) is gui.scripted's; this module parses and checks
+the options and starts the window. May touch: engine.cli.arguments and engine.core.config (the options and their
+checks), the main window's public methods, gui.theme, gui.worker (the real loader), gui.scripted, gui.demo_engine.
+It holds no chat state: the windows' sessions do.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import os
 import sys
@@ -37,12 +38,12 @@ from engine.cli.arguments import (add_compile_arg, add_consent_args, add_generat
                               add_spec_args, check_generation_args, check_own_params, given_params,
                               sampling_from_args, spec_from_args)
 from engine.core.methods import all_params, method_spec, methods
-from engine.core.config import SpecConfig, parse_spec
-from engine.models.consent import PICKLE, REMOTE_CODE, ConsentNeeded, require
+from engine.core.config import SAMPLING_FIELDS, SpecConfig, parse_spec
+from engine.models.consent import ConsentNeeded, require
 from engine.core.errors import ConfigError
 from engine.core.validation import check_output_path, decode_argument
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 2
+EXIT_USAGE = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -75,9 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--screenshot", default=None, metavar="PNG", help="save the window to PNG after the reply")
     parser.add_argument("--window-size", default=None, metavar="WxH", type=window_size,
                         help="open the window at exactly this size, e.g. 1366x768 (the screenshot's size)")
-    parser.add_argument("--panel", nargs="+", default=None, choices=PANEL_CHOICES, metavar="PANEL",
-                        help="after the reply, bring these live panels into view: timeline (a bar per round), "
-                             "tree (a round's drafted path and the target's alternatives)")
+    panel_names = live_panel_names()
+    parser.add_argument("--panel", nargs="+", default=None, choices=panel_names, metavar="PANEL",
+                        help=f"after the reply, bring these live panels into view ({', '.join(panel_names)}), e.g. "
+                             "timeline (a bar per round) and tree (a round's drafted path and the target's "
+                             "alternatives)")
     parser.add_argument("--select-round", type=nonnegative_int, default=None, metavar="N",
                         help="after the reply, pick its round N (0: the prefill) in the timeline and the tree")
     parser.add_argument("--quit-when-done", action="store_true",
@@ -89,7 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COLOUR_CHOICES = ("status", "acceptance", "entropy", "confidence")  # gui.views.chat.colouring.MODES
-PANEL_CHOICES = ("timeline", "tree")  # gui.views.main.live_dock.NAMED_PANELS' names
+
+
+def live_panel_names() -> tuple[str, ...]:
+    """The scripted --panel's names: each live panel's own (gui.views.main.live_dock.LIVE_PANELS)."""
+    from gui.views.main.live_dock import LIVE_PANELS  # the panels' widgets: imported when the parser is built
+    return tuple(panel_class.name for panel_class in LIVE_PANELS)
 
 
 def nonnegative_int(text: str) -> int:
@@ -157,25 +165,6 @@ def scripted_models(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(name for name in (args.model or "default", *drafts) if name)
 
 
-def grant_flags(window, args: argparse.Namespace, scripted: "ScriptedRun") -> None:
-    """A scripted run: the flags' answers hold for this run only, and a question that still comes up (a
-    model the flags did not name) ends the run with the flag that answers it instead of a dialog."""
-    for name in scripted_models(args):
-        if args.trust_remote_code:
-            window.session.answer_consent(REMOTE_CODE, name, True)
-        if args.allow_pickle:
-            window.session.answer_consent(PICKLE, name, True)
-    window.worker_thread.worker.load_options = window.load_options()
-
-    def refuse(_title: str, question: str) -> bool:
-        print(f"specscope gui: error: {' '.join(question.split())} (a scripted run does not ask: give "
-              "--trust-remote-code or --allow-pickle)", file=sys.stderr, flush=True)
-        scripted._quit(EXIT_FAILED)
-        return False
-
-    window.confirm = refuse
-
-
 def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
     """The --compare SPECs, parsed (raises ConfigError)."""
     from gui.views.compare.window import MAX_SETTINGS
@@ -193,8 +182,7 @@ def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
 def apply_args(window, args: argparse.Namespace) -> None:
     """Put the command line's settings into the window's settings panel."""
     window.controls.apply(model=args.model, method=args.method, draft=args.draft, k=args.k, adaptive=args.adaptive,
-                          **given_params(args),
-                          temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                          **given_params(args), **{field.name: getattr(args, field.name) for field in SAMPLING_FIELDS},
                           max_new_tokens=args.max_new_tokens, system_prompt=args.system)
     if args.backend is not None:  # --backend: the panel's choice, so the first load runs on it
         window.set_backend(args.backend)
@@ -216,167 +204,12 @@ def held_problem(window, args: argparse.Namespace) -> str | None:
     except ConfigError as exc:
         return str(exc)
     numbers = [p.name for p in all_params() if p.type in (int, float)]
-    for name in ("k", *numbers, "temperature", "top_p", "top_k", "seed", "max_new_tokens"):
+    for name in ("k", *numbers, *(field.name for field in SAMPLING_FIELDS), "max_new_tokens"):
         asked = getattr(args, name)
         if asked is not None and abs(held[name] - asked) > 1e-9:
             option = "--" + name.replace("_", "-")
             return f"the window cannot hold {option} {asked:g} (its field keeps {held[name]:g})"
     return None
-
-
-def recorded_prompt() -> str:
-    """The prompt the --demo recording answers (its replies are the same whatever is typed)."""
-    from gui.demo_engine import DemoEngine
-
-    return DemoEngine().prompt
-
-
-def demo_loader(name, progress=None, **_options):
-    """--demo: whatever model is asked for, the recorded replay (gui.demo_engine) answers."""
-    from gui.demo_engine import DemoEngine
-
-    return DemoEngine()
-
-
-OWN_DRAFTER_WAIT_MS = 5000  # the longest a scripted run waits for the model's own drafter to be looked up
-
-
-class ScriptedRun:
-    """Send one prompt once the model is ready; on the reply, screenshot, print stats, quit."""
-
-    def __init__(self, app, window, args: argparse.Namespace) -> None:
-        self.app, self.window, self.args = app, window, args
-        self.exit_code = EXIT_OK
-        self._sent = False
-        # the model's catalog entry: the method the settings pick for it without --method (its own drafter),
-        # and for any method, where it runs (auto moves one its backend can't serve) or why it can't
-        self._waiting_for_own = True
-        self._ready = False
-        window.model_ready.connect(self._send)
-        window.own_drafter_looked_up.connect(self._own_looked_up)
-        window.reply_finished.connect(self._finished)
-        window.request_failed.connect(self._failed)
-
-    def _own_looked_up(self, _entry=None) -> None:
-        self._waiting_for_own = False
-        if self._ready:
-            self._send(None)
-
-    def _send(self, info) -> None:
-        from PySide6.QtCore import QTimer
-        if info is not None:
-            self._ready = True
-            if self._waiting_for_own:  # its catalog entry is read on a thread: a look-up that fails mustn't hang
-                QTimer.singleShot(OWN_DRAFTER_WAIT_MS, self._own_looked_up)
-        if self._sent or not self._ready or self._waiting_for_own:
-            return
-        self._sent = True
-        if not self.window.send(self.args.prompt):
-            self._failed(self.window.controls.config_problem() or "the message could not be sent")
-
-    def _finished(self, turn) -> None:
-        problem = self._show_rounds(turn)
-        self.window.refresh_live_views()
-        if not self.args.quit_when_done:
-            if problem is not None:
-                self.window.set_status(problem)
-            self._save_screenshot()
-            return
-        if problem is not None:
-            self._failed(problem)
-            return
-        self._save_screenshot()
-        minimum = self.window.minimumSizeHint().expandedTo(self.window.minimumSize())
-        record = {**self.window.session.finish_record(turn), "window_min_size": [minimum.width(), minimum.height()],
-                  "window_size": [self.window.width(), self.window.height()]}
-        print(json.dumps(record, ensure_ascii=False), flush=True)
-        self._quit(EXIT_OK)
-
-    def _show_rounds(self, turn) -> str | None:
-        """--panel and --select-round, after the reply; the problem in words, or None."""
-        if self.args.select_round is not None:
-            if not self.window.round_focus.select_index(self.args.select_round):
-                indices = [r.index for r in turn.rounds]
-                return (f"--select-round {self.args.select_round}: this reply has no round {self.args.select_round} "
-                        + (f"(its rounds are {indices[0]}–{indices[-1]})" if indices else "(it has no rounds)"))
-        if self.args.panel:
-            self.window.live.show_named(self.args.panel)
-        return None
-
-    def _failed(self, message: str) -> None:
-        if not self.args.quit_when_done:
-            return
-        print(f"specscope gui: error: {message}", file=sys.stderr, flush=True)
-        self._save_screenshot()
-        self._quit(EXIT_FAILED)
-
-    def _save_screenshot(self, widget=None) -> None:
-        if not self.args.screenshot:
-            return
-        from PySide6.QtWidgets import QApplication
-
-        QApplication.processEvents()
-        if not (widget or self.window).grab().save(self.args.screenshot):
-            print(f"specscope gui: could not write {self.args.screenshot}", file=sys.stderr, flush=True)
-            self.exit_code = EXIT_FAILED
-
-    def _quit(self, code: int) -> None:
-        self.exit_code = max(self.exit_code, code)
-        self.window.close()
-        self.app.exit(self.exit_code)
-
-
-class ScriptedCompare(ScriptedRun):
-    """--compare: once the model is ready, run the comparison in the compare window; on its end, screenshot
-    the compare window, print the summary (one JSON line) and quit."""
-
-    def _send(self, _info) -> None:
-        if self._sent:
-            return
-        self._sent = True
-        try:
-            self._start_comparison()
-        except Exception as exc:  # noqa: BLE001 — a scripted run must end, never hang on a broken slot
-            self._failed(f"the comparison could not start ({type(exc).__name__}: {exc})")
-
-    def _start_comparison(self) -> None:
-        args = self.args
-        compare = self.window.open_compare()
-        compare.comparison_finished.connect(self._compared)
-        compare.comparison_failed.connect(self._failed)
-        compare.set_specs(compare_specs(args))
-        compare.prompt.setPlainText(args.prompt)
-        if args.max_new_tokens is not None:
-            compare.max_new_tokens.setValue(args.max_new_tokens)
-        if args.temperature is not None:
-            compare.temperature.setValue(args.temperature)
-        if args.seed is not None:
-            compare.seed.setValue(args.seed)
-        compare.resize(compare.sizeHint())
-        if not compare.run_comparison():
-            self._failed(compare.status_label.text())
-
-    def _finished(self, turn) -> None:  # no chat reply in this mode
-        pass
-
-    def _compared(self, session) -> None:
-        compare = self.window.tools.compare_window
-        self._save_screenshot(compare)
-        if not self.args.quit_when_done:
-            return
-        if session.cancelled:
-            self._failed("the comparison was stopped")
-            return
-        print(json.dumps([row.as_dict() for row in session.rows()], ensure_ascii=False), flush=True)
-        self._quit(EXIT_OK)
-
-    def _failed(self, message: str) -> None:
-        if self.args.quit_when_done and self.window.tools.compare_window is not None:
-            print(f"specscope gui: error: {message}", file=sys.stderr, flush=True)
-            self._save_screenshot(self.window.tools.compare_window)
-            self._quit(EXIT_FAILED)
-            return
-        super()._failed(message)
 
 
 def decode_texts(args: argparse.Namespace) -> None:
@@ -418,7 +251,9 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from gui import theme
+    from gui.demo_engine import demo_loader
     from gui.resources import app_icon
+    from gui.scripted import UnaskedQuestions
     from gui.views.main.window import MainWindow
     from gui.worker import load_real_engine
 
@@ -434,18 +269,22 @@ def main(argv: list[str] | None = None, *, loader=None) -> int:
         loader = demo_loader if args.demo else load_real_engine
     # a scripted run or the demo neither restores nor saves the settings, nor writes the chat history
     persist = args.prompt is None and not args.demo
-    window = MainWindow(loader=loader, palette=palette, model=args.model, persist=persist)
+    questions = UnaskedQuestions() if args.prompt else None  # a scripted run never asks
+    window = MainWindow(loader=loader, palette=palette, model=args.model, persist=persist, confirm=questions)
     try:  # every way out stops and joins the engine's thread (a QThread destroyed running aborts the process)
-        return run_window(app, window, args, persist, loader)
+        return run_window(app, window, args, persist, loader, questions)
     finally:
         window.shutdown()
         window.deleteLater()
 
 
-def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> int:
-    """Set the window up from the options, show it, run the event loop; the exit status."""
+def run_window(app, window, args: argparse.Namespace, persist: bool, loader, questions=None) -> int:
+    """Set the window up from the options, show it, run the event loop; the exit status. `questions`: the
+    window's confirm in a scripted run (gui.scripted.UnaskedQuestions)."""
     from PySide6.QtCore import QTimer
 
+    from gui.demo_engine import demo_loader, recorded_prompt
+    from gui.scripted import start_scripted
     from gui.views.main.screen_fit import place_on_screen
 
     if args.device is not None or args.dtype is not None or not persist:  # for this run only
@@ -465,12 +304,13 @@ def run_window(app, window, args: argparse.Namespace, persist: bool, loader) -> 
     if args.window_size is not None:
         window.resize(*args.window_size)  # exactly as asked (scripted screenshots)
     else:
-        place_on_screen(window, window.geometry_restored, window.loading.saved_geometry)
+        place_on_screen(window, window.geometry_restored, window.saved_geometry)
     window.show()
 
-    scripted = (ScriptedCompare if args.compare else ScriptedRun)(app, window, args) if args.prompt else None
-    if scripted is not None:
-        grant_flags(window, args, scripted)
+    scripted = None
+    if args.prompt:
+        specs = compare_specs(args) if args.compare else []
+        scripted = start_scripted(app, window, args, questions, scripted_models(args), specs)
     window.start()
 
     # Ctrl+C in the terminal closes the window cleanly (Python only sees signals between Qt events).

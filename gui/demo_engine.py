@@ -47,7 +47,7 @@ class DemoTarget:
     n_layers: int | None
     context_length: int | None
     backend: str = "transformers"  # the backend the recording ran on
-    recorded: bool = True  # a replay: there is no model to measure (the verify-cost curve says so)
+    source: None = None  # no model file: a replay runs where it was recorded (engine.backends.LoadedModel.source)
 
     @property
     def dtype_label(self) -> str:
@@ -167,6 +167,16 @@ class DemoEngine:
                 break
         yield GenerationFinished(stop_reason=stop_reason, text="".join(pieces), output_ids=tuple(ids),
                                  stats=accumulator.snapshot())
+
+
+def demo_loader(name, progress=None, **_options) -> DemoEngine:
+    """--demo's loader: whatever model is asked for, the recorded replay answers."""
+    return DemoEngine()
+
+
+def recorded_prompt() -> str:
+    """The prompt the --demo recording answers (its replies are the same whatever is typed)."""
+    return DemoEngine().prompt
 
 
 def _cut(event: RoundVerified, budget: int, n_before: int) -> RoundVerified:

@@ -1,10 +1,10 @@
 """EngineWorker: the one long-lived thread that holds the models and runs the engine's generator.
 
 The window asks through queued signals (`load_requested`, `generation_requested` on its side, connected to
-the slots here; the compare window's `comparison_requested`), so requests run one at a time, in order, on the
-worker thread: a comparison's runs never overlap a chat reply or each other. Stop is a
-`threading.Event` set directly from the GUI thread: the worker is busy inside the generator, and the engine
-checks it between rounds. Every event goes back to the GUI thread by a queued signal, tagged with the id of
+the slots here; the compare window's `comparison_requested`; the load options by `set_load_options`, never by
+writing a field from the GUI thread), so requests run one at a time, in order, on the worker thread: a
+comparison's runs never overlap a chat reply or each other. Stop is a `threading.Event` set directly from the
+GUI thread: the worker is busy inside the generator, and the engine checks it between rounds. Every event goes back to the GUI thread by a queued signal, tagged with the id of
 the request it belongs to, so the window can drop what a cancelled request still sends.
 
 Models load through a loader (engine.runtime.load_engine in the app) after engine.models.consent's safety check;
@@ -32,6 +32,7 @@ from engine.models.consent import ConsentAnswers, ConsentNeeded, safety_check
 from engine.core.errors import SpecScopeError
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
 from engine.runtime import limit_torch_threads, load_engine
+from gui.sessions.purpose import Purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,7 @@ class GenerationRequest:
     spec: SpecConfig = field(default_factory=SpecConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 256
-    purpose: str = "chat"  # chat | baseline (a hidden plain-decoding run that measures the reference tok/s)
+    purpose: Purpose = Purpose.CHAT  # or BASELINE: a hidden plain-decoding run that measures the reference tok/s
     record: bool = False  # every round's tree too (engine generate(record=True): the round views' detail)
 
 
@@ -169,12 +170,16 @@ class EngineWorker(QObject):
         self._loaded_key: tuple | None = None
         self._loaded: tuple[str, LoadOptions] | None = None  # the loaded model's name and options
         self._router = None  # engine.runtime.BackendRouter: the loaded model on other backends too
-        # set from the GUI thread (one reference assignment of a frozen value), read here before each load
-        self.load_options = LoadOptions()
+        self.load_options = LoadOptions()  # the window's, given by `set_load_options` (a queued slot) before a load
         self.cancel = threading.Event()
         self.closing = threading.Event()
 
     # ------------------------------------------------------------------ slots (worker thread)
+    @Slot(object)
+    def set_load_options(self, options: LoadOptions) -> None:
+        """How the next loads run (device, dtype, backend, the safety answers): the window's, sent by signal."""
+        self.load_options = options
+
     @Slot(str)
     def load(self, name: str) -> None:
         if self.closing.is_set():
@@ -255,8 +260,10 @@ class EngineWorker(QObject):
         model file, backend, device and threads; measured in about a second when not)."""
         if self.closing.is_set() or self._engine is None:
             return
+        from gui.demo_engine import DemoTarget
+
         target = self._engine.target
-        if getattr(target, "recorded", False):
+        if isinstance(target, DemoTarget):
             self.cost_failed.emit("no verify-cost curve in the demo: it replays a recording, no model is loaded")
             return
         if not is_local_backend(target.backend):
@@ -306,11 +313,12 @@ class EngineWorker(QObject):
         from engine.core.methods import method_spec
 
         target = self._engine.target
-        source = getattr(target, "source", None)
+        if not is_local_backend(target.backend) or target.source is None:  # a server's model; the demo's replay
+            return spec
         try:
-            if source is None or target.backend in method_spec(spec.method).backends:
+            if target.backend in method_spec(spec.method).backends:
                 return spec
-            choice = resolve_backend(source, spec.method, "auto")
+            choice = resolve_backend(target.source, spec.method, "auto")
         except SpecScopeError:
             return spec
         return dataclasses.replace(spec, backend=choice.name) if choice.name != target.backend else spec

@@ -43,6 +43,7 @@ class FakeModel:
     model: object = None
     tokenizer: object = None
     backend: str = "transformers"
+    source: object = None  # where the model comes from (engine.models.sources.ModelSource; None: nowhere known)
 
     @property
     def label(self) -> str:

@@ -13,7 +13,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent("""
     import sys
-    sys.path.insert(0, "tests/gui")
     from fakes import FakeEngine
     from gui import app
 
@@ -31,7 +30,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_an_error_after_the_window_opens_joins_the_engine_thread(tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECSCOPE_DATA_DIR": str(tmp_path / "data"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(ROOT)}
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "tests" / "gui")))}
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 3, done.stderr  # not -6 (SIGABRT)

@@ -8,12 +8,14 @@ from PySide6.QtGui import QImage
 
 from gui import app
 from gui.views.chat.colouring import MODES
-from gui.views.main.live_dock import NAMED_PANELS
+from gui.views.main.live_dock import LIVE_PANELS
 from test_gui_scripted import run_gui
 
 
 def test_the_options_name_what_the_window_has():
-    assert app.PANEL_CHOICES == tuple(NAMED_PANELS) and app.COLOUR_CHOICES == tuple(MODES)
+    panel_option = next(action for action in app.build_parser()._actions if "--panel" in action.option_strings)
+    assert tuple(panel_option.choices) == tuple(panel_class.name for panel_class in LIVE_PANELS)
+    assert {"timeline", "tree"} <= set(panel_option.choices) and app.COLOUR_CHOICES == tuple(MODES)
 
 
 def test_the_json_backend_is_where_the_reply_ran():

@@ -5,12 +5,9 @@ run, and consent questions stop a load before the loader sees it."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from engine.core.config import SpecConfig  # noqa: E402
 from engine.models.consent import REMOTE_CODE  # noqa: E402
@@ -33,6 +30,7 @@ def tiny_pair(tmp_path_factory):
 class Window(QObject):
     """Asks the worker the way the windows do: queued signals, so each slot runs on the worker's thread."""
 
+    load_options_changed = Signal(object)  # LoadOptions
     load_requested = Signal(str)
     generation_requested = Signal(object)
     comparison_requested = Signal(object)
@@ -49,6 +47,7 @@ def worker_thread():
     thread = WorkerThread(loader)
     thread.loads = loads
     thread.window = Window()
+    thread.window.load_options_changed.connect(thread.worker.set_load_options)
     thread.window.load_requested.connect(thread.worker.load)
     thread.window.generation_requested.connect(thread.worker.generate)
     thread.window.comparison_requested.connect(thread.worker.compare)
@@ -62,7 +61,7 @@ def test_loading_and_draft_loading_reach_the_status_line(qtbot, worker_thread, t
     worker = worker_thread.worker
     statuses = []
     worker.status_reported.connect(statuses.append)
-    worker.load_options = LoadOptions(device="cpu")
+    worker_thread.window.load_options_changed.emit(LoadOptions(device="cpu"))
     with qtbot.waitSignal(worker.model_loaded, timeout=WAIT_MS) as loaded:
         worker_thread.window.load_requested.emit(target)
     assert loaded.args[0].requested == target and loaded.args[0].device == "cpu"
@@ -81,7 +80,7 @@ def test_loading_and_draft_loading_reach_the_status_line(qtbot, worker_thread, t
 def test_a_refused_setting_fails_the_comparison_before_any_run(qtbot, worker_thread, tiny_pair):
     target, _ = tiny_pair
     worker = worker_thread.worker
-    worker.load_options = LoadOptions(device="cpu")
+    worker_thread.window.load_options_changed.emit(LoadOptions(device="cpu"))
     advanced = []
     worker.comparison_advanced.connect(lambda *args: advanced.append(args))
     request = ComparisonRequest(request_id=7, model=target, prompt="hi",

@@ -14,6 +14,7 @@ WAIT_MS = 20_000
 
 
 class Window(QObject):
+    load_options_changed = Signal(object)  # LoadOptions
     load_requested = Signal(str)
 
 
@@ -32,9 +33,10 @@ def test_the_old_model_is_freed_before_the_new_one_loads_and_comes_back_if_it_fa
 
     thread = WorkerThread(loader)
     window = Window()
+    window.load_options_changed.connect(thread.worker.set_load_options)
     window.load_requested.connect(thread.worker.load)
     try:
-        thread.worker.load_options = LoadOptions(device="cpu")
+        window.load_options_changed.emit(LoadOptions(device="cpu"))
         for name in ("first", "second"):
             with qtbot.waitSignal(thread.worker.model_loaded, timeout=WAIT_MS):
                 window.load_requested.emit(name)

@@ -11,13 +11,14 @@ from engine.core.errors import ConfigError
 from gui.persistence.recorder import turns_from_conversation
 from gui.persistence.replay import apply_values, saved_run, settings_words
 from gui.persistence.store import HistoryError, HistoryStore
+from gui.persistence.user_history import open_user_history
 
 
 def open_store(store: HistoryStore | None, persist: bool) -> tuple[HistoryStore | None, str | None]:
     """The chat history: `store`, else (with `persist`) the user's; and why there is none, if it failed."""
     if store is None and persist:
         try:
-            return HistoryStore(), None
+            return open_user_history(), None
         except HistoryError as exc:
             return None, f"Chat history is off: {exc}"
     return store, None

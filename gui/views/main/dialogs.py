@@ -1,6 +1,7 @@
 """The small modal questions every window asks (yes/no, a line of text, where to save), in one place.
 
-Windows keep them as replaceable attributes, so tests answer without a modal dialog. Touches QtWidgets only.
+A window is given the one it asks (the main window's `confirm`), so tests answer without a modal dialog.
+Touches QtWidgets only.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from gui import theme
 from gui.views.live.cost_curve import CostCurveView
-from gui.views.live.panel import LivePanel, LiveSnapshot, takes_focus
+from gui.views.live.panel import LivePanel, LiveSnapshot, RoundFocusPanel
 from gui.views.live.plots import LivePlots
 from gui.views.live.rollback import RollbackNote
 from gui.views.live.stats import StatsStrip
@@ -34,8 +34,6 @@ LIVE_PANELS = (
     LivePlots,  # acceptance, tok/s, acceptance by position, accepted tokens per round
 )
 
-NAMED_PANELS: dict[str, type] = {"timeline": RoundTimeline, "tree": RoundTreePanel}  # the scripted --panel's names
-
 
 class LiveDock:
     """The panels of `LIVE_PANELS` in a scroll area (`widget`), top to bottom, and their redraw timer.
@@ -43,12 +41,13 @@ class LiveDock:
     The timer stops once no reply is being written and every panel is drawn. `focus` is the chat's round focus
     (gui.views.main.round_focus): every panel that takes part in it is attached; the window attaches the transcript."""
 
-    def __init__(self, palette: theme.Palette, session, parent: QWidget) -> None:
+    def __init__(self, palette: theme.Palette, session, parent: QWidget, popover=None) -> None:
+        """`popover`: the round focus's (gui.views.main.round_focus.RoundFocus), a clicked token's round beside it."""
         self.session = session  # gui.sessions.chat.ChatSession
         self.panels: list[LivePanel] = [panel_class(palette) for panel_class in LIVE_PANELS]
-        self.focus = RoundFocus(session, parent)
+        self.focus = RoundFocus(session, parent, popover)
         for panel in self.panels:
-            if takes_focus(panel):
+            if isinstance(panel, RoundFocusPanel):
                 self.focus.attach(panel)
         live = QWidget()
         layout = QVBoxLayout(live)
@@ -112,8 +111,8 @@ class LiveDock:
         self.widget.ensureWidgetVisible(wanted[0], 0, 0)
 
     def show_named(self, names) -> None:
-        """show_panels by the scripted mode's names (`NAMED_PANELS`)."""
-        self.show_panels([NAMED_PANELS[name] for name in names if name in NAMED_PANELS])
+        """show_panels by the scripted mode's names (each panel class's `name`)."""
+        self.show_panels([type(panel) for panel in self.panels if panel.name in names])
 
     def start(self) -> None:
         """A reply is being written: redraw from the timer."""

@@ -1,84 +1,144 @@
-"""How the main window's models load: the load options the worker reads (device, dtype, backend, the safety
-answers), the loader's safety questions, and the settings and window layout remembered between runs.
+"""How the main window's models load: the load options (device, dtype, backend, the safety answers), sent to the
+worker by a queued signal; the loader's safety questions; a load started, done or failed, shown; and the
+plain-speed reference each loaded model keeps.
 
-The answers given in this run and a device chosen for this run only are the chat session's; the remembered
-ones are QSettings' (gui.persistence.settings). May touch: gui.worker (LoadOptions), gui.persistence.settings,
-the window's views and public methods.
+Given what it reads and renders (the chat session, the app settings, the settings panel, the chat column, the
+status line, the stats cards) and the yes/no question, never the window; it tells the window what to do by
+signals. The answers given in this run and a device chosen for this run only are the chat session's; the
+remembered ones are QSettings' (gui.persistence.settings). May touch: gui.worker (LoadOptions),
+gui.persistence.settings, those views.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QRect
+from typing import Callable, NamedTuple
+
+from PySide6.QtCore import QObject, Signal
 
 from engine.backends import compile_note
-from engine.core.errors import ConfigError
 from gui.sessions.chat import baseline_key
 from gui.worker import REMOTE_CODE, LoadOptions
-from gui.views.chat.colouring import MODES
+
+Confirm = Callable[[str, str], bool]  # (title, question) -> the user's yes or no
 
 
-class ModelLoading:
-    def __init__(self, window) -> None:
-        self.window = window
-        self.saved_geometry: QRect | None = None  # the window's normal geometry as last saved (restore_settings)
+class LoadingViews(NamedTuple):
+    controls: object  # gui.views.chat.controls.ControlsPanel
+    chat: object  # gui.views.main.chat_column.ChatColumn
+    status_line: object  # gui.views.main.docks.StatusLine
+    stats_strip: object  # gui.views.live.stats.StatsStrip
+
+
+class ModelLoading(QObject):
+    options_changed = Signal(object)  # LoadOptions: to the worker's set_load_options (queued: it lives on its thread)
+    consent_answered = Signal(str, str, bool)  # model, kind (remote-code | pickle), answer
+    reload_requested = Signal(str)  # load this model again (its safety question answered, the backend changed)
+    load_state_changed = Signal()  # a load started or failed: the window's actions follow
+    load_failed = Signal(str)  # what failed, in words
+
+    def __init__(self, session, settings, views: LoadingViews, confirm: Confirm, *, persist: bool = False,
+                 parent: QObject | None = None) -> None:
+        """`session`: gui.sessions.chat.ChatSession; `settings`: gui.persistence.settings.AppSettings; `persist`:
+        plain speeds are remembered between runs."""
+        super().__init__(parent)
+        self.session, self.settings, self.confirm, self.persist = session, settings, confirm, persist
+        self.controls, self.chat, self.status_line, self.stats_strip = views
+
+    # ------------------------------------------------------------------ the worker's load, shown
+    def load_started(self, name: str) -> None:
+        self.session.load_started(name)
+        self.status_line.set_busy(True)
+        self.status_line.say(f"Loading {name} model…" if name == "default" else f"Loading {name}…")
+        self.controls.set_model_state("loading…")
+        self.chat.show_loading(name)
+        self.load_state_changed.emit()
+
+    def model_loaded(self, info) -> None:
+        """The loaded model in the session, the settings panel and the chat column."""
+        self.session.model_loaded(info)
+        self.status_line.set_busy(self.session.generating)
+        self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested,
+                                      backend=info.backend)
+        self.chat.show_ready(info.name)
+
+    def show_ready(self, info) -> None:
+        """Its plain speed (remembered between runs) and the status line say it is ready."""
+        if self.persist:
+            self.session.remember_baselines(self.settings.baselines())
+        self.baseline_changed()
+        self.status_line.say(self.ready_words(info))
+
+    def show_load_failure(self, name: str, message: str) -> None:
+        """The load failed: the loaded model (if any) stays; the failure is shown and said (`load_failed`)."""
+        self.session.load_ended()
+        self.session.pending_pair = None  # a model that fails to load never changes the chat's settings
+        self.status_line.set_busy(self.session.generating)
+        text = f"Could not load {name}: {message}"
+        self.status_line.say(text)
+        self.controls.revert_model()
+        info = self.session.model_info
+        self.controls.set_model_state(info.describe() if info else "not loaded")
+        self.controls.show_runtime_problem(text)
+        if info is None:
+            self.chat.transcript.setPlaceholderText(text)
+        self.chat.transcript.append_notice(text)
+        self.load_state_changed.emit()
+        self.load_failed.emit(text)
+
+    # ------------------------------------------------------------------ options and questions
 
     def load_options(self) -> LoadOptions:
-        window = self.window
-        answers = window.session.consent_answers(window.settings.consent_answers())
-        device, dtype = window.session.device_override or (window.settings.device(), window.settings.dtype())
-        return LoadOptions(device=device, dtype=dtype, backend=window.controls.backend_name(),
-                           compile=window.controls.compile_enabled(),
+        answers = self.session.consent_answers(self.settings.consent_answers())
+        device, dtype = self.session.device_override or (self.settings.device(), self.settings.dtype())
+        return LoadOptions(device=device, dtype=dtype, backend=self.controls.backend_name(),
+                           compile=self.controls.compile_enabled(),
                            remote_code_allowed=answers.remote_code_allowed,
                            remote_code_refused=answers.remote_code_refused, pickle_allowed=answers.pickle_allowed,
                            pickle_refused=answers.pickle_refused)
 
-    def attach(self, worker) -> None:
-        """The worker loads with the options as they are now, and says when it loads the model on another
-        backend too (a method the loaded backend can't serve)."""
-        self.sync()
-        worker.model_loaded_on.connect(self.loaded_elsewhere)
+    def sync(self) -> None:
+        """The worker loads with the options as they are now."""
+        self.options_changed.emit(self.load_options())
 
     def loaded_elsewhere(self, info) -> None:
         """The loaded model on another backend too: its plain speed there, where one is stored, is known now."""
-        self.window.session.model_loaded_on(info)
-        self.window.controls.set_plain_speeds(self.window.session.plain_speeds())
+        self.session.model_loaded_on(info)
+        self.controls.set_plain_speeds(self.session.plain_speeds())
+
+    def model_words(self) -> str:
+        """" · the loaded model · its plain speed" for the status line ("" when none is loaded)."""
+        info, baseline = self.session.model_info, self.session.baseline()
+        plain = f"plain speed {baseline.describe()}" if baseline is not None else "plain speed not measured yet"
+        return f" · {info.describe()} · {plain}" if info else ""
 
     def ready_words(self, info) -> str:
         """The status line of a loaded model, with the note on Compile where its backend doesn't compile."""
-        unused = compile_note(info.backend) if self.window.controls.compile_enabled() else None
+        unused = compile_note(info.backend) if self.controls.compile_enabled() else None
         return " · ".join(filter(None, (f"Ready · {info.describe()}", unused)))
-
-    def sync(self) -> None:
-        """The worker loads with the options as they are now."""
-        self.window.worker_thread.worker.load_options = self.load_options()
 
     def set_device(self, device: str, dtype: str = "auto", remember: bool = True) -> None:
         if remember:
-            self.window.settings.set_device(device, dtype)
-            self.window.session.device_override = None
+            self.settings.set_device(device, dtype)
+            self.session.device_override = None
         else:
-            self.window.session.device_override = (device, dtype)
+            self.session.device_override = (device, dtype)
         self.sync()
 
     def backend_changed(self, _backend: str) -> None:
         """The settings panel's backend changed: the target loads again on it (through the worker)."""
-        window = self.window
         self.sync()
-        if window.tools.model_manager is not None:
-            window.tools.model_manager.set_backend(window.controls.backend_name())
-        info = window.session.model_info
-        window.load_model(info.requested if info is not None else window.controls.model_name(), force=True)
+        info = self.session.model_info
+        self.reload_requested.emit(info.requested if info is not None else self.controls.model_name())
 
     def consent_needed(self, model: str, kind: str, question: str) -> None:
         """Asked once per model: the answer is remembered (QSettings) and the load goes on with it."""
-        window = self.window
-        window.session.load_ended()
-        window.progress.setVisible(window.session.generating)
+        self.session.load_ended()
+        self.status_line.set_busy(self.session.generating)
         title = "Run this model's own code?" if kind == REMOTE_CODE else "Load pickle checkpoints?"
         answer = self._ask(kind, model, title, question)
         if kind == REMOTE_CODE and not answer:
-            window.set_status(f"Loading {model} without running its code…")
-        window.load_model(model, force=True)
+            self.status_line.say(f"Loading {model} without running its code…")
+        self.reload_requested.emit(model)
 
     def draft_consent_needed(self, model: str, kind: str, question: str) -> None:
         """A draft model's safety question (asked when a reply needs the draft): remembered like a target's;
@@ -87,63 +147,18 @@ class ModelLoading:
         self._ask(kind, model, title, question)
 
     def _ask(self, kind: str, model: str, title: str, question: str) -> bool:
-        window = self.window
-        answer = bool(window.confirm(title, question))
-        window.session.answer_consent(kind, model, answer)
-        window.settings.set_consent(kind, model, answer)
+        answer = bool(self.confirm(title, question))
+        self.session.answer_consent(kind, model, answer)
+        self.settings.set_consent(kind, model, answer)
         self.sync()
-        window.consent_answered.emit(model, kind, answer)
+        self.consent_answered.emit(model, kind, answer)
         return answer
 
-    # ------------------------------------------------------------------ remembered between runs (QSettings)
     def baseline_changed(self) -> None:
         """The plain speed is remembered (per model, device and dtype) and the stats cards say when it was
         measured."""
-        window = self.window
-        baseline = window.session.baseline()
-        if baseline is not None and window.persist and window.session.model_info is not None:
-            window.settings.set_baseline(baseline_key(window.session.model_info), baseline.tok_per_s,
-                                         baseline.measured_at)
-        window.stats_strip.show_baseline(baseline.describe() if baseline is not None else None)
-        window.controls.set_plain_speeds(window.session.plain_speeds())
-
-    def restore_settings(self, model_given: bool = False) -> None:
-        """The last session's settings panel and window layout (the command line's model wins)."""
-        window, settings = self.window, self.window.settings
-        values = settings.chat_values()
-        if model_given:
-            values.pop("model", None)
-        try:
-            window.controls.apply(**values)
-        except ConfigError:  # a method this version does not know: keep the defaults
-            pass
-        geometry = settings.value("window/geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            window.geometry_restored = window.restoreGeometry(geometry)
-        normal = settings.value("window/normal_geometry")  # as saved: Qt's restore has clamped it already
-        self.saved_geometry = normal if isinstance(normal, QRect) and normal.isValid() else None
-        state = settings.value("window/state")
-        if isinstance(state, QByteArray) and not state.isEmpty():
-            window.restoreState(state)
-        show_rejected = settings.value("view/show_rejected", None, bool)
-        if show_rejected is not None:
-            window.set_show_rejected(show_rejected)
-        record = settings.value("view/record_rounds", None, bool)
-        if record is not None:
-            window.record_action.setChecked(record)
-        colouring = settings.value("view/colour_by", None, str)
-        if colouring in MODES:  # a name this version doesn't know keeps colouring by status
-            window.set_colouring(colouring)
-
-    def save_settings(self) -> None:
-        window = self.window
-        values = window.controls.values()
-        values["model"] = window.session.model_name(values["model"])
-        window.settings.set_chat_values(values)
-        window.settings.set_value("window/geometry", window.saveGeometry())
-        window.settings.set_value("window/normal_geometry", window.normalGeometry())
-        window.settings.set_value("window/state", window.saveState())
-        window.settings.set_value("view/show_rejected", window.transcript.show_rejected)
-        window.settings.set_value("view/colour_by", window.transcript.colouring)
-        window.settings.set_value("view/record_rounds", window.session.record_rounds)
-        window.settings.sync()
+        baseline = self.session.baseline()
+        if baseline is not None and self.persist and self.session.model_info is not None:
+            self.settings.set_baseline(baseline_key(self.session.model_info), baseline.tok_per_s, baseline.measured_at)
+        self.stats_strip.show_baseline(baseline.describe() if baseline is not None else None)
+        self.controls.set_plain_speeds(self.session.plain_speeds())

@@ -1,10 +1,13 @@
 """The main window's menus (Chat, View, Tools, Help) and the Help pages they open.
 
-Each action calls the window's public methods or its helpers (replies, conversations, tools); the menus hold no
-state but the checked theme. May touch: QtGui actions, gui.theme, gui.views.dialogs.help.
+Each action calls the window's public methods or its helpers (replies, conversations, tools); the View menu's
+actions that hold a state are returned to the window (`ViewActions`), which keeps them.
+May touch: QtGui actions, gui.theme, gui.views.dialogs.help.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
@@ -18,11 +21,21 @@ ABOUT = ("<b>SpecScope</b><br>Speculative decoding, running locally, that you ca
          "earns a bonus token.")
 
 
-def build_menus(window) -> None:
+class ViewActions(NamedTuple):
+    """The View menu's actions that hold a state: the window keeps them (the settings restore and save them)."""
+
+    rejected: QAction  # show the rejected drafts
+    record: QAction  # record each round's tree
+    themes: QActionGroup  # the active theme is checked
+
+
+def build_menus(window) -> ViewActions:
+    """The menus on the window's menu bar; each action calls the window's public methods or its helpers."""
     _build_chat_menu(window)
-    _build_view_menu(window)
+    view_actions = _build_view_menu(window)
     _build_tools_menu(window)
     _build_help_menu(window)
+    return view_actions
 
 
 def _build_chat_menu(window) -> None:
@@ -56,31 +69,31 @@ def _build_reply_actions(window, menu) -> None:
     menu.setToolTipsVisible(True)
 
 
-def _build_view_menu(window) -> None:
+def _build_view_menu(window) -> ViewActions:
     view = window.menuBar().addMenu("&View")
     view.setToolTipsVisible(True)
-    window.rejected_action = QAction("Show &rejected drafts", window, checkable=True, checked=True)
-    window.rejected_action.toggled.connect(window.legend.show_rejected.setChecked)
-    view.addAction(window.rejected_action)
-    window.record_action = QAction("Record each round's &tree", window, checkable=True,
-                                   checked=window.session.record_rounds)
-    window.record_action.setToolTip("From the next reply, keep the target's top-5 alternatives, entropy and draws at "
-                                    "every position it decides (the round tree, colour by entropy); off, nothing is "
-                                    "recorded. Measured cost on the built-in model: under 1 % of tok/s.")
-    window.record_action.toggled.connect(lambda on: setattr(window.session, "record_rounds", on))
-    view.addAction(window.record_action)
+    rejected = QAction("Show &rejected drafts", window, checkable=True, checked=True)
+    rejected.toggled.connect(window.legend.show_rejected.setChecked)
+    view.addAction(rejected)
+    record = QAction("Record each round's &tree", window, checkable=True, checked=window.session.record_rounds)
+    record.setToolTip("From the next reply, keep the target's top-5 alternatives, entropy and draws at every position "
+                      "it decides (the round tree, colour by entropy); off, nothing is recorded. Measured cost on the "
+                      "built-in model: under 1 % of tok/s.")
+    record.toggled.connect(window.set_record_rounds)
+    view.addAction(record)
     view.addSeparator()
     for dock in (window.history_dock, window.controls_dock, window.live_dock):
         view.addAction(dock.toggleViewAction())
     view.addSeparator()
-    window.theme_actions = QActionGroup(window)  # the active theme is checked
+    themes = QActionGroup(window)
     for name in ("light", "dark"):
         action = QAction(f"{name.title()} theme", window, checkable=True,
                          checked=theme.THEMES[name] == window.palette_,
                          triggered=lambda _=False, n=name: window.set_theme(n))
         action.setData(name)
-        window.theme_actions.addAction(action)
+        themes.addAction(action)
         view.addAction(action)
+    return ViewActions(rejected, record, themes)
 
 
 def _build_tools_menu(window) -> None:

@@ -13,25 +13,27 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
+from gui.views.live.panel import RoundFocusPanel
+
 
 class RoundFocus(QObject):
     changed = Signal(object, object)  # hovered, selected (RoundRecord | None each)
 
-    def __init__(self, session, parent=None) -> None:
+    def __init__(self, session, parent=None, popover=None) -> None:
+        """`popover`: gui.views.chat.token_popover.TokenPopover, a clicked token's round beside it (None: none)."""
         super().__init__(parent)
         self.session = session  # gui.sessions.session_model.SessionModel (round_of, turns)
         self.hovered = None
         self.selected = None
-        self.popover = None  # gui.views.chat.token_popover.TokenPopover: a clicked token's round, beside it
+        self.popover = popover
         self._views: list = []
 
     def attach(self, view) -> None:
-        """A view with `show_focus(hovered, selected)`; its `round_hovered` / `round_selected` signals, where it
-        has them, move the focus."""
+        """A view with `show_focus(hovered, selected)`; a live panel that takes part in the focus
+        (gui.views.live.panel.RoundFocusPanel) also moves it by its `round_hovered` / `round_selected` signals."""
         self._views.append(view)
-        if hasattr(view, "round_hovered"):
+        if isinstance(view, RoundFocusPanel):
             view.round_hovered.connect(self.hover)
-        if hasattr(view, "round_selected"):
             view.round_selected.connect(self.select)
         view.show_focus(self.hovered, self.selected)
 

@@ -73,16 +73,18 @@ def place_on_screen(window, restored: bool, saved: QRect | None = None) -> None:
     window.move(placed.topLeft())  # the frame's corner: the title bar is on the screen too
 
 
-def show_window(window) -> None:
+def show_window(window):
     """Show a top-level window within its screen's available area, as the main window opens (`fit_to_screen`):
     the first time at the size its maker gave it (else its sizeHint), fitted and centred on the screen of the
-    window it belongs to; shown again, where the user left it unless that no longer lies on the screen. Raised."""
+    window it belongs to; shown again, where the user left it unless that no longer lies on the screen. Raised.
+    Returns the window."""
     if not window.isVisible():
         fit_before_showing(window)
     window.show()
     if QApplication.platformName() != "offscreen":  # it has no window stack (and says so on stderr)
         window.raise_()
         window.activateWindow()
+    return window
 
 
 def fit_before_showing(window) -> None:

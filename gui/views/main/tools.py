@@ -38,6 +38,11 @@ class ToolWindows:
         show_window(self.model_manager)
         return self.model_manager
 
+    def backend_changed(self, backend: str) -> None:
+        """The settings panel's backend changed: the Models window shows it too."""
+        if self.model_manager is not None:
+            self.model_manager.set_backend(backend)
+
     def load_from_manager(self, target: str, draft, device: str, dtype: str) -> None:
         window = self.window
         options = window.load_options()

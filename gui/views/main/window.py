@@ -1,22 +1,19 @@
 """The main window: chat in the middle, settings on the left, live stats and graphs on the right.
 
-It wires three things and holds no state of its own: the chat session (gui.sessions.chat: which model, the
-request in flight, the baseline, the message being edited, the Models window's pending pair, the history
-writes), the worker thread (gui.worker: the engine) and the views (gui.views.*: rendering). Events arrive once
-per round through queued signals; the session folds them, the transcript appends each round at once, while the
-live panels are redrawn from a 20 Hz timer (gui.views.main.live_dock), and only when something changed.
-
-Widgets are built by gui.views.main.build and .menus; the reply actions, saved chats, model loading, the draft
-list and the Tools windows are helpers beside it (replies, conversations, loading, drafts, tools).
-May touch: gui.sessions.chat, gui.worker (signals and request types), gui.persistence (recorder, store,
-settings), the views' public methods. Never the engine's objects.
+Wiring only: it makes its views (chat column, settings panel, chats list, live dock, status line, menus) in its
+own __init__ and connects them to the chat session (gui.sessions.chat) and the worker thread (gui.worker), reached
+by queued signals only. Helpers beside it: reply_events, loading, replies, conversations, drafts, tools, remembered.
+May touch: gui.sessions.chat, gui.worker (signals and request types), gui.persistence (recorder, store, settings),
+the views' public methods. Never the engine's objects.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 
-from PySide6.QtCore import QSize, Signal
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QApplication, QMainWindow
 
 from engine.core.errors import ConfigError
@@ -24,15 +21,26 @@ from gui import theme
 from gui.persistence.recorder import HistoryRecorder
 from gui.persistence.settings import AppSettings
 from gui.persistence.store import HistoryStore
-from gui.sessions.chat import CHAT, ChatSession, Settings, spec_words
+from gui.sessions.chat import ChatSession, Settings, spec_words
+from gui.sessions.purpose import Purpose
+from gui.views.chat.controls import ControlsPanel
+from gui.views.chat.history_panel import HistoryPanel
+from gui.views.chat.token_popover import TokenPopover
 from gui.views.dialogs.training import TrainingFront
-from gui.views.main.build import build_views
+from gui.views.live.cost_curve import CostCurveView
+from gui.views.live.plots import LivePlots
+from gui.views.live.stats import StatsStrip
+from gui.views.main.chat_column import ChatColumn
 from gui.views.main.conversations import Conversations, open_store
 from gui.views.main.dialogs import ask_yes_no
+from gui.views.main.docks import StatusLine, history_notice, place_docks
 from gui.views.main.drafts import DraftLists
-from gui.views.main.loading import ModelLoading
+from gui.views.main.live_dock import LiveDock
+from gui.views.main.loading import Confirm, LoadingViews, ModelLoading
 from gui.views.main.menus import build_menus, help_page
+from gui.views.main.remembered import ViewChoices, remembered_chat_values, restore_window, save_window
 from gui.views.main.replies import ReplyActions
+from gui.views.main.reply_events import ReplyEvents, ReplyViews
 from gui.views.main.screen_fit import show_window
 from gui.views.main.tools import ToolWindows
 from gui.worker import EngineLoader, GenerationRequest, LoadOptions, ModelInfo, WorkerThread
@@ -57,10 +65,10 @@ class MainWindow(QMainWindow):
 
     def __init__(self, loader: EngineLoader | None = None, palette: theme.Palette | None = None,
                  model: str | None = None, *, persist: bool = False, settings: AppSettings | None = None,
-                 store: HistoryStore | None = None) -> None:
-        """`persist`: keep the chat history (SQLite, gui/persistence/store.py) and restore/save the settings and
-        window layout (QSettings, gui/persistence/settings.py). Off for scripted runs, benchmarks and most tests.
-        The device, dtype, added models and safety answers always come from (and go to) `settings`."""
+                 store: HistoryStore | None = None, confirm: Confirm | None = None) -> None:
+        """`persist`: keep the chat history (gui.persistence.store) and restore/save the settings and layout
+        (gui.persistence.settings); off for scripted runs, benchmarks and most tests. The device, dtype, added models
+        and safety answers always come from (and go to) `settings`. `confirm`: the safety checks' yes/no question."""
         super().__init__()
         self.setWindowTitle("SpecScope")
         self.palette_ = palette or theme.LIGHT
@@ -68,31 +76,92 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else AppSettings()
         self.store, self.history_problem = open_store(store, persist)
         self.session = ChatSession(HistoryRecorder(self.store), make_request=GenerationRequest)
-        # replaceable: the yes/no question of the safety checks (tests answer it without a modal dialog)
-        self.confirm = lambda title, text: ask_yes_no(self, title, text)
         self.replies, self.conversations = ReplyActions(self), Conversations(self)
-        self.loading, self.drafts, self.tools = ModelLoading(self), DraftLists(self), ToolWindows(self)
+        self.drafts, self.tools = DraftLists(self), ToolWindows(self)
         self.training = TrainingFront(self)  # "Train a drafter…" and the offer to train an eagle head
-        self.geometry_restored = False
+        self.geometry_restored, self.saved_geometry = False, None  # the remembered geometry (persist)
         self._closed = False
-
-        build_views(self, model or "default")
-        build_menus(self)
-        self.controls.method_picked.connect(self.training.method_picked)
-        self.request_failed.connect(self.training.generation_failed)
+        self._make_views(model or "default")
+        self.loading = ModelLoading(self.session, self.settings, LoadingViews(self.controls, self.chat,
+                                    self.status_line, self.stats_strip), confirm or partial(ask_yes_no, self),
+                                    persist=persist, parent=self)
+        self.reply_events = ReplyEvents(self.session, ReplyViews(self.chat, self.history_panel, self.controls,
+                                        self.live, self.status_line), self.loading, parent=self)
+        self.rejected_action, self.record_action, self.theme_actions = build_menus(self)
+        self._connect_views()
         if persist:
-            self.loading.restore_settings(model_given=model is not None)
+            self._restore(model_given=model is not None)
         self.worker_thread = WorkerThread(loader)
-        self.loading.attach(self.worker_thread.worker)
         self._connect_worker(self.worker_thread.worker)
+        self.loading.sync()
         self.update_actions()
 
+    def _make_views(self, model: str) -> None:
+        self.chat = chat = ChatColumn(self.session, self.palette_)
+        self.legend, self.transcript, self.compose_notice = chat.legend, chat.transcript, chat.compose_notice
+        self.message_box, self.send_button, self.stop_button = chat.message_box, chat.send_button, chat.stop_button
+        self.setCentralWidget(chat)
+        self.controls = ControlsPanel()
+        self.controls.apply(model=model)
+        self.history_panel = HistoryPanel(self.store, self.palette_)
+        if notice := history_notice(self.history_problem, self.settings.problem()):  # why nothing is kept
+            self.history_panel.show_notice(notice)
+        self.token_popover = TokenPopover(self.palette_, self)  # a clicked token's round, beside it
+        self.live = live = LiveDock(self.palette_, self.session, self, popover=self.token_popover)
+        self.refresh_timer, self.live_scroll, self.round_focus = live.timer, live.widget, live.focus
+        self.stats_strip, self.cost_curve, self.plots = (live.panel(StatsStrip), live.panel(CostCurveView),
+                                                         live.panel(LivePlots))
+        self.stats_strip.show_figures(self.session.figures())  # the empty chat's
+        self.round_focus.attach(self.transcript)  # hovering a token highlights its round; a click opens its tree
+        self.history_dock, self.controls_dock, self.live_dock = place_docks(self, self.history_panel, self.controls,
+                                                                            live.widget)
+        self.status_line = StatusLine(self.statusBar())
+        self.status_label, self.progress = self.status_line.label, self.status_line.progress
+
+    def _connect_views(self) -> None:
+        chat, controls = self.chat, self.controls
+        chat.legend.show_rejected_toggled.connect(self.set_show_rejected)
+        chat.legend.colouring_changed.connect(self.set_colouring)
+        chat.transcript.action_requested.connect(self.replies.run)
+        chat.transcript.code_copied.connect(lambda text: self.set_status(f"Copied the code ({len(text)} characters)"))
+        chat.transcript.token_hovered.connect(self.round_focus.hover_token)
+        chat.transcript.token_clicked.connect(self.round_focus.click_token)
+        chat.message_box.send_requested.connect(self.send)
+        chat.message_box.edit_last_requested.connect(self.replies.edit_message)
+        chat.send_button.clicked.connect(self.send)
+        chat.stop_button.clicked.connect(self.stop)
+        chat.new_chat_button.clicked.connect(self.new_chat)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.replies.escape)
+        controls.settings_changed.connect(self.settings_changed)
+        controls.model_change_requested.connect(self.load_model)
+        controls.backend_change_requested.connect(self.tools.backend_changed)  # the Models window's choice too
+        controls.backend_change_requested.connect(self.loading.backend_changed)
+        controls.backend_noted.connect(self.set_status)  # a method that runs on another backend: why, and costs
+        controls.models_requested.connect(self.open_models)
+        controls.download_requested.connect(self.tools.download_suggested)
+        controls.saved_settings_requested.connect(self.conversations.apply_saved_settings)
+        controls.method_picked.connect(self.training.method_picked)
+        self.history_panel.conversation_opened.connect(self.conversations.open)
+        self.history_panel.conversation_deleted.connect(self.conversations.deleted)
+        self.stats_strip.baseline_requested.connect(self.measure_baseline)
+        self.request_failed.connect(self.training.generation_failed)
+        self.loading.reload_requested.connect(lambda name: self.load_model(name, force=True))
+        self.loading.consent_answered.connect(self.consent_answered)
+        self.loading.load_state_changed.connect(self.update_actions)
+        self.loading.load_failed.connect(self.request_failed)
+        self.reply_events.ended.connect(self.update_actions)
+        self.reply_events.reply_finished.connect(self.reply_finished)
+        self.reply_events.baseline_measured.connect(self.baseline_measured)
+        self.reply_events.request_failed.connect(self.request_failed)
+
     def _connect_worker(self, worker) -> None:
+        self.loading.options_changed.connect(worker.set_load_options)  # queued: the worker lives on its thread
         self.load_requested.connect(worker.load)
         self.generation_requested.connect(worker.generate)
         worker.consent_needed.connect(self.loading.consent_needed)
         worker.draft_consent_needed.connect(self.loading.draft_consent_needed)
-        worker.model_load_started.connect(self._on_load_started)
+        worker.model_loaded_on.connect(self.loading.loaded_elsewhere)
+        worker.model_load_started.connect(self.loading.load_started)
         worker.model_load_progressed.connect(self.set_status)
         worker.status_reported.connect(self.set_status)  # "Loading draft model…" and the like
         worker.model_loaded.connect(self._on_model_loaded)
@@ -100,11 +169,23 @@ class MainWindow(QMainWindow):
         worker.model_loaded.connect(lambda _info: self.cost_requested.emit(COST_CURVE_TOKENS))
         worker.cost_measured.connect(self.cost_curve.show_curve)
         worker.cost_failed.connect(self.cost_curve.show_failure)
-        worker.load_failed.connect(self._on_load_failed)
-        worker.generation_started.connect(self._on_generation_started)
-        worker.round_verified.connect(self._on_round_verified)
-        worker.generation_finished.connect(self._on_generation_finished)
-        worker.generation_failed.connect(self._on_generation_failed)
+        worker.load_failed.connect(self.loading.show_load_failure)
+        worker.generation_started.connect(self.reply_events.started)
+        worker.round_verified.connect(self.reply_events.round_verified)
+        worker.generation_finished.connect(self.reply_events.finished)
+        worker.generation_failed.connect(self.reply_events.failed)
+
+    def _restore(self, model_given: bool) -> None:
+        """The last session's settings panel, window layout and view choices (the command line's model wins)."""
+        try:
+            self.controls.apply(**remembered_chat_values(self.settings, model_given))
+        except ConfigError:  # a method this version does not know: keep the defaults
+            pass
+        self.geometry_restored, self.saved_geometry, view = restore_window(self.settings, self)
+        for value, apply in ((view.show_rejected, self.set_show_rejected),
+                             (view.record_rounds, self.record_action.setChecked), (view.colour_by, self.set_colouring)):
+            if value is not None:  # remembered
+                apply(value)
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1440, 900)
@@ -149,9 +230,7 @@ class MainWindow(QMainWindow):
 
     def open_help(self, page: str):
         """A Help page: "guide" (the colours and figures) or "shortcuts" (read from the menus' actions)."""
-        dialog = help_page(self, page)
-        show_window(dialog)
-        return dialog
+        return show_window(help_page(self, page))
 
     # ------------------------------------------------------------------ public actions
     def start(self) -> None:
@@ -201,7 +280,7 @@ class MainWindow(QMainWindow):
         if self.session.generating:
             self.worker_thread.stop_generation()
             self.session.abandon("cancelled")  # what it wrote is kept, marked as stopped
-            self._end_active()
+            self.reply_events.end_active()
         self.session.new_chat()
         self.controls.show_saved_settings(None)
         self.history_panel.set_current(None)
@@ -209,9 +288,7 @@ class MainWindow(QMainWindow):
         self.transcript.render_turns([])
         self.live.clear()
         self.refresh_live_views()
-        info, baseline = self.session.model_info, self.session.baseline()
-        plain = f"plain speed {baseline.describe()}" if baseline is not None else "plain speed not measured yet"
-        self.set_status("New chat" + (f" · {info.describe()} · {plain}" if info else ""))
+        self.set_status("New chat" + self.loading.model_words())
         self.update_actions()
         self.message_box.setFocus()
 
@@ -233,6 +310,10 @@ class MainWindow(QMainWindow):
         self.transcript.show_rejected = show
         self.rejected_action.setChecked(show)
         self.transcript.render_turns(self.session.turns, self.session.current)
+
+    def set_record_rounds(self, on: bool) -> None:
+        """Record each round's tree from the next reply (the View menu's toggle)."""
+        self.session.record_rounds = on
 
     def set_colouring(self, mode: str) -> None:
         """What the tokens' colours show (gui.views.chat.colouring: status, acceptance, entropy, confidence)."""
@@ -260,20 +341,13 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ the request in flight
     def _begin(self, request: GenerationRequest, status: str) -> None:
-        self.controls.set_pending_note(None)
-        self.progress.show()
-        self.set_status(status)
+        self.reply_events.begin(status)
         self.update_actions()
         self.generation_requested.emit(request)
 
-    def _end_active(self) -> None:
-        self.progress.setVisible(self.session.loading is not None)
-        self.controls.set_pending_note(None)
-        self.update_actions()
-
     def settings_changed(self) -> None:
         """The settings panel changed: it applies from the next message."""
-        if self.session.active is not None and self.session.active.purpose == CHAT:
+        if self.session.active is not None and self.session.active.purpose is Purpose.CHAT:
             self.controls.set_pending_note("Changes apply from the next message.")
         self.drafts.refresh()
         self.update_actions()
@@ -287,103 +361,17 @@ class MainWindow(QMainWindow):
         self.compose_notice.show_reason(self.session.recorder.read_only_reason)
 
     def set_status(self, text: str) -> None:
-        self.status_label.setText(text)
-
-    # ------------------------------------------------------------------ worker signals: loading
-    def _on_load_started(self, name: str) -> None:
-        self.session.load_started(name)
-        self.progress.show()
-        self.set_status(f"Loading {name} model…" if name == "default" else f"Loading {name}…")
-        self.controls.set_model_state("loading…")
-        self.transcript.setPlaceholderText(f"Loading {name}…")
-        self.update_actions()
+        self.status_line.say(text)
 
     def _on_model_loaded(self, info: ModelInfo) -> None:
-        self.session.model_loaded(info)
-        self.progress.setVisible(self.session.generating)
-        self.controls.set_model_state(info.describe(), n_layers=info.n_layers, loaded_name=info.requested,
-                                      backend=info.backend)
-        self.transcript.setPlaceholderText(f"{info.name} is ready. Type a message below and press Enter.")
-        self.message_box.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
-        self.message_box.viewport().update()
+        self.loading.model_loaded(info)
         self.tools.apply_pending_pair(info.requested)
         self.drafts.refresh()
         self.drafts.look_up_own_drafter(info)
-        if self.persist:
-            self.session.remember_baselines(self.settings.baselines())
-        self.loading.baseline_changed()
-        self.set_status(self.loading.ready_words(info))
+        self.loading.show_ready(info)
         self.update_actions()
         self.message_box.setFocus()
         self.model_ready.emit(info)
-
-    def _on_load_failed(self, name: str, message: str) -> None:
-        self.session.load_ended()
-        self.session.pending_pair = None  # a model that fails to load never changes the chat's settings
-        self.progress.setVisible(self.session.generating)
-        text = f"Could not load {name}: {message}"
-        self.set_status(text)
-        self.controls.revert_model()
-        info = self.session.model_info
-        self.controls.set_model_state(info.describe() if info else "not loaded")
-        self.controls.show_runtime_problem(text)
-        if info is None:
-            self.transcript.setPlaceholderText(text)
-        self.transcript.append_notice(text)
-        self.update_actions()
-        self.request_failed.emit(text)
-
-    # ------------------------------------------------------------------ worker signals: generation
-    def _on_generation_started(self, request_id: int, event) -> None:
-        turn = self.session.on_started(request_id, event)
-        if turn is None:
-            return
-        self.transcript.begin_assistant(turn)
-        self.live.clear()  # the reply's panels redraw from the timer
-        self.live.start()
-
-    def _on_round_verified(self, request_id: int, event) -> None:
-        tokens = self.session.on_round(request_id, event)
-        if tokens is not None:
-            self.transcript.append_tokens(tokens)
-
-    def _on_generation_finished(self, request_id: int, event) -> None:
-        outcome = self.session.on_finished(request_id, event)
-        if outcome is None:
-            return
-        self._end_active()
-        self.set_status(outcome.status)
-        self.loading.baseline_changed()
-        if outcome.purpose != CHAT:
-            if outcome.baseline is not None:
-                self.refresh_live_views()
-                self.baseline_measured.emit(outcome.baseline)
-            return
-        self.history_panel.refresh()
-        if outcome.turn is not None:
-            self.transcript.end_assistant(outcome.turn)
-        self.refresh_live_views()
-        if outcome.turn is not None:
-            self.reply_finished.emit(outcome.turn)
-
-    def _on_generation_failed(self, request_id: int, message: str) -> None:
-        outcome = self.session.on_failed(request_id, message)
-        if outcome is None:
-            return
-        self._end_active()
-        if outcome.purpose == CHAT:
-            self.history_panel.refresh()
-            if outcome.restored_text is not None:
-                self.transcript.render_turns(self.session.turns)
-                if not self.message_box.toPlainText().strip():
-                    self.message_box.setPlainText(outcome.restored_text)
-            elif outcome.turn is not None:
-                self.transcript.end_assistant(outcome.turn)
-            self.transcript.append_notice(f"Not generated: {message}")
-        self.controls.show_runtime_problem(message)
-        self.set_status(outcome.status)
-        self.refresh_live_views()
-        self.request_failed.emit(message)
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
@@ -394,7 +382,9 @@ class MainWindow(QMainWindow):
         self._closed = True
         self.live.stop()
         if self.persist:
-            self.loading.save_settings()
+            values = self.controls.values()
+            view = ViewChoices(self.transcript.show_rejected, self.session.record_rounds, self.transcript.colouring)
+            save_window(self.settings, self, {**values, "model": self.session.model_name(values["model"])}, view)
         self.tools.shutdown()
         self.drafts.shutdown()
         self.training.shutdown()  # cancels a training run (its checkpoint is kept) and waits for it
