@@ -1,42 +1,40 @@
 """The settings panel: model, method, draft model, k, the method's own parameters, adaptive draft length,
 sampling, token budget, system prompt.
 
-It renders and reads widgets, nothing more: `read()` turns them into engine configs (which validate
-themselves; the method's checks on the loaded model's facts, such as early-exit layers within its layers, run
-from its MethodSpec) or into the one sentence that says why the combination is refused. The methods, their
-labels, help lines, parameters (one control each, gui.views.chat.params) and what each needs come from the
-method registry. The window reads the panel when a message is sent, so a change applies from the next message.
+It renders and reads its boxes, nothing more: each box (gui.views.chat.model_box.ModelBox, .spec_box.SpecBox,
+.sampling_box.SamplingBox, .boxes.SystemBox, SavedBox) keeps its own widgets and tells what changed by signals; `read()`
+turns them into engine configs (which validate themselves; the method's checks on the loaded model's facts, such
+as early-exit layers within its layers, run from its MethodSpec) or into the one sentence that says why the
+combination is refused. The methods, their labels, help lines, parameters (one control each,
+gui.views.chat.params) and what each needs come from the method registry. The window reads the panel when a
+message is sent, so a change applies from the next message.
 
 Which methods the loaded target can use, and on which backend, is engine.models.availability's table (read
 from its catalog entry: a method it can't use is disabled with the reason; under "auto" a method its backend
-can't serve runs where the table says, `backend=` in the setting, with a note); the boxes are built by
-gui.views.chat.boxes. May touch: engine.core.config and the method registry (read), engine.models.catalog
-.own_drafter, engine.models.availability and engine.models.pairs (a described target's facts, no file read),
-gui.sessions.chat (Settings, what it returns; the note's words). No state beyond its widgets and what it was
-told of the loaded target.
+can't serve runs where the table says, `backend=` in the setting, with a note). May touch: its boxes, engine.core
+.config and the method registry (read), engine.models.catalog.own_drafter, engine.models.availability and
+engine.models.pairs (a described target's facts, no file read), gui.sessions.chat (Settings, what it returns; the
+note's words). No state beyond its boxes and what it was told of the loaded target.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QFileDialog, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 import engine.drafters  # noqa: F401  (registers the methods)
 from engine.backends import is_local_backend
-from engine.core.config import SamplingConfig, SpecConfig, check_backend
+from engine.core.config import SpecConfig, check_backend
 from engine.core.errors import ConfigError
-from engine.core.methods import ModelFacts, all_params, method_spec, methods as registered_methods
+from engine.core.methods import ModelFacts, method_spec, methods as registered_methods
 from engine.models import catalog
 from engine.models.availability import entry_choices
-from engine.models.pairs import DRAFT_IS_TARGET, pairs_for
+from engine.models.pairs import pairs_for
 from gui.sessions.chat import Settings, backend_note
-from gui.views.chat.boxes import (build_model_box, build_sampling_box, build_saved_box, build_spec_box,
-                                  build_system_box, note_label)
-from gui.views.chat.draft_list import cross_draft_note, fill_drafts
-from gui.views.chat.methods import add_method_items, draft_placeholder, draft_tooltip, is_head, mark_methods
-from gui.views.chat.params import changed_signal, read_param, shown_value, write_param
+from gui.views.chat.boxes import SavedBox, SystemBox, note_label
+from gui.views.chat.model_box import ModelBox
+from gui.views.chat.spec_box import SpecBox
+from gui.views.chat.sampling_box import SamplingBox
 
 
 class ControlsPanel(QWidget):
@@ -55,48 +53,55 @@ class ControlsPanel(QWidget):
         self._loaded_model: str | None = None
         self._loaded_backend: str | None = None  # the backend the loaded target runs on
         self._runtime_problem: str | None = None
-        self._target_aliases: set[str] = set()  # names of the loaded target's files ("default", its path)
-        self._suggested_download: str | None = None
-        self._draft_note_text = ""
-        self._cross_drafts: set[str] = set()  # the drafts offered that are of another tokenizer
         self._method_chosen = False  # the user (or a remembered setting) chose the method: kept as it is
         self._entry: catalog.CatalogEntry | None = None  # the loaded target, described (None: not yet, a server)
         self._choices: dict = {}  # method -> engine.models.availability.MethodChoice for the loaded target
         self._plain_speeds: dict = {}  # backend -> the loaded model's measured plain speed there (Baseline)
+        self.saved_box = SavedBox()
+        self.model_box = ModelBox()
+        self.spec_box = SpecBox()
+        self.sampling_box = SamplingBox()
+        self.system_box = SystemBox()
+        self.problem = note_label("problem")
+        self.notice = note_label("notice")
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(8)
-        for build in (build_saved_box, build_model_box, build_spec_box, build_sampling_box, build_system_box):
-            outer.addWidget(build(self))
-        self.problem = note_label("problem")
-        outer.addWidget(self.problem)
-        self.notice = note_label("notice")
-        outer.addWidget(self.notice)
+        for widget in (self.saved_box, self.model_box, self.spec_box, self.sampling_box, self.system_box,
+                       self.problem, self.notice):
+            outer.addWidget(widget)
         outer.addStretch(1)
+        self._name_widgets()
         self._connect()
         self._refresh_enabled()
         self.revalidate()
 
+    def _name_widgets(self) -> None:
+        """The boxes' widgets by the names the window's other parts and the tests read them by."""
+        saved, model, spec, sampling = self.saved_box, self.model_box, self.spec_box, self.sampling_box
+        self.saved_note, self.saved_apply = saved.note, saved.use_button
+        self.model, self.backend, self.compile_box = model.model, model.backend, model.compile_box
+        self.model_status = model.status
+        self.method, self.own_note, self.backend_note = spec.method, spec.own_note, spec.backend_note
+        self.draft, self.draft_note, self.draft_download = spec.draft, spec.draft_note, spec.draft_download
+        self.k, self.adaptive = spec.k, spec.adaptive
+        self.param_controls, self.spec_form = spec.param_controls, spec.form
+        self.max_new_tokens = sampling.budget
+        self.system_prompt = self.system_box.editor
+
     def _connect(self) -> None:
-        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.adaptive.toggled,
-                       *(changed_signal(w) for w in self.param_controls.values()), self.temperature.valueChanged, self.top_p.valueChanged, self.top_k.valueChanged,
-                       self.seed.valueChanged, self.max_new_tokens.valueChanged, self.draft.currentTextChanged,
-                       self.system_prompt.textChanged):
+        for signal in (self.spec_box.changed, self.sampling_box.changed, self.system_box.changed):
             signal.connect(self._changed)
-        self.method.activated.connect(self._method_picked)
-        self.model.activated.connect(lambda _index: self._model_chosen())
-        self.model.lineEdit().editingFinished.connect(self._model_chosen)
-        self.browse.clicked.connect(self._browse_model)
-        self.backend.activated.connect(lambda _index: self._backend_chosen())
-        self.compile_box.toggled.connect(lambda _on: self._backend_chosen())
-        self.models_button.clicked.connect(self.models_requested)
-        self.saved_apply.clicked.connect(self.saved_settings_requested)
-        self.draft_download.clicked.connect(lambda: self.download_requested.emit(self._suggested_download or ""))
+        self.spec_box.method_picked.connect(self._method_picked)
+        self.spec_box.download_requested.connect(self.download_requested)
+        self.model_box.model_chosen.connect(self._model_chosen)
+        self.model_box.backend_chosen.connect(lambda _name: self._backend_chosen())
+        self.model_box.models_requested.connect(self.models_requested)
+        self.saved_box.use_requested.connect(self.saved_settings_requested)
 
     def show_saved_settings(self, words: str | None) -> None:
         """What a reopened chat ran with (None: hide the note)."""
-        self.saved_note.setText(f"This chat ran with {words}." if words else "")
-        self.saved_box.setVisible(bool(words))
+        self.saved_box.show_words(words)
 
     # ------------------------------------------------------------------ reading
     def read(self) -> Settings:
@@ -105,27 +110,21 @@ class ControlsPanel(QWidget):
         choice = self._choices.get(method.name)
         if choice is not None and not choice.usable:
             raise ConfigError(choice.refusal)
-        params = {p.name: read_param(p, self.param_controls[p.name]) for p in method.params}
-        spec = SpecConfig(method=method.name, k=self.k.value(), draft=self.draft_name(), params=params,
-                          adaptive=self.adaptive.isChecked() and method.speculative, backend=self.routed_backend())
+        spec = self.spec_box.spec(backend=self.routed_backend())
         backend = choice.backend if choice is not None else self.effective_backend()
         if method.check_facts is not None:
             method.check_facts(spec, ModelFacts(n_layers=self._n_layers, backend=backend))
         if choice is None and backend is not None:  # the target not described yet: as loaded
             check_backend(method.name, backend)
-        temperature = round(self.temperature.value(), 4)
-        sampling = SamplingConfig(temperature=temperature, top_k=self.top_k.value(), top_p=self.top_p.value(),
-                                  seed=None if self.seed.value() < 0 else self.seed.value())
-        return Settings(model=self.model_name(), spec=spec, sampling=sampling,
-                        max_new_tokens=self.max_new_tokens.value(),
-                        system_prompt=self.system_prompt.toPlainText())
+        return Settings(model=self.model_name(), spec=spec, sampling=self.sampling_box.sampling(),
+                        max_new_tokens=self.sampling_box.max_new_tokens(), system_prompt=self.system_box.prompt())
 
     def method_name(self) -> str:
-        return self.method.currentData()
+        return self.spec_box.method_name()
 
     def backend_name(self) -> str:
         """The backend chosen: auto, transformers or llama.cpp."""
-        return self.backend.currentData()
+        return self.model_box.backend_name()
 
     def effective_backend(self) -> str | None:
         """The backend the next reply runs on: the one chosen, or under auto the loaded target's (None while
@@ -164,40 +163,30 @@ class ControlsPanel(QWidget):
 
     def set_backend(self, backend: str) -> None:
         """Choose the backend without loading (the command line; the window loads after)."""
-        self.backend.setCurrentIndex(max(0, self.backend.findData(backend)))
+        self.model_box.set_backend(backend)
         self._update_choices()
 
     def compile_enabled(self) -> bool:
         """Whether the target loads torch.compile'd (transformers backend)."""
-        return self.compile_box.isChecked()
+        return self.model_box.compile_enabled()
 
     def set_compile(self, on: bool) -> None:
         """Without loading (the command line; the window loads after)."""
-        self.compile_box.blockSignals(True)
-        self.compile_box.setChecked(on)
-        self.compile_box.blockSignals(False)
+        self.model_box.set_compile(on)
         self.revalidate()
 
     def draft_name(self) -> str | None:
-        """The draft model, when the method uses one; for a method that reads a head, the head typed there when
-        it is one: a folder (eagle), or an existing file its MethodSpec's head_file pattern names (mtp:
-        mtp-*.gguf); else None: the engine looks for the model's own head (a draft model named there is not one)."""
-        method, text = method_spec(self.method_name()), self.draft.currentText().strip()
-        if method.reads_head:
-            return text if text and is_head(Path(text).expanduser(), method.head_file) else None
-        return (text or None) if method.needs_draft else None
+        """The draft the next reply uses (gui.views.chat.spec_box.SpecBox.draft_name), or None."""
+        return self.spec_box.draft_name()
 
     def values(self) -> dict:
         """Every field by name, as the window remembers them (gui.persistence.settings.chat_fields) and `apply`
         takes them: each method parameter as its control shows it (0: auto)."""
-        return {"model": self.model_name(), "method": self.method_name(), "draft": self.draft.currentText().strip(),
-                "k": self.k.value(), **{name: shown_value(w) for name, w in self.param_controls.items()},
-                "adaptive": self.adaptive.isChecked(), "temperature": self.temperature.value(),
-                "top_p": self.top_p.value(), "top_k": self.top_k.value(), "seed": self.seed.value(),
-                "max_new_tokens": self.max_new_tokens.value(), "system_prompt": self.system_prompt.toPlainText()}
+        return {"model": self.model_name(), **self.spec_box.values(), **self.sampling_box.values(),
+                "max_new_tokens": self.sampling_box.max_new_tokens(), "system_prompt": self.system_box.prompt()}
 
     def model_name(self) -> str:
-        return self.model.currentText().strip() or "default"
+        return self.model_box.model_name()
 
     def config_problem(self) -> str | None:
         """Why the current combination is refused, or None."""
@@ -209,51 +198,35 @@ class ControlsPanel(QWidget):
 
     # ------------------------------------------------------------------ writing
     def apply(self, *, model: str | None = None, method: str | None = None, draft: str | None = None,
-              k: int | None = None, adaptive: bool | None = None, temperature: float | None = None,
-              top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
-              max_new_tokens: int | None = None, system_prompt: str | None = None, **params) -> None:
-        """Set fields (the command line, a reopened chat and tests use this); `params` are method parameters
-        by name (0: auto), None leaves a field as it is."""
-        unknown = set(params) - set(self.param_controls)
+              k: int | None = None, adaptive: bool | None = None, max_new_tokens: int | None = None,
+              system_prompt: str | None = None, **params) -> None:
+        """Set fields (the command line, a reopened chat and tests use this); `params` are sampling fields
+        (SamplingConfig's, as numbers: a random seed -1) and method parameters (0: auto) by name; None leaves a
+        field as it is."""
+        sampling = {name: params.pop(name) for name in list(params) if name in self.sampling_box.controls}
+        unknown = set(params) - set(self.spec_box.param_controls)
         if unknown:
             raise TypeError(f"no setting {', '.join(sorted(unknown))} in the panel")
         if model is not None:
-            self._set_combo_text(self.model, model)
+            self.model_box.set_model_name(model)
         if method is not None:
             self._method_chosen = True
-            self.method.setCurrentIndex(self.method.findData(method_spec(method).name))
-        if draft is not None:
-            self._set_combo_text(self.draft, draft)
-        if k is not None:
-            self.k.setValue(k)
-        for name, value in params.items():
-            if value is not None:
-                write_param(next(p for p in all_params() if p.name == name), self.param_controls[name], value)
-        if adaptive is not None:
-            self.adaptive.setChecked(adaptive)
-        if temperature is not None:
-            self.temperature.setValue(temperature)
-        if top_p is not None:
-            self.top_p.setValue(top_p)
-        if top_k is not None:
-            self.top_k.setValue(top_k)
-        if seed is not None:
-            self.seed.setValue(seed)
+        self.spec_box.set_values(method=method, draft=draft, k=k, adaptive=adaptive, params=params)
+        self.sampling_box.set_values(**sampling)
         if max_new_tokens is not None:
-            self.max_new_tokens.setValue(max_new_tokens)
+            self.sampling_box.set_max_new_tokens(max_new_tokens)
         if system_prompt is not None:
-            self.system_prompt.setPlainText(system_prompt)
+            self.system_box.set_prompt(system_prompt)
         self.revalidate()
 
     def apply_spec(self, spec: SpecConfig) -> None:
         """Set the method, k, draft, the method's parameters and adaptive of `spec` (a compared setting)."""
-        for param in spec.info.params:
-            write_param(param, self.param_controls[param.name], spec.param(param.name))
+        self.spec_box.show_params(spec)
         self.apply(method=spec.method, k=spec.k, draft=spec.draft, adaptive=spec.adaptive)
 
     def set_model_state(self, text: str, n_layers: int | None = None, loaded_name: str | None = None,
                         backend: str | None = None) -> None:
-        self.model_status.setText(text)
+        self.model_box.show_status(text)
         if loaded_name is not None:
             self._loaded_model = loaded_name
             self._loaded_backend = backend
@@ -269,63 +242,39 @@ class ControlsPanel(QWidget):
         self._entry = entry
         self._update_choices()
         own = catalog.own_drafter(entry) if entry is not None else None
-        if own is None and not self.own_note.text():
+        if own is None and not self.spec_box.own_note.text():
             self.revalidate()  # what the table refuses or moves, said now
             self.settings_changed.emit()
             return  # nothing was offered: the list stays as it is
         current, every = self.method_name(), registered_methods()
         first = own[0] if own else every[0].name
-        self.method.blockSignals(True)
-        self.method.clear()
-        add_method_items(self.method, sorted(every, key=lambda m: m.name != first) if own else every)
-        mark_methods(self.method, self._choices)
         pick = first if own and not self._method_chosen else current
-        self.method.setCurrentIndex(max(0, self.method.findData(pick)))
-        self.method.blockSignals(False)
-        self.own_note.setText(f"This model {own[1]}." if own else "")
-        self.own_note.setVisible(bool(own))
+        self.spec_box.offer_methods(sorted(every, key=lambda m: m.name != first) if own else every, self._choices,
+                                    pick)
+        self.spec_box.show_own_note(f"This model {own[1]}." if own else "")
         if own and pick == own[0] and method_spec(pick).own_settings is not None:
-            self._apply_own_settings(method_spec(pick).own_settings(entry, pairs_for(entry.name, entry.label,
-                                                                                     entry.repo_id)))
+            self.spec_box.apply_own_settings(method_spec(pick).own_settings(entry, pairs_for(entry.name, entry.label,
+                                                                                             entry.repo_id)))
         self._changed()
-
-    def _apply_own_settings(self, values: dict) -> None:
-        """What a method sets for a model that drafts for itself: k at most `max_k`, its own `draft` (when
-        none is typed)."""
-        if values.get("max_k"):
-            self.k.setValue(min(self.k.value(), values["max_k"]))
-        if values.get("draft") and not self.draft.currentText().strip():
-            self._set_combo_text(self.draft, values["draft"])
 
     def set_draft_choices(self, names: list[str], *, target_aliases: set[str], note: str = "",
                           download: str | None = None, cross_tokenizer: set[str] = frozenset()) -> None:
         """The drafts to offer (smaller, installed: the target's tokenizer first, then those of another, named in
         `cross_tokenizer` and marked), the loaded target's own names (a draft that is one of them is the target
         itself), and when none is installed, why and what to download."""
-        self._target_aliases = {a for a in target_aliases if a}
-        self._cross_drafts = set(cross_tokenizer)
-        current = self.draft.currentText().strip()
-        self.draft.blockSignals(True)
-        fill_drafts(self.draft, names, self._cross_drafts)
-        self.draft.setEditText(current if current else (names[0] if names else ""))
-        self.draft.blockSignals(False)
-        self._suggested_download = download
-        self.draft_download.setText(f"Download {download.rsplit('/', 1)[-1]}" if download else "")  # tip: full id
-        self.draft_download.setToolTip(f"Download {download} from the Hugging Face Hub in the Models window"
-                                       if download else "")
-        self._draft_note_text = note
+        self.spec_box.set_draft_choices(names, target_aliases=target_aliases, note=note, download=download,
+                                        cross_tokenizer=cross_tokenizer)
         self._refresh_enabled()
         self.revalidate()
 
     def usable_draft(self) -> str | None:
         """The draft model typed or chosen, unless it is empty or the target itself."""
-        name = self.draft.currentText().strip()
-        return name if name and name not in self._target_aliases else None
+        return self.spec_box.usable_draft()
 
     def revert_model(self) -> None:
         """Back to the model that is loaded (after another failed to load)."""
         if self._loaded_model is not None:
-            self._set_combo_text(self.model, self._loaded_model)
+            self.model_box.set_model_name(self._loaded_model)
 
     def show_runtime_problem(self, message: str | None) -> None:
         """A refusal that only the engine could find (the draft's tokenizer differs, ...)."""
@@ -368,59 +317,25 @@ class ControlsPanel(QWidget):
         choices = entry_choices(self._entry, self.backend_name(), self._loaded_backend) \
             if self._entry is not None and local else ()
         self._choices = {choice.method: choice for choice in choices}
-        mark_methods(self.method, self._choices)
+        self.spec_box.mark_methods(self._choices)
 
     def _show_backend_note(self, note: str) -> None:
         """Under the method: why it runs on another backend (and the status line hears it once, when it changes)."""
-        changed = note != self.backend_note.text()
-        self.backend_note.setText(note)
-        self.backend_note.setVisible(bool(note))
-        if changed and note:
+        if self.spec_box.show_backend_note(note) and note:
             self.backend_noted.emit(note)
 
     def _refresh_enabled(self) -> None:
-        method = method_spec(self.method_name())
-        self.draft.setEnabled(method.needs_draft or method.reads_head)
-        self.draft.lineEdit().setPlaceholderText(draft_placeholder(method))
-        self.draft.setToolTip(draft_tooltip(method))
-        self.k.setEnabled(method.speculative)
-        self.adaptive.setEnabled(method.speculative)
-        for name, widget in self.param_controls.items():  # only the method's own parameters show
-            own = method.param(name) is not None
-            widget.setEnabled(own)
-            self.spec_form.setRowVisible(widget, own)
-        greedy = self.temperature.value() == 0
-        for widget in (self.top_p, self.top_k, self.seed):
-            widget.setEnabled(not greedy)
-            widget.setToolTip("Greedy decoding (temperature 0) ignores this" if greedy else "")
-        self.method_help.setText(method.description)
-        self._show_draft_note(method)
-
-    def _show_draft_note(self, method) -> None:
-        """Under the draft list: the draft is the target itself (what the Models window says), or, for the
-        method that drafts with a smaller model, the draft offered is of another tokenizer (drafted through text),
-        or no draft is given yet and none is installed (with the known-good one to download). Another method's
-        draft (an assistant, a head) gets no draft model's hint."""
-        name = self.draft.currentText().strip()
-        is_target = method.needs_draft and bool(name) and name in self._target_aliases
-        model_drafts = method.implied_by_draft
-        empty = not name  # a draft given (a path, a hub id) is checked when it loads: no "none installed" then
-        note = DRAFT_IS_TARGET if is_target else (self._draft_note_text if model_drafts and empty else "")
-        cross = cross_draft_note(name) if model_drafts and name in self._cross_drafts else ""
-        self.draft_note.setText(f"⚠ {note}" if note else cross)
-        self.draft_note.setVisible(bool(note or cross))
-        self.draft_download.setVisible(model_drafts and empty and bool(self._suggested_download))
+        self.spec_box.show_method(method_spec(self.method_name()))
 
     def _show_problem(self, message: str | None) -> None:
         self.problem.setText(f"⚠ {message}" if message else "")
         self.problem.setVisible(bool(message))
 
-    def _method_picked(self, _index: int) -> None:
+    def _method_picked(self, name: str) -> None:
         self._method_chosen = True
-        self.method_picked.emit(self.method_name())
+        self.method_picked.emit(name)
 
-    def _model_chosen(self) -> None:
-        name = self.model_name()
+    def _model_chosen(self, name: str) -> None:
         if name != self._loaded_model:
             self.model_change_requested.emit(name)
 
@@ -430,17 +345,3 @@ class ControlsPanel(QWidget):
         self.revalidate()
         self.backend_change_requested.emit(self.backend_name())
         self.settings_changed.emit()
-
-    def _browse_model(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder")
-        if folder:
-            self._set_combo_text(self.model, folder)
-            self._model_chosen()
-
-    @staticmethod
-    def _set_combo_text(combo: QComboBox, text: str) -> None:
-        index = combo.findText(text)
-        if index < 0:
-            combo.insertItem(0, text)
-            index = 0
-        combo.setCurrentIndex(index)

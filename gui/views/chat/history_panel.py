@@ -1,11 +1,11 @@
 """The history sidebar: saved conversations (newest first), search by text, open, rename, delete, export.
 
 It reads and writes through `gui.persistence.store.HistoryStore`; the window opens a conversation it is told about.
-Questions to the user (a new title, "delete?", where to save) go through three replaceable callables, so
-tests answer them without a modal dialog.
+Questions to the user (a new title, "delete?", where to save) are three callables given to it (by default the
+modal dialogs of gui.views.main.dialogs; a test gives its answers).
 
-May touch: gui.persistence.store (the history database) and exports, gui.views.main.dialogs. No chat state: the window says which chat is
-current.
+May touch: gui.persistence.store (the history database) and exports, gui.views.main.dialogs. No chat state: the
+window says which chat is current.
 """
 
 from __future__ import annotations
@@ -88,14 +88,17 @@ class HistoryPanel(QWidget):
     conversation_deleted = Signal(int)
     conversation_renamed = Signal(int, str)
 
-    def __init__(self, store: HistoryStore | None, palette: theme.Palette, parent=None) -> None:
+    def __init__(self, store: HistoryStore | None, palette: theme.Palette, parent=None, *,
+                 ask_text: Callable[..., str | None] = ask_text, ask_yes_no: Callable[..., bool] = ask_yes_no,
+                 ask_save_path: Callable[..., str | None] = ask_save_path) -> None:
+        """`ask_text(parent, title, label, text)` asks for a new title, `ask_yes_no(parent, title, text)` whether to
+        delete, `ask_save_path(parent, title, path, filters)` where to export (None: cancelled)."""
         super().__init__(parent)
         self.store = store
         self.current_id: int | None = None
-        # replaceable questions (tests answer them without a modal dialog)
-        self.ask_text: Callable[..., str | None] = ask_text
-        self.ask_yes_no: Callable[..., bool] = ask_yes_no
-        self.ask_save_path: Callable[..., str | None] = ask_save_path
+        self._ask_text = ask_text
+        self._ask_yes_no = ask_yes_no
+        self._ask_save_path = ask_save_path
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 0, 8, 8)
@@ -125,6 +128,22 @@ class HistoryPanel(QWidget):
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout.addWidget(self.empty)
 
+        layout.addLayout(self._buttons())
+        self.notice = QLabel()
+        self.notice.setObjectName("notice")
+        self.notice.setWordWrap(True)
+        self.notice.hide()
+        layout.addWidget(self.notice)
+        rename_action = QAction(self, shortcut=Qt.Key.Key_F2, triggered=lambda: self.rename())
+        rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.addAction(rename_action)
+        self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
+        if store is not None and store.read_only:
+            self.show_notice(store.read_only_reason)
+        self.refresh()
+
+    def _buttons(self) -> QHBoxLayout:
+        """Rename, Delete and Export (a menu: Markdown or JSON) of the selected chat."""
         buttons = QHBoxLayout()
         buttons.setSpacing(4)
         self.rename_button = self._tool_button("Rename", "Rename the selected chat (F2)", lambda: self.rename())
@@ -139,19 +158,7 @@ class HistoryPanel(QWidget):
         for button in (self.rename_button, self.delete_button, self.export_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
-        layout.addLayout(buttons)
-        self.notice = QLabel()
-        self.notice.setObjectName("notice")
-        self.notice.setWordWrap(True)
-        self.notice.hide()
-        layout.addWidget(self.notice)
-        rename_action = QAction(self, shortcut=Qt.Key.Key_F2, triggered=lambda: self.rename())
-        rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        self.addAction(rename_action)
-        self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
-        if store is not None and store.read_only:
-            self.show_notice(store.read_only_reason)
-        self.refresh()
+        return buttons
 
     def _tool_button(self, text: str, tip: str, slot) -> QToolButton:
         button = QToolButton()
@@ -257,7 +264,7 @@ class HistoryPanel(QWidget):
         if title is None:
             current = next((self.list.item(i).text() for i in range(self.list.count())
                             if self.list.item(i).data(ID_ROLE) == conversation_id), "")
-            title = self.ask_text(self, "Rename chat", "Title:", current)
+            title = self._ask_text(self, "Rename chat", "Title:", current)
             if title is None or not title.strip():
                 return False
         try:
@@ -275,7 +282,7 @@ class HistoryPanel(QWidget):
             return False
         title = next((self.list.item(i).text() for i in range(self.list.count())
                       if self.list.item(i).data(ID_ROLE) == conversation_id), "this chat")
-        if not self.ask_yes_no(self, "Delete chat", f"Delete “{title}” and all its messages? This cannot be "
+        if not self._ask_yes_no(self, "Delete chat", f"Delete “{title}” and all its messages? This cannot be "
                                                     "undone."):
             return False
         try:
@@ -298,7 +305,7 @@ class HistoryPanel(QWidget):
             title = next((self.list.item(i).text() for i in range(self.list.count())
                           if self.list.item(i).data(ID_ROLE) == conversation_id), "chat")
             safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "chat"
-            path = self.ask_save_path(self, "Export chat", str(export_folder() / f"{safe[:60]}{suffix}"), filters)
+            path = self._ask_save_path(self, "Export chat", str(export_folder() / f"{safe[:60]}{suffix}"), filters)
             if path is None:
                 return None
         try:
