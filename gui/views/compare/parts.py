@@ -1,38 +1,31 @@
-"""The compare window's pieces: one setting's fields (SettingRow), one run's live pane (RunPane) and the k sweep
-graph (SweepPlot), with the words the table and panes share.
+"""The compare window's pieces: one setting's fields (SettingRow) and one run's live pane (RunPane), with the words
+the table and panes share.
 
 They render what gui.sessions.compare holds and emit what the user asked; no state of their own.
 
-May touch: pyqtgraph, gui.theme, engine.core.config and the method registry (read), engine.measure.compare's rows and sweep summaries
-(read), the chat's transcript view and stats pieces.
+May touch: gui.theme, engine.core.config and the method registry (read), engine.measure.compare's rows (read), the
+chat's transcript view and stats pieces.
 """
 
 from __future__ import annotations
 
-import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QSplitter, QToolButton,
                                QVBoxLayout, QWidget)
 
 from engine.measure.baselines import baseline_backend, plain_decoding_words
-from engine.measure.compare import ComparisonRow, SweepSummary
+from engine.measure.compare import ComparisonRow
 from engine.core.config import BACKENDS, MAX_K, REMOTE_PREFIX, SpecConfig, parse_spec
 from engine.core.errors import ConfigError
 from engine.core.methods import all_params, method_spec, speculative_methods
 from gui import theme
-from gui.views.chat.controls import add_method_items
+from gui.views.chat.methods import add_method_items
 from gui.views.chat.params import changed_signal, param_widget, read_param, write_param
 from gui.views.live.stats import DASH, TimeSplitBar, seconds_text
 from gui.views.live.timeline import RoundTimeline, share_scale
 from gui.views.chat.transcript import TranscriptView
 
-MAX_SWEEP_K = 16
 PANE_TIMELINE_HEIGHT = 72  # a pane's round timeline (the chat's live dock draws it taller)
-
-
-def _pen(colour: str, width: float = 2.0, style=Qt.PenStyle.SolidLine):
-    return pg.mkPen(QColor(colour), width=width, style=style)
 
 
 def times_text(row: ComparisonRow) -> str:
@@ -68,8 +61,9 @@ def row_title(row: ComparisonRow, several: bool = False) -> str:
 # ------------------------------------------------------------------ one setting's fields
 
 class SettingRow(QWidget):
-    """Method, draft model, k and the method's own parameters (one control each) of one setting, or a server's model (backend "on a server":
-    its URL, `http://HOST:PORT` or `remote:url=…`, run as the server was started, beside the local runs)."""
+    """Method, draft model, k and the method's own parameters (one control each) of one setting, or a server's
+    model (backend "on a server": its URL, `http://HOST:PORT` or `remote:url=…`, run as the server was started,
+    beside the local runs)."""
 
     changed = Signal()
     remove_requested = Signal(object)
@@ -122,7 +116,8 @@ class SettingRow(QWidget):
         layout.addWidget(self.remove)
         layout.addStretch(0)
         for signal in (self.method.currentIndexChanged, self.k.valueChanged,
-                       *(changed_signal(w) for w in self.param_controls.values()), self.draft.currentTextChanged, self.backend.currentIndexChanged, self.url.textChanged):
+                       *(changed_signal(w) for w in self.param_controls.values()), self.draft.currentTextChanged,
+                       self.backend.currentIndexChanged, self.url.textChanged):
             signal.connect(self._changed)
         if spec is not None:
             self.set_spec(spec)
@@ -184,7 +179,7 @@ class RunPane(QFrame):
     """One run's live coloured stream (the chat's transcript view), its figures and its round timeline (the chat's
     own, on one scale with the other panes', so plain decoding's one-token rounds compare with each setting's)."""
 
-    def __init__(self, run, palette: theme.Palette, parent=None) -> None:
+    def __init__(self, run, palette: theme.Palette, show_rejected: bool = True, parent=None) -> None:
         super().__init__(parent)
         self.run = run
         self.setObjectName("compare_pane")
@@ -197,6 +192,7 @@ class RunPane(QFrame):
         self.state = QLabel("waiting")
         self.state.setObjectName("dim")
         self.transcript = TranscriptView(self._token, palette)
+        self.transcript.show_rejected = show_rejected
         self.transcript.setMinimumHeight(140)
         self.figures = QLabel(DASH)
         self.figures.setObjectName("dim")
@@ -220,6 +216,12 @@ class RunPane(QFrame):
         self.time_bar.set_palette(palette)
         self.timeline.set_palette(palette)
         self.rerender()
+
+    def set_show_rejected(self, show: bool) -> None:
+        """Draw (or hide) the drafted tokens the target threw away; a change redraws the transcript."""
+        if self.transcript.show_rejected != show:
+            self.transcript.show_rejected = show
+            self.rerender()
 
     def rerender(self) -> None:
         session = self.run.session
@@ -254,84 +256,3 @@ class RunPane(QFrame):
 
     def set_state(self, text: str) -> None:
         self.state.setText(text)
-
-
-# ------------------------------------------------------------------ the k sweep graph
-
-class SweepPlot(pg.PlotWidget):
-    """Measured speed-up against k, the theoretical curve from the pooled α and cost ratio, the best k."""
-
-    def __init__(self, palette: theme.Palette, parent=None) -> None:
-        super().__init__(parent)
-        self.setMenuEnabled(False)
-        self.setMouseEnabled(x=False, y=False)
-        self.hideButtons()
-        self.showGrid(x=False, y=True, alpha=0.25)
-        self.setMinimumHeight(240)
-        item = self.getPlotItem()
-        for name in ("left", "bottom"):
-            item.getAxis(name).enableAutoSIPrefix(False)
-        item.getAxis("left").setLabel("speed-up over plain decoding (×)")
-        item.getAxis("bottom").setLabel("k (tokens drafted per round)")
-        self.plain_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False)
-        self.addItem(self.plain_line)
-        self.theory_curve = self.plot(name="theory (pooled α, c)")
-        self.measured_curve = self.plot(name="measured", symbol="o", symbolSize=7)
-        self.best_marker = pg.ScatterPlotItem(symbol="star", size=20)
-        self.addItem(self.best_marker)
-        self.best_label = pg.TextItem(anchor=(0.5, 1.3))
-        self.addItem(self.best_label, ignoreBounds=True)
-        self.legend = item.addLegend(offset=(-6, -40), labelTextSize="8pt")  # bottom right, below the curves
-        self.legend.addItem(self.measured_curve, "measured")
-        self.legend.addItem(self.theory_curve, "theory (pooled α, c)")
-        self.legend.addItem(self.best_marker, "best k")
-        self.set_palette(palette)
-        self.show_summary(None)
-
-    def set_palette(self, palette: theme.Palette) -> None:
-        self._palette = palette
-        self.setBackground(QColor(palette.surface))
-        item = self.getPlotItem()
-        for name in ("left", "bottom"):
-            axis = item.getAxis(name)
-            axis.setPen(_pen(palette.border, 1))
-            axis.setTextPen(QColor(palette.text_dim))
-            axis.label.setDefaultTextColor(QColor(palette.text_dim))
-        item.setTitle("k sweep", color=palette.text, size="10pt")
-        self.plain_line.setPen(_pen(palette.series_baseline, 1.2, Qt.PenStyle.DashLine))
-        self.theory_curve.setPen(_pen(palette.series_rolling, 2, Qt.PenStyle.DashLine))
-        self.measured_curve.setPen(_pen(palette.series_speed, 2.5))
-        self.measured_curve.setSymbolBrush(QColor(palette.series_speed))
-        self.measured_curve.setSymbolPen(_pen(palette.series_speed, 1))
-        self.best_marker.setBrush(QColor(palette.series_draft_time))
-        self.best_marker.setPen(_pen(palette.text, 1))
-        self.best_label.setColor(QColor(palette.text))
-        self.legend.setLabelTextColor(QColor(palette.text_dim))
-        self.legend.setBrush(pg.mkBrush(QColor(palette.surface)))
-
-    def show_summary(self, summary: SweepSummary | None) -> None:
-        points = list(summary.points) if summary else []
-        ks = [p.k for p in points]
-        self.measured_curve.setData(ks, [p.speedup for p in points])
-        self.theory_curve.setData(ks, list(summary.theory) if summary else [])
-        best = summary.best if summary else None
-        if best is not None:
-            self.best_marker.setData([best.k], [best.speedup])
-            self.best_label.setText(f"best k = {best.k} ({best.speedup:.2f}×)")
-            last = max(ks)
-            self.best_label.setAnchor((1.0 if best.k == last and len(ks) > 1 else 0.0 if best.k == min(ks) else 0.5,
-                                       1.3))
-            self.best_label.setPos(best.k, best.speedup)
-            self.best_label.show()
-        else:
-            self.best_marker.setData([], [])
-            self.best_label.hide()
-        top = max([1.2, *(p.speedup for p in points), *(summary.theory if summary else ())]) * 1.15
-        self.setYRange(0, top, padding=0.02)
-        self.setXRange(0.5, max(ks or [8]) + 0.5, padding=0.02)
-        self.getPlotItem().getAxis("bottom").setTicks([[(k, str(k)) for k in (ks or range(1, 9))]])
-
-    def marked_k(self) -> int | None:
-        """The k the best-k marker sits on (tests)."""
-        x, _ = self.best_marker.getData()
-        return int(round(float(x[0]))) if x is not None and len(x) else None

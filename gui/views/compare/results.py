@@ -1,20 +1,21 @@
-"""The compare window's results, drawn from what gui.sessions.compare holds: the summary table, the diff of a
-setting's output against plain decoding (with the divergence diagnosis), and the sweep's table and verdict.
+"""The compare window's results, drawn from the comparison (gui.sessions.compare) they are given: the summary
+table with its exports and the diff of a setting's output against plain decoding (with the divergence diagnosis),
+held by ResultsPane.
 
-Pure rendering into the widgets it is given; computes no figure (they are engine.measure.compare's).
+Renders only; computes no figure (they are engine.measure.compare's). Exports are asked for by a signal.
 May touch: QtWidgets / QtGui, gui.theme, the compare parts' cell texts.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QTextCursor
-from PySide6.QtWidgets import QTableWidget, QTableWidgetItem, QTextEdit
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QPushButton, QTableWidget,
+                               QTableWidgetItem, QTextEdit, QVBoxLayout, QWidget)
 
 from engine.core.events import TokenStatus
-from engine.core.methods import method_spec
 from engine.measure.baselines import baseline_backend
-from engine.measure.compare import BASELINE_MISSING, ComparisonRow, SweepSummary
+from engine.measure.compare import BASELINE_MISSING, ComparisonRow
 from gui import theme
 from gui.sessions.compare import word_diff
 from gui.views.compare.parts import identical_text, row_title, times_text
@@ -31,6 +32,7 @@ COLUMN_TIPS = ("SPEC of the setting", "committed tokens per second after the fir
                "greedy: whether the output is plain decoding's (on the same backend), token for token",
                "tok/s / tok/s of the fastest plain decoding in this run, on any backend (the cross-backend "
                "picture, not an equality claim)")
+ROOM_FOR_ROWS = 5  # plain decoding and four settings without scrolling (the settings area's MAX_SETTINGS)
 EXPORT_FILTERS = {"csv": "CSV (*.csv)", "json": "JSON (*.json)", "png": "PNG image (*.png)",
                   "sweep-csv": "CSV (*.csv)", "sweep-json": "JSON (*.json)", "sweep-png": "PNG image (*.png)"}
 
@@ -146,32 +148,88 @@ def insert_divergence(cursor: QTextCursor, divergence, p: theme.Palette) -> None
     cursor.insertBlock()
 
 
-def show_sweep_table(table: QTableWidget, summary: SweepSummary | None) -> None:
-    """One row per k (the best one starred and bold): speed-up, theory, acceptance, cost ratio."""
-    points = list(summary.points) if summary else []
-    table.setRowCount(len(points))
-    for r, (point, theory) in enumerate(zip(points, summary.theory if summary else ())):
-        best = summary.best is not None and point.k == summary.best.k
-        for c, text in enumerate((("★ " if best else "") + str(point.k), f"{point.speedup:.2f}×",
-                                  f"{theory:.2f}×", f"{point.acceptance_rate:.0%}", f"{point.cost_ratio:.3f}")):
-            item = QTableWidgetItem(text)
-            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if best:
-                font = item.font()
-                font.setBold(True)
-                item.setFont(font)
-            table.setItem(r, c, item)
+class ResultsPane(QWidget):
+    """The summary table (one row per run) with its exports, beside the diff against plain decoding."""
 
+    selection_changed = Signal()  # a row of the table was selected
+    export_requested = Signal(str)  # csv | json | png
 
-def sweep_verdict(summary: SweepSummary | None) -> tuple[str, str] | None:
-    """The best-k sentence and the apply button's text; None when a summary with points has no best k
-    (the texts stay as they were)."""
-    best = summary.best if summary else None
-    if best is not None:
-        label = method_spec(summary.method).label
-        verdict = "faster than plain decoding" if best.speedup > 1.0 else "no k beat plain decoding on this prompt"
-        return (f"Best k for {label}: {best.k} — {best.speedup:.2f}× ({verdict}). "
-                f"Pooled α = {summary.alpha:.0%}, c = {summary.cost_ratio:.3f}.", f"Use k = {best.k} in the chat")
-    if summary is None or not summary.points:
-        return "Run a sweep to find the fastest k for this prompt.", "Use this k in the chat"
-    return None
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(8)
+        layout.addWidget(self._table_column(), 5)
+        self.diff_view = QTextEdit()
+        self.diff_view.setObjectName("transcript")
+        self.diff_view.setReadOnly(True)
+        self.diff_view.setPlaceholderText("The difference from plain decoding shows here.")
+        layout.addWidget(self.diff_view, 2)
+
+    def _table_column(self) -> QWidget:
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setColumnHidden(CROSS, True)  # shown by show_rows where plain decoding ran on several backends
+        for c, tip in enumerate(COLUMN_TIPS):
+            self.table.horizontalHeaderItem(c).setToolTip(tip)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.itemSelectionChanged.connect(self.selection_changed)
+        self.table.setMinimumHeight(self.table.verticalHeader().defaultSectionSize() * ROOM_FOR_ROWS
+                                    + self.table.horizontalHeader().sizeHint().height() + 6)
+        column = QVBoxLayout()
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.table, 1)
+        export_row = QHBoxLayout()
+        export_row.addStretch(1)
+        for text, kind in (("Export CSV…", "csv"), ("Export JSON…", "json"), ("Save PNG…", "png")):
+            button = QPushButton(text)
+            button.clicked.connect(lambda _=False, k=kind: self.export_requested.emit(k))
+            export_row.addWidget(button)
+        column.addLayout(export_row)
+        holder = QWidget()
+        holder.setLayout(column)
+        return holder
+
+    def clear(self) -> None:
+        self.table.setRowCount(0)
+        self.diff_view.clear()
+
+    def show_rows(self, session, palette: theme.Palette) -> None:
+        """`session`'s rows (gui.sessions.compare.ComparisonSession) in the table."""
+        show_rows(self.table, session.rows(), palette)
+
+    def select_first_difference(self, session) -> None:
+        """Select the first row whose output differs from plain decoding's, if any."""
+        rows = session.rows() if session else []
+        differing = next((i for i, row in enumerate(rows) if row.identical_to_plain is False), None)
+        if differing is not None:
+            self.table.selectRow(differing)
+
+    def selected_row(self, session) -> ComparisonRow | None:
+        rows = session.rows() if session else []
+        selected = self.table.selectionModel().selectedRows()
+        index = selected[0].row() if selected else None
+        return rows[index] if index is not None and index < len(rows) else None
+
+    def show_diff(self, session, palette: theme.Palette) -> None:
+        """The selected setting's output against its plain decoding (or the first that differs, or every
+        setting's verdict in one line)."""
+        rows = session.rows()
+        if not rows:
+            self.diff_view.clear()
+            return
+        row = self.selected_row(session)
+        if row is None or not row.spec.speculative:
+            row = next((r for r in rows if r.identical_to_plain is False), None)
+        plain = next((r for r in rows if r.is_baseline and row is not None and r.baseline == row.baseline), rows[0])
+        render_diff(self.diff_view, palette, session, plain, row, rows)
+
+    def diff_text(self) -> str:
+        return self.diff_view.toPlainText()

@@ -6,9 +6,11 @@ transcript view; the summary table, the diff against plain and the sweep graph r
 `gui.sessions.compare` holds (its `CompareState` is the window's state: the request in flight, the last
 comparison and sweep), which takes its figures from `engine.measure.compare`.
 
-Its widgets are built by gui.views.compare.build; the table, diff and sweep results are drawn by
-gui.views.compare.results. May touch: gui.sessions.compare, gui.worker (signals and request types), engine
-configs, the views' public pieces (transcript, stats). Never the engine's objects.
+The window holds its parts, each a widget that owns its controls: the prompt box and the sampling row
+(gui.views.compare.inputs), the "Side by side" page (settings, panes, results: gui.views.compare.side_by_side)
+and the "k sweep" page (gui.views.compare.sweep); it wires their signals to the worker and the session.
+May touch: gui.sessions.compare, gui.worker (signals and request types), engine configs, the compare parts.
+Never the engine's objects.
 """
 
 from __future__ import annotations
@@ -16,30 +18,32 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtWidgets import QFileDialog, QMainWindow
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QProgressBar, QTabWidget, QVBoxLayout, QWidget
 
-from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary
-from engine.core.config import MAX_K, SamplingConfig, SpecConfig
+from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
-from engine.measure.fastest import sweep_methods
 from engine.core.events import GenerationFinished, GenerationStarted
+from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary
+from engine.measure.fastest import sweep_methods
 from engine.measure.prompts import Prompt
 from gui import theme
-from gui.sessions.compare import (COMPARE, CannotStart, ComparisonSession, CompareState, categories, load_prompt_choices,
-                                 export_name, write_rows_csv, write_rows_json, write_sweep_csv, write_sweep_json)
 from gui.persistence.settings import export_folder
 from gui.resources import asset_path
-from gui.views.compare.build import MAX_SETTINGS, build
+from gui.sessions.compare import (COMPARE, CannotStart, ComparisonSession, CompareState, export_name, write_rows_csv,
+                                  write_rows_json, write_sweep_csv, write_sweep_json)
+from gui.views.compare.inputs import PromptBox, SamplingRow
 from gui.views.compare.parts import RunPane, SettingRow
-from gui.views.compare.results import (EXPORT_FILTERS, render_diff, run_state_text, show_rows, show_sweep_table,
-                                       sweep_verdict)
+from gui.views.compare.results import EXPORT_FILTERS
+from gui.views.compare.settings_area import MAX_SETTINGS
+from gui.views.compare.side_by_side import SideBySidePage
+from gui.views.compare.sweep import SweepPage
+from gui.views.main.screen_fit import ContentScroll
 from gui.worker import ComparisonRequest
 
 REFRESH_MS = 100
 __all__ = ["MAX_SETTINGS", "CompareWindow"]
 
-
-# ------------------------------------------------------------------ the window
 
 class CompareWindow(QMainWindow):
     # what happened (tests and the scripted mode wait on these)
@@ -64,123 +68,120 @@ class CompareWindow(QMainWindow):
         self._chat_busy = chat_busy
         self._apply_to_chat = apply_to_chat
         self.state = CompareState(make_request=ComparisonRequest)
-        self.choices: list[Prompt] = []
-        self.panes: list[RunPane] = []
-        self._closed = False
 
-        build(self)
+        self.prompt_box = PromptBox()
+        self.sampling_row = SamplingRow()  # the one place the shared sampling is read
+        self.side_by_side = SideBySidePage(self.palette_)
+        self.sweep = SweepPage(self.palette_)
+        self.tabs = QTabWidget()
+        self.status_label = QLabel("Choose settings and a prompt, then Run.")
+        self.progress = QProgressBar()
+        self._lay_out()
+        self._connect_parts()
+        # the widgets the scripted mode (gui.app) and tests read by name
+        self.prompt, self.source_label = self.prompt_box.prompt, self.prompt_box.source_label
+        self.temperature, self.seed = self.sampling_row.temperature, self.sampling_row.seed
+        self.max_new_tokens, self.note = self.sampling_row.max_new_tokens, self.sampling_row.note
+        self.legend, self.table = self.side_by_side.legend, self.side_by_side.results.table
+        self.diff_view = self.side_by_side.results.diff_view
+        self.strict_button = self.side_by_side.settings.strict_button
+
         worker = worker_thread.worker
         self.comparison_requested.connect(worker.compare)
         worker.comparison_advanced.connect(self._on_advanced)
         worker.comparison_finished.connect(self._on_finished)
         worker.comparison_failed.connect(self._on_failed)
         worker.load_failed.connect(self._on_load_failed)
-
         self.refresh_timer = QTimer(self)
         self.refresh_timer.setInterval(REFRESH_MS)
-        self.refresh_timer.timeout.connect(self._refresh_tick)
+        self.refresh_timer.timeout.connect(self.side_by_side.refresh_running)
+        for spec in (SpecConfig(method=m.name, k=4) for m in sweep_methods()[:2]):  # the first two the sweep tries
+            self.add_setting(spec)
         try:
             self.load_prompt_file(asset_path("presets.json"))
         except ConfigError as exc:
             self._set_status(f"No presets: {exc}")
         self.update_actions()
 
+    def _lay_out(self) -> None:
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(10, 8, 10, 8)
+        column.setSpacing(6)
+        column.addWidget(self.prompt_box)
+        column.addWidget(self.sampling_row)
+        self.tabs.addTab(self.side_by_side, "Side by side")
+        self.tabs.addTab(self.sweep, "k sweep")
+        column.addWidget(self.tabs, 1)
+        self.setCentralWidget(ContentScroll(central))  # four settings with many parameters: scrolled, never cut off
+        self.progress.setMaximumWidth(180)
+        self.progress.setMaximumHeight(14)
+        self.progress.setTextVisible(False)
+        self.progress.hide()
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        file_menu = self.menuBar().addMenu("&File")
+        for text, kind in (("Export summary as &CSV…", "csv"), ("Export summary as &JSON…", "json"),
+                           ("Save comparison as &PNG…", "png"), ("Export sweep as CSV…", "sweep-csv"),
+                           ("Export sweep as JSON…", "sweep-json"), ("Save sweep graph as PNG…", "sweep-png")):
+            file_menu.addAction(QAction(text, self, triggered=lambda _=False, k=kind: self.export(k)))
+        file_menu.addSeparator()
+        file_menu.addAction(QAction("&Close", self, shortcut=QKeySequence.StandardKey.Close, triggered=self.close))
+
+    def _connect_parts(self) -> None:
+        self.prompt_box.text_changed.connect(self.update_actions)
+        self.prompt_box.status_reported.connect(self._set_status)
+        settings, results = self.side_by_side.settings, self.side_by_side.results
+        settings.changed.connect(self.update_actions)
+        settings.run_requested.connect(self.run_comparison)
+        settings.strict_run_requested.connect(self.run_strict_comparison)
+        settings.stop_requested.connect(self.stop)
+        results.selection_changed.connect(self.show_selected_diff)
+        results.export_requested.connect(self.export)
+        self.sweep.run_requested.connect(self.run_sweep)
+        self.sweep.stop_requested.connect(self.stop)
+        self.sweep.apply_requested.connect(self.apply_best_to_chat)
+        self.sweep.export_requested.connect(self.export)
+
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1440, 900)
 
     # ------------------------------------------------------------------ settings and prompts
-    def add_setting(self, spec: SpecConfig | None = None) -> SettingRow | None:
-        if len(self.setting_rows) >= MAX_SETTINGS:
-            return None
-        if spec is None:  # a sensible next one: the last setting with a larger k
-            last = self.setting_rows[-1].spec() if self.setting_rows else SpecConfig(method=sweep_methods()[0].name, k=2)
-            spec = last.with_k(min(MAX_K, last.k * 2))
-        row = SettingRow(spec)
-        row.remove_requested.connect(self.remove_setting)
-        row.changed.connect(self.update_actions)
-        self.setting_rows.append(row)
-        self.settings_box.addWidget(row)
-        self.update_actions()
-        return row
+    @property
+    def setting_rows(self) -> list[SettingRow]:
+        return self.side_by_side.settings.setting_rows
 
-    def remove_setting(self, row: SettingRow) -> None:
-        if len(self.setting_rows) <= 1 or row not in self.setting_rows:
-            return
-        self.setting_rows.remove(row)
-        row.setParent(None)
-        row.deleteLater()
-        self.update_actions()
+    @property
+    def panes(self) -> list[RunPane]:
+        return self.side_by_side.panes
+
+    def add_setting(self, spec: SpecConfig | None = None) -> SettingRow | None:
+        return self.side_by_side.settings.add_setting(spec)
 
     def set_specs(self, specs: list[SpecConfig]) -> None:
         """Replace the settings (the scripted mode and tests); 1…4 speculative specs."""
-        if not 1 <= len(specs) <= MAX_SETTINGS:
-            raise ConfigError(f"compare 1 to {MAX_SETTINGS} settings, got {len(specs)}")
-        for row in list(self.setting_rows):
-            self.setting_rows.remove(row)
-            row.setParent(None)
-            row.deleteLater()
-        for spec in specs:
-            self.add_setting(spec)
+        self.side_by_side.settings.set_specs(specs)
 
     def specs(self) -> list[SpecConfig]:
-        return [row.spec() for row in self.setting_rows]
+        return self.side_by_side.settings.specs()
 
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(temperature=round(self.temperature.value(), 4),
-                              seed=None if self.seed.value() < 0 else self.seed.value())
+        return self.sampling_row.sampling()
 
     def load_prompt_file(self, path) -> int:
         """Presets or a Spec-Bench JSON lines file into the preset list; returns how many prompts."""
-        choices = load_prompt_choices(path)
-        self.choices = choices
-        self.category.blockSignals(True)
-        self.category.clear()
-        self.category.addItem(f"all kinds ({len(choices)})", None)
-        for category in categories(choices):
-            n = sum(c.category == category for c in choices)
-            self.category.addItem(f"{category} ({n})", category)
-        self.category.blockSignals(False)
-        self.source_label.setText(str(path).rsplit("/", 1)[-1])
-        self.fill_presets()
-        return len(choices)
+        return self.prompt_box.load_prompt_file(path)
 
     def set_category(self, category: str | None) -> None:
-        index = self.category.findData(category)
-        if index >= 0:
-            self.category.setCurrentIndex(index)
+        self.prompt_box.set_category(category)
 
     def visible_choices(self) -> list[Prompt]:
-        category = self.category.currentData()
-        return [c for c in self.choices if category is None or c.category == category]
+        return self.prompt_box.visible_choices()
 
     def choose_preset(self, index: int) -> None:
         """Put the index-th visible preset in the prompt box."""
-        self.preset.setCurrentIndex(index + 1)
-        self.preset_chosen(index + 1)
-
-    def fill_presets(self, *_args) -> None:
-        self.preset.clear()
-        self.preset.addItem("— choose a preset —", None)
-        for choice in self.visible_choices():
-            self.preset.addItem(f"{choice.category} · {choice.title}", choice.id)
-            self.preset.setItemData(self.preset.count() - 1, choice.text[:600], Qt.ItemDataRole.ToolTipRole)
-
-    def preset_chosen(self, index: int) -> None:
-        wanted = self.preset.itemData(index)
-        choice = next((c for c in self.visible_choices() if c.id == wanted), None)
-        if choice is not None:
-            self.prompt.setPlainText(choice.text)
-
-    def browse_prompts(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load prompts", "", "Prompts (*.jsonl *.json);;All files (*)")
-        if not path:
-            return
-        try:
-            n = self.load_prompt_file(path)
-        except ConfigError as exc:
-            self._set_status(f"Could not load prompts: {exc}")
-            return
-        self._set_status(f"{n} prompts loaded from {path}")
+        self.prompt_box.choose_preset(index)
 
     # ------------------------------------------------------------------ running
     @property
@@ -206,9 +207,8 @@ class CompareWindow(QMainWindow):
         session = self._start(lambda **kw: self.state.start(self.specs(), COMPARE, strict=strict, **kw))
         if session is None:
             return False
-        self._build_panes(session)
-        self.table.setRowCount(0)
-        self.diff_view.clear()
+        self.side_by_side.build_panes(session, self.palette_)
+        self.side_by_side.results.clear()
         return True
 
     def run_strict_comparison(self) -> bool:
@@ -220,8 +220,8 @@ class CompareWindow(QMainWindow):
 
     def run_sweep(self) -> bool:
         """Plain decoding once, then the sweep's method for k = 1…K."""
-        session = self._start(lambda **kw: self.state.start_sweep(self.sweep_setting.spec(),
-                                                                   self.sweep_max_k.value(), **kw))
+        session = self._start(lambda **kw: self.state.start_sweep(self.sweep.setting.spec(),
+                                                                   self.sweep.max_k.value(), **kw))
         if session is None:
             return False
         self.show_sweep_summary(None)
@@ -236,7 +236,7 @@ class CompareWindow(QMainWindow):
         """Start a session through `start(prompt=, sampling=, max_new_tokens=, model=, busy=)` and send its
         request; None (and the reason in the status line) when it cannot start."""
         try:
-            session, request = start(prompt=self.prompt.toPlainText(), sampling=self.sampling(),
+            session, request = start(prompt=self.prompt_box.text(), sampling=self.sampling(),
                                      max_new_tokens=self.max_new_tokens.value(), model=self._model_name(),
                                      busy=None if self.state.running else self._chat_busy())
         except CannotStart as exc:
@@ -255,18 +255,6 @@ class CompareWindow(QMainWindow):
         self.comparison_requested.emit(request)
         return session
 
-    def _build_panes(self, session: ComparisonSession) -> None:
-        for pane in self.panes:
-            pane.setParent(None)
-            pane.deleteLater()
-        self.panes = []
-        for run in session.runs:
-            pane = RunPane(run, self.palette_)
-            pane.transcript.show_rejected = self.legend.show_rejected.isChecked()
-            self.pane_splitter.addWidget(pane)
-            self.panes.append(pane)
-        self.pane_splitter.setSizes([1000] * len(self.panes))
-
     # ------------------------------------------------------------------ worker signals
     def _on_advanced(self, request_id: int, index: int, event) -> None:
         tokens = self.state.advanced(request_id, index, event)
@@ -276,10 +264,10 @@ class CompareWindow(QMainWindow):
         if isinstance(event, ComparisonPlan):  # a plain baseline on each backend used: the panes follow the plan
             self.progress.setRange(0, len(session.runs))
             if session.kind == COMPARE:
-                self._build_panes(session)
+                self.side_by_side.build_panes(session, self.palette_)
             return
         run = session.runs[index]
-        pane = self.panes[index] if session.kind == COMPARE and index < len(self.panes) else None
+        pane = self.side_by_side.pane(index) if session.kind == COMPARE else None
         if isinstance(event, GenerationStarted):
             self._set_status(f"Run {index + 1} of {len(session.runs)}: {run.label}…")
             if pane is not None:
@@ -297,7 +285,7 @@ class CompareWindow(QMainWindow):
     def _show_session(self, session: ComparisonSession) -> None:
         if session.kind == COMPARE:
             self._show_rows(session)
-            self._update_panes(session)
+            self.side_by_side.update_panes(session)
         else:
             self.show_sweep_summary(self.state.sweep_summary)
 
@@ -308,7 +296,8 @@ class CompareWindow(QMainWindow):
         self._end_active()
         self._show_session(session)
         if session.kind == COMPARE:
-            self._select_first_difference()
+            self.side_by_side.results.select_first_difference(self.session)
+            self.show_selected_diff()
         self._set_status(self.state.status(session))
         (self.comparison_finished if session.kind == COMPARE else self.sweep_finished).emit(session)
 
@@ -319,7 +308,7 @@ class CompareWindow(QMainWindow):
         self._end_active()
         if session.kind == COMPARE:
             self._show_rows(session)
-            self._update_panes(session)
+            self.side_by_side.update_panes(session)
         self._set_status(f"Refused: {message}")
         self.comparison_failed.emit(message)
 
@@ -329,76 +318,34 @@ class CompareWindow(QMainWindow):
 
     def _end_active(self) -> None:
         self.refresh_timer.stop()
-        self._refresh_tick()
+        self.side_by_side.refresh_running()
         self.progress.hide()
         self.update_actions()
         self.running_changed.emit(False)
 
-    def _refresh_tick(self) -> None:
-        """The running pane's figures, at most 10 times a second."""
-        for pane in self.panes:
-            if pane.run.state == "running":
-                pane.refresh()
-
-    def _update_panes(self, session: ComparisonSession) -> None:
-        """Every pane's state and figures, once a run has ended."""
-        rows = {row.label: row for row in session.rows()}
-        for pane in self.panes:
-            row = rows.get(pane.run.spec.label()) if pane.run.state == "done" else None
-            pane.refresh(row)
-            pane.set_state(run_state_text(pane.run, row))
-
     # ------------------------------------------------------------------ table and diff
     def _show_rows(self, session: ComparisonSession) -> None:
-        show_rows(self.table, session.rows(), self.palette_)
-
-    def _select_first_difference(self) -> None:
-        rows = self.session.rows() if self.session else []
-        differing = next((i for i, row in enumerate(rows) if row.identical_to_plain is False), None)
-        if differing is not None:
-            self.table.selectRow(differing)
-        self.show_selected_diff()
+        self.side_by_side.results.show_rows(session, self.palette_)
 
     def selected_row(self) -> ComparisonRow | None:
-        rows = self.session.rows() if self.session else []
-        selected = self.table.selectionModel().selectedRows()
-        index = selected[0].row() if selected else None
-        return rows[index] if index is not None and index < len(rows) else None
+        return self.side_by_side.results.selected_row(self.session)
 
     def show_selected_diff(self) -> None:
-        session = self.session
-        if session is None or self.running:
-            return
-        rows = session.rows()
-        if not rows:
-            self.diff_view.clear()
-            return
-        row = self.selected_row()
-        if row is None or not row.spec.speculative:
-            row = next((r for r in rows if r.identical_to_plain is False), None)
-        plain = next((r for r in rows if r.is_baseline and row is not None and r.baseline == row.baseline), rows[0])
-        self.render_diff(plain, row, rows)
-
-    def render_diff(self, plain: ComparisonRow, row: ComparisonRow | None, rows: list[ComparisonRow]) -> None:
-        render_diff(self.diff_view, self.palette_, self.session, plain, row, rows)
+        if self.session is not None and not self.running:
+            self.side_by_side.results.show_diff(self.session, self.palette_)
 
     def diff_text(self) -> str:
-        return self.diff_view.toPlainText()
+        return self.side_by_side.results.diff_text()
 
     # ------------------------------------------------------------------ sweep
     def show_sweep_summary(self, summary: SweepSummary | None) -> None:
         """Draw a sweep (from a run, or canned points in tests)."""
         self.state.sweep_summary = summary
-        self.sweep_plot.show_summary(summary)
-        show_sweep_table(self.sweep_table, summary)
-        verdict = sweep_verdict(summary)
-        if verdict is not None:
-            self.best_label.setText(verdict[0])
-            self.apply_button.setText(verdict[1])
+        self.sweep.show_summary(summary)
         self.update_actions()
 
     def best_spec(self) -> SpecConfig | None:
-        return self.state.best_spec(fallback=self.sweep_setting.spec())
+        return self.state.best_spec(fallback=self.sweep.setting.spec())
 
     def apply_best_to_chat(self) -> None:
         spec = self.best_spec()
@@ -420,7 +367,7 @@ class CompareWindow(QMainWindow):
         return self.grab().save(str(path))
 
     def save_sweep_png(self, path) -> bool:
-        return self.sweep_plot.grab().save(str(path))
+        return self.sweep.save_png(path)
 
     def export(self, kind: str) -> None:
         if kind.startswith("sweep") and self.sweep_summary is None:
@@ -446,35 +393,19 @@ class CompareWindow(QMainWindow):
         self._set_status(f"Saved {path}")
 
     # ------------------------------------------------------------------ look
-    def set_show_rejected(self, show: bool) -> None:
-        for pane in self.panes:
-            if pane.transcript.show_rejected != show:
-                pane.transcript.show_rejected = show
-                pane.rerender()
-
     def set_palette(self, palette: theme.Palette) -> None:
         self.palette_ = palette
-        self.legend.set_palette(palette)
-        for pane in self.panes:
-            pane.set_palette(palette)
-        self.sweep_plot.set_palette(palette)
+        self.side_by_side.set_palette(palette)
+        self.sweep.set_palette(palette)
         if self.session is not None and not self.running:
             self._show_rows(self.session)
             self.show_selected_diff()
 
     def update_actions(self) -> None:
         idle = not self.state.running
-        has_prompt = bool(self.prompt.toPlainText().strip())
-        self.run_button.setEnabled(idle and has_prompt and bool(self.setting_rows))
-        self.strict_button.setEnabled(idle and has_prompt and bool(self.setting_rows))
-        self.sweep_button.setEnabled(idle and has_prompt)
-        self.stop_button.setEnabled(not idle)
-        self.sweep_stop.setEnabled(not idle)
-        self.add_button.setEnabled(idle and len(self.setting_rows) < MAX_SETTINGS)
-        for row in self.setting_rows:
-            row.remove.setEnabled(idle and len(self.setting_rows) > 1)
-            row.setEnabled(idle)
-        self.apply_button.setEnabled(self._apply_to_chat is not None and self.best_spec() is not None)
+        has_prompt = bool(self.prompt_box.text().strip())
+        self.side_by_side.settings.set_actions(idle, has_prompt)
+        self.sweep.set_actions(idle, has_prompt, self._apply_to_chat is not None and self.best_spec() is not None)
 
     def _set_status(self, text: str) -> None:
         self.status_label.setText(text)

@@ -3,8 +3,9 @@ instant compatibility check in plain words, the drafts found (of the target's to
 downloads from the Hugging Face Hub with progress, cancel and resume.
 
 All the work is `engine.models` (catalog, pairing, memory, hub), run on background threads (gui.jobs) through the
-look-ups of gui.sessions.models, which also says what each row and line reads; its widgets are built by
-gui.views.dialogs.model_widgets. Results come back by job id; a result for a question no longer asked is dropped.
+look-ups of gui.sessions.models, which also says what each row and line reads; its parts (device row, models
+table, pair box, download box) are the widgets of gui.views.dialogs.model_widgets, each owning its controls.
+Results come back by job id; a result for a question no longer asked is dropped.
 
 May touch: gui.sessions.models, engine.models.catalog and engine.models.hub (public functions only),
 engine.models.secrets (a server's API key is saved, never shown), engine.remote.client (a server address's rules),
@@ -16,21 +17,20 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QComboBox, QDialog, QFileDialog, QLineEdit, QListWidgetItem, QTableWidgetItem
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtWidgets import QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
 from engine.core.errors import DownloadCancelledError, SpecScopeError, UnsafeCheckpointError
 from engine.models import catalog, secrets, sources
 from gui import theme
 from gui.jobs import BackgroundJobs
 from gui.persistence.settings import AppSettings
-from gui.sessions.models import (PairVerdict, draft_list_words, estimates_job, free_memory_words, list_job, model_row,
-                                 pair_job, plural, progress_words, token_note)
-from gui.views.dialogs.model_widgets import COLUMNS, build
+from gui.sessions.models import (PairVerdict, estimates_job, free_memory_words, list_job, pair_job, plural,
+                                 progress_words, token_note)
+from gui.views.dialogs.model_widgets import (COLUMNS, NO_DRAFT, DeviceRow, DownloadBox, ModelTable, PairBox,
+                                             push_button)
 from gui.views.main.dialogs import ask_yes_no
 
-NO_DRAFT = "none (no draft model)"
 __all__ = ["COLUMNS", "ModelManager", "NO_DRAFT"]
 
 
@@ -48,7 +48,9 @@ class ModelManager(QDialog):
     train_requested = Signal(str, str)  # a model's name and label: train an eagle head for it
 
     def __init__(self, settings: AppSettings, palette: theme.Palette, *, target: str = "default",
-                 draft: str | None = None, parent=None) -> None:
+                 draft: str | None = None, ask_yes_no: Callable[..., bool] = ask_yes_no, parent=None) -> None:
+        """`ask_yes_no(parent, title, text)`: the yes/no question before pickle checkpoints are downloaded and
+        before a download is cancelled by closing (tests answer it without a modal dialog)."""
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.settings = settings
@@ -56,7 +58,7 @@ class ModelManager(QDialog):
         self.entries: list[catalog.CatalogEntry] = []
         self.estimates: dict = {}
         self.verdict: PairVerdict | None = None
-        self.ask_yes_no: Callable[..., bool] = ask_yes_no  # replaceable: tests answer without a modal dialog
+        self._ask_yes_no = ask_yes_no
         self._want_target, self._want_draft = target, draft
         self._list_job = self._estimate_job = self._pair_job = self._download_job = None
         self._download_cancel: threading.Event | None = None
@@ -70,12 +72,67 @@ class ModelManager(QDialog):
         self.download_jobs.finished.connect(self._download_done)
         self.download_jobs.failed.connect(self._download_error)
         self.download_jobs.progressed.connect(self._show_progress)
-        build(self)
+        self.device_row = DeviceRow(settings.device(), settings.dtype())
+        self.models = ModelTable()
+        self.pair_box = PairBox()
+        self.downloads = DownloadBox()
+        self.status = QLabel("Looking for models…")
+        self.load_button = push_button("Load", self.load_choice)
+        self._lay_out()
+        self._connect_parts()
+        # the widgets other windows and tests read by name
+        self.table, self.use_target_button = self.models.table, self.models.use_target_button
+        self.use_draft_button = self.models.use_draft_button
+        self.target, self.draft = self.pair_box.target, self.pair_box.draft
+        self.verdict_label, self.drafts_list = self.pair_box.verdict_label, self.pair_box.drafts_list
+        self.repo = self.downloads.repo
+        self.update_token_note()
+        self.update_buttons()
         self.refresh()
 
     # ------------------------------------------------------------------ construction
+    def _lay_out(self) -> None:
+        outer = QVBoxLayout(self)
+        outer.setSpacing(8)
+        outer.addWidget(self.device_row)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.setObjectName("model_manager_splitter")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.models)
+        lower = QWidget()
+        lower_layout = QHBoxLayout(lower)
+        lower_layout.setContentsMargins(0, 0, 0, 0)
+        lower_layout.addWidget(self.pair_box, 3)
+        lower_layout.addWidget(self.downloads, 2)
+        self.splitter.addWidget(lower)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        outer.addWidget(self.splitter, 1)
+        buttons = QHBoxLayout()
+        self.status.setObjectName("dim")
+        buttons.addWidget(self.status, 1)
+        self.load_button.setObjectName("send_button")
+        self.load_button.setToolTip("Load the target on the chosen device (and use the draft with the draft-model "
+                                    "method)")
+        buttons.addWidget(self.load_button)
+        buttons.addWidget(push_button("Close", self.close))
+        outer.addLayout(buttons)
+
+    def _connect_parts(self) -> None:
+        self.device_row.changed.connect(self.device_changed)
+        self.models.selection_changed.connect(self.update_buttons)
+        self.models.use_requested.connect(self.use_selected_as)
+        self.models.train_requested.connect(self.train_selected)
+        self.models.add_requested.connect(lambda gguf: self.add_path(gguf=gguf))
+        self.models.add_server_requested.connect(lambda: self.add_server())
+        self.models.remove_requested.connect(self.remove_selected)
+        self.models.refresh_requested.connect(self.refresh)
+        self.pair_box.pair_changed.connect(self.pair_changed)
+        self.pair_box.draft_chosen.connect(lambda name: self.set_pair(draft=name))
+        self.downloads.download_requested.connect(lambda: self.start_download())
+        self.downloads.cancel_requested.connect(self.cancel_download)
+
     def sizeHint(self):  # noqa: N802
-        from PySide6.QtCore import QSize
         return QSize(1120, 720)
 
     # ------------------------------------------------------------------ listing
@@ -86,17 +143,17 @@ class ModelManager(QDialog):
             backend=self.backend_name(): list_job(extra, device, dtype, backend))
 
     def device_name(self) -> str:
-        return self.device.currentData()
+        return self.device_row.device.currentData()
 
     def dtype_name(self) -> str:
-        return self.dtype.currentData()
+        return self.device_row.dtype.currentData()
 
     def backend_name(self) -> str:
-        return self.backend.currentData()
+        return self.device_row.backend.currentData()
 
     def set_backend(self, backend: str) -> None:
         """Follow the settings panel's backend (auto, transformers, llama.cpp)."""
-        self.backend.setCurrentIndex(max(0, self.backend.findData(backend)))
+        self.device_row.backend.setCurrentIndex(max(0, self.device_row.backend.findData(backend)))
 
     def entry(self, name: str | None) -> catalog.CatalogEntry | None:
         return next((e for e in self.entries if e.name == name), None) if name else None
@@ -104,9 +161,7 @@ class ModelManager(QDialog):
     def _job_finished(self, job_id: int, result) -> None:
         if job_id == self._list_job:
             self.entries, self.estimates, available = result
-            for i in range(self.device.count()):
-                item = self.device.model().item(i)
-                item.setEnabled(available.get(self.device.itemData(i), False))
+            self.device_row.set_available(available)
             self._fill_table()
             self._fill_combos()
             usable = sum(1 for e in self.entries if e.usable)
@@ -125,62 +180,18 @@ class ModelManager(QDialog):
         if job_id in (self._list_job, self._estimate_job):
             self.status.setText(f"The models could not be listed: {exc}")
         elif job_id == self._pair_job:
-            self.verdict_label.setText(f"⚠ The pair could not be checked: {exc}")
+            self.pair_box.say(f"⚠ The pair could not be checked: {exc}")
 
     def _fill_table(self) -> None:
-        p = self.palette_
-        selected = self.selected_entry()
-        self.table.setRowCount(len(self.entries))
-        free = None
-        for row, entry in enumerate(self.entries):
-            estimate = self.estimates.get(entry.name)
-            if estimate is not None and estimate.free_bytes is not None:
-                free = estimate
-            words = model_row(entry, estimate)
-            for column, value in enumerate(words.values):
-                item = QTableWidgetItem(value)
-                item.setData(Qt.ItemDataRole.UserRole, entry.name)
-                if column == 0:
-                    item.setToolTip(words.tooltip)
-                elif column == 7:
-                    item.setToolTip(words.memory_tip)
-                    if words.too_big:
-                        item.setForeground(QColor(p.error))
-                elif column == 8:
-                    item.setToolTip(words.status)
-                    if not entry.usable:
-                        item.setForeground(QColor(p.error))
-                if not entry.usable and column != 8:
-                    item.setForeground(QColor(p.text_dim))
-                self.table.setItem(row, column, item)
+        free = self.models.fill(self.entries, self.estimates, self.palette_)
         if free is not None:
-            self.free_label.setText(free_memory_words(free, self.backend_name()))
-        if selected is not None:
-            self.select(selected.name)
+            self.device_row.free_label.setText(free_memory_words(free, self.backend_name()))
         self.update_buttons()
 
     def _fill_combos(self) -> None:
         target = self.target.currentData() or self._want_target
         draft = self.draft.currentData() if self.draft.count() else self._want_draft
-        for combo in (self.target, self.draft):
-            combo.blockSignals(True)
-            combo.clear()
-        self.draft.addItem(NO_DRAFT, None)
-        for entry in self.entries:
-            if entry.usable:
-                self.target.addItem(entry.label, entry.name)
-                self.draft.addItem(entry.label, entry.name)
-        self._set_combo(self.target, target)
-        self._set_combo(self.draft, draft)
-        for combo in (self.target, self.draft):
-            combo.blockSignals(False)
-
-    @staticmethod
-    def _set_combo(combo: QComboBox, name: str | None) -> None:
-        index = combo.findData(name)
-        if index < 0 and name is not None:  # a hub id given by label, or a path
-            index = next((i for i in range(combo.count()) if combo.itemText(i) == name), -1)
-        combo.setCurrentIndex(max(0, index))
+        self.pair_box.fill(self.entries, target, draft)
 
     def device_changed(self) -> None:
         self.settings.set_device(self.device_name(), self.dtype_name())
@@ -190,17 +201,10 @@ class ModelManager(QDialog):
 
     # ------------------------------------------------------------------ selection and pairing
     def select(self, name: str) -> bool:
-        for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).data(Qt.ItemDataRole.UserRole) == name:
-                self.table.selectRow(row)
-                return True
-        return False
+        return self.models.select(name)
 
     def selected_entry(self) -> catalog.CatalogEntry | None:
-        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
-        if not rows:
-            return None
-        return self.entry(self.table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole))
+        return self.entry(self.models.selected_name())
 
     def use_selected_as(self, role: str) -> None:
         entry = self.selected_entry()
@@ -217,14 +221,10 @@ class ModelManager(QDialog):
         """Choose the target and/or draft by name (draft None: no draft); the check runs at once."""
         if target is not None:
             self._want_target = target
-            self.target.blockSignals(True)
-            self._set_combo(self.target, target)
-            self.target.blockSignals(False)
+            self.pair_box.choose(self.target, target)
         if draft != "keep":
             self._want_draft = draft
-            self.draft.blockSignals(True)
-            self._set_combo(self.draft, draft)
-            self.draft.blockSignals(False)
+            self.pair_box.choose(self.draft, draft)
         self.pair_changed()
 
     def pair_changed(self) -> None:
@@ -234,44 +234,16 @@ class ModelManager(QDialog):
             self.drafts_list.clear()
             return
         draft = self.entry(self.draft.currentData())
-        self.verdict_label.setText("Checking the pair…")
-        self.verdict_label.setStyleSheet("")
+        self.pair_box.say("Checking the pair…")
         self._pair_job = self.catalog_jobs.submit(pair_job(target, draft, list(self.entries)))
 
     def _show_verdict(self, verdict: PairVerdict) -> None:
         self.verdict = verdict
-        p = self.palette_
-        if verdict.compatible is None:
-            self.verdict_label.setText("No draft model: pick one to use the draft-model method, or use another "
-                                       "method (prompt lookup, early exit) in the settings.")
-            self.verdict_label.setStyleSheet(f"color: {p.text_dim};")
-        elif verdict.compatible:
-            self.verdict_label.setText("✓ " + verdict.explanation)
-            self.verdict_label.setStyleSheet(f"color: {p.text};")
-        else:
-            self.verdict_label.setText("⚠ " + verdict.explanation)
-            self.verdict_label.setStyleSheet(f"color: {p.error};")
-        self.drafts_list.clear()
-        for candidate in verdict.drafts:  # the target's own tokenizer first, then another's (drafted through text)
-            text, tip = draft_list_words(candidate)
-            item = QListWidgetItem(text)
-            item.setData(Qt.ItemDataRole.UserRole, candidate.entry.name)
-            item.setToolTip(tip)
-            self.drafts_list.addItem(item)
-        if not verdict.drafts:
-            item = QListWidgetItem("none found among the models listed above")
-            item.setFlags(Qt.ItemFlag.NoItemFlags)
-            self.drafts_list.addItem(item)
+        self.pair_box.show_verdict(verdict, self.palette_)
         self.pair_checked.emit(verdict)
 
     def compatible_draft_names(self) -> list[str]:
-        return [self.drafts_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.drafts_list.count())
-                if self.drafts_list.item(i).data(Qt.ItemDataRole.UserRole)]
-
-    def draft_from_list(self, item: QListWidgetItem) -> None:
-        name = item.data(Qt.ItemDataRole.UserRole)
-        if name:
-            self.set_pair(draft=name)
+        return self.pair_box.compatible_draft_names()
 
     def load_choice(self) -> None:
         target = self.target.currentData()
@@ -327,10 +299,8 @@ class ModelManager(QDialog):
 
     def update_buttons(self) -> None:
         entry = self.selected_entry()
-        self.use_target_button.setEnabled(entry is not None and entry.usable)
-        self.use_draft_button.setEnabled(entry is not None and entry.usable)
-        self.train_button.setEnabled(entry is not None and entry.usable)  # every local model runs on transformers
-        self.remove_button.setEnabled(entry is not None and entry.name in self.settings.added_models())
+        self.models.set_buttons(usable=entry is not None and entry.usable,
+                                removable=entry is not None and entry.name in self.settings.added_models())
         self.load_button.setEnabled(self.target.count() > 0)
 
     # ------------------------------------------------------------------ downloads
@@ -339,7 +309,7 @@ class ModelManager(QDialog):
         return self._download_job is not None
 
     def update_token_note(self) -> None:
-        self.token_note.setText(token_note())
+        self.downloads.token_note.setText(token_note())
 
     def start_download(self, allow_pickle: bool = False) -> bool:
         repo_id = self.repo.text().strip()
@@ -354,9 +324,8 @@ class ModelManager(QDialog):
             return hub.download(repo_id, token=secrets.get_token(), progress=report, cancel=cancel,
                                 allow_pickle=allow_pickle)
 
-        self.download_progress.setRange(0, 0)
-        self.download_status.setStyleSheet("")
-        self.download_status.setText(f"Asking the hub about {repo_id}…")
+        self.downloads.show_fraction(0, 0)
+        self.downloads.say(f"Asking the hub about {repo_id}…")
         self._download_job = self.download_jobs.submit(run, reporting=True)
         self._update_download_buttons()
         return True
@@ -364,26 +333,23 @@ class ModelManager(QDialog):
     def cancel_download(self) -> None:
         if self._download_cancel is not None:
             self._download_cancel.set()
-            self.download_status.setText("Cancelling…")
+            self.downloads.say("Cancelling…")
 
     def _show_progress(self, job_id: int, progress) -> None:
         if job_id != self._download_job:
             return
-        total = max(progress.bytes_total, 1)
-        self.download_progress.setRange(0, 1000)
-        self.download_progress.setValue(int(1000 * min(progress.bytes_done, total) / total))
-        self.download_status.setText(progress_words(progress))
+        self.downloads.show_fraction(progress.bytes_done, max(progress.bytes_total, 1))
+        self.downloads.say(progress_words(progress))
         self.download_progressed.emit(progress)
 
     def _download_done(self, job_id: int, result) -> None:
         if job_id != self._download_job:
             return
         self._end_download()
-        self.download_progress.setRange(0, 1000)
-        self.download_progress.setValue(1000)
+        self.downloads.show_fraction(1, 1)
         note = (" It comes with its own Python code: you will be asked before it runs."
                 if result.needs_remote_code else "")
-        self.download_status.setText(f"✓ {result.repo_id} is downloaded ({len(result.files)} files).{note}")
+        self.downloads.say(f"✓ {result.repo_id} is downloaded ({len(result.files)} files).{note}")
         self._want_target = self.target.currentData() or self._want_target
         self.refresh()
         self.download_finished.emit(result)
@@ -393,21 +359,19 @@ class ModelManager(QDialog):
             return
         repo_id = self._download_repo
         self._end_download()
-        self.download_progress.setRange(0, 1000)
+        self.downloads.end_busy()
         if isinstance(exc, UnsafeCheckpointError) and not self._download_pickle and not self._closed:
-            if self.ask_yes_no(self, "Pickle checkpoints", f"{exc}.\n\nDownload them anyway?"):
+            if self._ask_yes_no(self, "Pickle checkpoints", f"{exc}.\n\nDownload them anyway?"):
                 self.settings.set_consent("pickle", repo_id, True)
                 self.start_download(allow_pickle=True)
                 return
         message = str(exc) if isinstance(exc, SpecScopeError) else f"{type(exc).__name__}: {exc}"
         self.refresh()  # a cancelled download shows as unfinished (not usable) in the list
         if isinstance(exc, DownloadCancelledError):
-            self.download_status.setStyleSheet("")
-            self.download_status.setText(f"Cancelled: {message}.")
+            self.downloads.say(f"Cancelled: {message}.")
             self.download_cancelled.emit(message)
             return
-        self.download_status.setStyleSheet(f"color: {self.palette_.error};")
-        self.download_status.setText(f"⚠ {message[:1].upper()}{message[1:]}.")
+        self.downloads.say(f"⚠ {message[:1].upper()}{message[1:]}.", self.palette_.error)
         self.download_failed.emit(message)
 
     def _end_download(self) -> None:
@@ -416,9 +380,7 @@ class ModelManager(QDialog):
         self._update_download_buttons()
 
     def _update_download_buttons(self) -> None:
-        self.download_button.setEnabled(not self.downloading)
-        self.cancel_button.setEnabled(self.downloading)
-        self.repo.setEnabled(not self.downloading)
+        self.downloads.set_downloading(self.downloading)
 
     # ------------------------------------------------------------------ theme and shutdown
     def set_palette(self, palette: theme.Palette) -> None:
@@ -437,7 +399,7 @@ class ModelManager(QDialog):
 
     def closeEvent(self, event) -> None:  # noqa: N802
         # closing the window while downloading asks first; the threads live on until the app ends (shutdown)
-        if self.downloading and not self.ask_yes_no(self, "Download in progress",
+        if self.downloading and not self._ask_yes_no(self, "Download in progress",
                                                     "Cancel the download? The files that finished are kept and "
                                                     "downloading again continues from there."):
             event.ignore()

@@ -75,7 +75,7 @@ class TrainDialog(QDialog):
         self.setWindowTitle("Train a drafter")
         self.settings, self.palette_ = settings, palette
         self.model, self.label = model, label
-        self._train = train or real_train
+        self._train = train if train is not None else real_train
         self._base = base_options if base_options is not None else default_options(settings)
         self.run = TrainRun()
         self.cancel_event: threading.Event | None = None
@@ -395,18 +395,21 @@ def run_training(train: Callable, options, report: Callable, cancel: threading.E
 class TrainingFront:
     """The main window's side of training: one dialog (made on first use), the offer, "Use eagle now"."""
 
-    def __init__(self, window) -> None:
+    def __init__(self, window, *, train: Callable | None = None, base_options=None,
+                 ask: Callable[[str, str], bool] | None = None) -> None:
+        """`train(options, report, cancel)`: the trainer (engine.training.train.train when None); `base_options`:
+        its TrainOptions before the dialog's choices; `ask(title, text)`: the offer's question (a Train… / Not now
+        box when None)."""
         self.window = window
         self.dialog: TrainDialog | None = None
-        self.train: Callable | None = None  # replaceable: tests give a fake trainer
-        self.base_options = None
-        self.ask: Callable[[str, str], bool] = lambda title, text: ask_train(window, title, text)
+        self._train, self._base_options = train, base_options
+        self._ask = ask if ask is not None else lambda title, text: ask_train(window, title, text)
         self._offered: set[str] = set()
 
     def open(self, model: str, label: str) -> TrainDialog:
         if self.dialog is None:
-            self.dialog = TrainDialog(model, label, self.window.settings, self.window.palette_, train=self.train,
-                                      base_options=self.base_options, parent=self.window)
+            self.dialog = TrainDialog(model, label, self.window.settings, self.window.palette_, train=self._train,
+                                      base_options=self._base_options, parent=self.window)
             self.dialog.setWindowFlag(Qt.WindowType.Window, True)
             self.dialog.use_eagle_requested.connect(self.use_eagle)
         elif not self.dialog.set_model(model, label):
@@ -419,7 +422,8 @@ class TrainingFront:
     def method_picked(self, method: str) -> None:
         """The user picked a method in the settings panel: eagle for a loaded model with no head is offered."""
         info = self.window.session.model_info
-        if method != head_method() or info is None or not is_local_backend(info.backend) or head_for(info.name) is not None:
+        if (method != head_method() or info is None or not is_local_backend(info.backend)
+                or head_for(info.name) is not None):
             return
         self.offer(info.requested, info.name)
 
@@ -435,7 +439,7 @@ class TrainingFront:
         settings = self.window.settings
         if self.window.persist and not settings.training_offer_declined(model) and model not in self._offered:
             self._offered.add(model)
-            if self.ask("Train an eagle head?", offer_text(label, default_minutes())):
+            if self._ask("Train an eagle head?", offer_text(label, default_minutes())):
                 self.open(model, label)
                 return True
             settings.set_training_offer_declined(model)
