@@ -4,14 +4,13 @@ ids, threads and k: plain decoding and `mtp` (llama-server's `--spec-type draft-
 per target pass of each, their ratio, whether the tokens are the same and the drafted / accepted counts of
 both, and the model's verify-cost curve (measured with its recurrent-state snapshots).
 
-    python tests/e2e/bench_mtp_llama_server.py [--threads N] [--k K] [--new N]
+    python -m benchmarks.mtp_llama_server [--threads N] [--k K] [--new N]     # from the repository root
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,16 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--new", type=int, default=64)
     args = parser.parse_args(argv)
-    root = Path(__file__).resolve().parents[2]
-    sys.path[:0] = [str(root), str(root / "tests" / "e2e")]
     import torch
 
     import tests.fixtures.tiny_gguf as fixtures
     from engine.core.config import SpecConfig
+    from engine.measure.llama_server import LlamaServer, complete_ids, find_llama_server
     from engine.measure.verify_cost import measure
     from engine.models.load import load_model
     from engine.runtime import local_engine
-    from llama_server_kit import LlamaServer, complete_ids, find_llama_server
     if find_llama_server() is None:
         print("no llama-server: run packaging/install.sh")
         return 1

@@ -15,18 +15,16 @@ of llama.cpp, on the built-in GGUF (or `--model PATH`), greedy, the engine's thr
 instead of the wall clock: llama.cpp computes in the calling thread when it has one thread, so on a machine shared
 with other work the figures then count what each loop itself spent, not the time it waited for a core.
 
-    python tests/e2e/profile_llama_loop.py [--new 200] [--repeats 3] [--clock wall|thread] [--model PATH]
-                                           [--spec SPEC] [--no-profile] [--no-compare] [--cprofile]
+    python -m benchmarks.profile_llama_loop [--new 200] [--repeats 3] [--clock wall|thread] [--model PATH]
+                                              [--spec SPEC] [--no-profile] [--no-compare] [--cprofile]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 PROMPT = "Write a long story about a dragon who learns to bake bread, with many details."
 
@@ -251,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.clock == "thread":
         time.perf_counter = time.thread_time  # every timer of this process, ours and the references'
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from engine.host import engine_threads, limit_torch_threads
     from engine.models.load import load_model
     from engine.runtime import local_engine

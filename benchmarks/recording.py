@@ -4,8 +4,8 @@ draws), on the built-in GGUF on llama.cpp, the engine's threads. Recording off a
 swapped each repeat) on the same prompts and settings; tok/s as engine.core.stats counts it, medians, and
 on ÷ off. The tokens must be identical (checked and printed).
 
-    python tests/e2e/bench_recording.py [--new 96] [--repeats 3] [--method none|prompt-lookup] [--k 3]
-                                        [--backend llama.cpp|transformers] [--model default]
+    python -m benchmarks.recording [--new 96] [--repeats 3] [--method none|prompt-lookup] [--k 3]
+                                     [--backend llama.cpp|transformers] [--model default]
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from engine.cli.main import main  # noqa: E402
 

@@ -2,7 +2,7 @@
 with the real parsers (test_printed_commands.py runs those that can run here); every option of every command,
 every SPECSCOPE_* variable engine/, gui/ and packaging/ read, and every module of engine/ and gui/ is in it; the
 paths it names exist; its llama.cpp methods are the method registry's; its figures are the code's constants.
-(Its shortcuts against the menus': tests/gui/test_gui_readme_shortcuts.py.) No model is loaded; Qt only where
+(Its shortcuts against the menus': tests/gui/views/main/test_gui_readme_shortcuts.py.) No model is loaded; Qt only where
 the window's own checks of its options import it."""
 
 from __future__ import annotations

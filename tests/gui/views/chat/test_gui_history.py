@@ -8,6 +8,7 @@ import keyring
 from keyring.backends import fail
 from PySide6.QtCore import Qt
 
+from engine.core.config import SamplingConfig
 from engine.core.events import GenerationFinished, RoundVerified, TokenStatus
 from engine.core.stats import StatsAccumulator
 from gui import theme
@@ -15,6 +16,7 @@ from fakes import FakeEngine
 from engine.models.secrets import TokenStorage, TokenStore
 from gui.persistence.records import COMPLETE, STREAMING
 from gui.persistence.store import HistoryStore
+from gui.views.chat.history_panel import HistoryPanel
 from gui.views.main.window import MainWindow
 from gui.views.dialogs.settings import SettingsDialog
 from transcript_probe import background, fragments
@@ -30,7 +32,7 @@ def drawn_tokens(window):
             for token, fmt, text, _ in fragments(window)]
 
 
-def test_chat_is_saved_listed_renamed_searched_and_deleted(make_window, send_and_wait):
+def test_chat_is_saved_listed_renamed_searched_and_deleted(make_window, send_and_wait, qtbot):
     window = make_window()
     panel = window.history_panel
     assert panel.titles() == [] and "appear here" in panel.empty.text()
@@ -47,7 +49,12 @@ def test_chat_is_saved_listed_renamed_searched_and_deleted(make_window, send_and
     send_and_wait(window, "A second chat about the sea")
     assert panel.titles() == ["A second chat about the sea", "Tell me about speculative decoding"]
 
-    panel.ask_text = lambda *args: "Zebra facts"
+    # a panel on the same history that answers its questions itself: a new title, then "no" and "yes" to delete
+    deletes = iter([False, True])
+    panel = HistoryPanel(window.store, theme.LIGHT, ask_text=lambda *args: "Zebra facts",
+                         ask_yes_no=lambda *args: next(deletes))
+    qtbot.addWidget(panel)
+    assert panel.titles() == ["A second chat about the sea", "Tell me about speculative decoding"]
     panel.list.setCurrentRow(1)
     assert panel.rename()
     assert panel.titles() == ["A second chat about the sea", "Zebra facts"]
@@ -60,9 +67,7 @@ def test_chat_is_saved_listed_renamed_searched_and_deleted(make_window, send_and
     assert panel.titles() == [] and "No chat mentions" in panel.empty.text()
     panel.search.clear()
 
-    panel.ask_yes_no = lambda *args: False  # "no" keeps it
-    assert not panel.delete(cid) and cid in panel.conversation_ids()
-    panel.ask_yes_no = lambda *args: True
+    assert not panel.delete(cid) and cid in panel.conversation_ids()  # "no" keeps it
     assert panel.delete(cid)
     assert cid not in panel.conversation_ids() and len(window.store.list_conversations()) == 1
 
@@ -221,7 +226,7 @@ def test_settings_and_layout_survive_a_restart(qtbot, private_app_dirs):
         controls = second.controls
         assert second.model_info.requested == "acme/other-model"  # the last model is the one loaded
         assert controls.method.currentData() == "prompt-lookup" and controls.k.value() == 6
-        assert (controls.temperature.value(), controls.top_p.value(), controls.seed.value()) == (0.7, 0.9, 42)
+        assert controls.sampling_box.sampling() == SamplingConfig(temperature=0.7, top_p=0.9, seed=42)
         assert controls.max_new_tokens.value() == 99 and controls.system_prompt.toPlainText() == "Be brief."
         assert not second.transcript.show_rejected
         # the geometry is restored (offscreen, Qt then fits it to the 800×600 virtual screen, so no exact size)

@@ -138,7 +138,7 @@ def test_comparison_fills_panes_and_table_and_every_greedy_output_is_identical(m
     assert table.isColumnHidden(9)  # one backend: no cross-backend column
     assert "against plain on transformers" in table.item(1, 2).toolTip()
     assert "identical" in compare.diff_text() and "token for token" in compare.diff_text()
-    assert not compare.running and compare.run_button.isEnabled()
+    assert not compare.running and compare.side_by_side.settings.run_button.isEnabled()
     assert window.send_button.isEnabled()  # the chat may send again
 
 
@@ -273,7 +273,7 @@ def test_a_refused_setting_fails_before_any_run(make_compare, qtbot):
 def test_presets_load_from_assets_with_categories_and_spec_bench_with_a_filter(make_compare):
     window, compare = make_compare()
     assert asset_path("presets.json").is_file()
-    kinds = {compare.category.itemData(i) for i in range(1, compare.category.count())}
+    kinds = {compare.prompt_box.category.itemData(i) for i in range(1, compare.prompt_box.category.count())}
     assert {"chat", "code editing", "summarisation", "translation", "question answering", "maths"} <= kinds
     compare.set_category("code editing")
     visible = compare.visible_choices()
@@ -302,19 +302,19 @@ def test_sweep_marks_the_best_k_on_canned_figures_and_applies_it_to_the_chat(mak
     window, compare = make_compare()
     points = [SweepPoint(1, 1.20, 0.8, 0.05), SweepPoint(2, 1.55, 0.75, 0.05), SweepPoint(3, 1.71, 0.7, 0.05),
               SweepPoint(4, 1.64, 0.7, 0.05), SweepPoint(5, 1.71, 0.66, 0.05), SweepPoint(6, 1.40, 0.6, 0.05)]
-    compare.sweep_setting.set_spec(SpecConfig(method="early-exit", k=4, params={"layers": 6}))
+    compare.sweep.setting.set_spec(SpecConfig(method="early-exit", k=4, params={"layers": 6}))
     compare.show_sweep_summary(sweep_summary("early-exit", points))
     assert best_k(points).k == 3  # a tie (k=3, k=5) goes to the smaller k
-    assert compare.sweep_plot.marked_k() == 3
-    x, y = compare.sweep_plot.measured_curve.getData()
+    assert compare.sweep.plot.marked_k() == 3
+    x, y = compare.sweep.plot.measured_curve.getData()
     assert list(x) == [1, 2, 3, 4, 5, 6] and list(y) == pytest.approx([p.speedup for p in points])
-    x, y = compare.sweep_plot.theory_curve.getData()
+    x, y = compare.sweep.plot.theory_curve.getData()
     assert len(x) == 6 and y[0] != y[-1]
-    assert compare.sweep_table.item(2, 0).text() == "★ 3"
-    assert "Best k for early exit (self-speculative): 3" in compare.best_label.text()
-    assert compare.apply_button.isEnabled() and compare.apply_button.text() == "Use k = 3 in the chat"
+    assert compare.sweep.table.item(2, 0).text() == "★ 3"
+    assert "Best k for early exit (self-speculative): 3" in compare.sweep.best_label.text()
+    assert compare.sweep.apply_button.isEnabled() and compare.sweep.apply_button.text() == "Use k = 3 in the chat"
     assert window.controls.read().spec.label() != "early-exit:k=3,layers=6"
-    compare.apply_button.click()
+    compare.sweep.apply_button.click()
     assert window.controls.k.value() == 3
     assert window.controls.read().spec.label() == "early-exit:k=3,layers=6"
 
@@ -323,14 +323,14 @@ def test_sweep_runs_plain_once_then_each_k(make_compare, qtbot, tmp_path):
     window, compare = make_compare()
     compare.prompt.setPlainText("Sweep me")
     compare.max_new_tokens.setValue(20)
-    compare.sweep_max_k.setValue(4)
+    compare.sweep.max_k.setValue(4)
     compare.tabs.setCurrentIndex(1)
     session = run_and_wait(qtbot, compare, compare.sweep_finished)
     assert [c.spec.label() for c in window.engine.calls] == ["none"] + [f"prompt-lookup:k={k}" for k in (1, 2, 3, 4)]
     summary = compare.sweep_summary
     assert [p.k for p in summary.points] == [1, 2, 3, 4]
-    assert compare.sweep_plot.marked_k() == best_k(sweep_points(session.rows())).k
-    compare.apply_button.click()
+    assert compare.sweep.plot.marked_k() == best_k(sweep_points(session.rows())).k
+    compare.sweep.apply_button.click()
     assert window.controls.read().spec == SpecConfig(method="prompt-lookup", k=summary.best.k)
     assert compare.save_sweep_png(tmp_path / "sweep.png") and not QImage(str(tmp_path / "sweep.png")).isNull()
 
@@ -342,7 +342,7 @@ def test_dark_theme_reaches_the_compare_window(make_compare, qtbot):
     compare.max_new_tokens.setValue(16)
     run_and_wait(qtbot, compare)
     window.set_theme("dark")
-    assert compare.sweep_plot.backgroundBrush().color().name() == theme.DARK.surface
+    assert compare.sweep.plot.backgroundBrush().color().name() == theme.DARK.surface
     accepted = theme.DARK.status(TokenStatus.ACCEPTED).background
     pane = compare.panes[1]
     assert pane.transcript._palette is theme.DARK  # noqa: SLF001

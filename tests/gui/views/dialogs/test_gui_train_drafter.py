@@ -8,13 +8,11 @@ a tiny Llama built here, driven through the dialog."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from engine.drafters.eagle_head import HeadCard  # noqa: E402
 from engine.core.errors import ConfigError  # noqa: E402
@@ -245,12 +243,20 @@ def test_the_figures_say_when_acceptance_was_last_measured():
 
 # ---------------------------------------------------------------- the main window's side
 
-def fake_front(window, trainer):
-    window.training.train = trainer
-    asked = []
-    window.training.ask = lambda title, text: asked.append(text) or window.answer
-    window.answer = False
-    return asked
+@pytest.fixture
+def fake_front(monkeypatch):
+    """`fake_front(window, trainer)`: the main window's training side trains with `trainer` and its offer is
+    answered with `window.answer` (False unless the test sets it); returns the questions asked. These are the
+    trainer and question TrainingFront falls back to when the window gives it none."""
+    import gui.views.dialogs.training as training
+
+    def fake(window, trainer) -> list[str]:
+        asked = []
+        monkeypatch.setattr(training, "real_train", trainer)
+        monkeypatch.setattr(training, "ask_train", lambda parent, title, text: asked.append(text) or parent.answer)
+        window.answer = False
+        return asked
+    return fake
 
 
 def pick_method(window, method: str) -> None:
@@ -260,7 +266,7 @@ def pick_method(window, method: str) -> None:
     combo.activated.emit(combo.currentIndex())
 
 
-def test_the_offer_is_made_once_and_not_now_is_remembered(make_window, qtbot, heads_root, tmp_path):
+def test_the_offer_is_made_once_and_not_now_is_remembered(make_window, qtbot, heads_root, tmp_path, fake_front):
     window = make_window()
     asked = fake_front(window, FakeTrainer(tmp_path / "head"))
     pick_method(window, "prompt-lookup")
@@ -282,7 +288,7 @@ def test_the_offer_is_made_once_and_not_now_is_remembered(make_window, qtbot, he
     assert asked_again == []
 
 
-def test_train_opens_the_dialog_and_use_eagle_selects_it(make_window, qtbot, heads_root, tmp_path):
+def test_train_opens_the_dialog_and_use_eagle_selects_it(make_window, qtbot, heads_root, tmp_path, fake_front):
     window = make_window()
     asked = fake_front(window, FakeTrainer(tmp_path / "head", steps=3))
     window.answer = True
@@ -315,7 +321,7 @@ def test_use_eagle_moves_a_llama_cpp_chat_to_transformers(make_window, qtbot, he
     assert window.load_options().backend == "transformers"
 
 
-def test_no_offer_in_a_scripted_run(make_window, qtbot, heads_root, tmp_path):
+def test_no_offer_in_a_scripted_run(make_window, qtbot, heads_root, tmp_path, fake_front):
     window = make_window(persist=False)  # scripted runs, the demo and benchmarks do not persist, and never ask
     asked = fake_front(window, FakeTrainer(tmp_path / "head"))
     pick_method(window, "eagle")
@@ -324,7 +330,7 @@ def test_no_offer_in_a_scripted_run(make_window, qtbot, heads_root, tmp_path):
     assert "fake has no eagle head yet" in window.controls.problem.text()
 
 
-def test_a_reply_refused_for_want_of_a_head_gets_the_offer(make_window, qtbot, heads_root, tmp_path):
+def test_a_reply_refused_for_want_of_a_head_gets_the_offer(make_window, qtbot, heads_root, tmp_path, fake_front):
     window = make_window()
     asked = fake_front(window, FakeTrainer(tmp_path / "head"))
     window.request_failed.emit("could not reach the server")
@@ -334,7 +340,7 @@ def test_a_reply_refused_for_want_of_a_head_gets_the_offer(make_window, qtbot, h
     assert len(asked) == 1
 
 
-def test_closing_the_app_mid_training_cancels_and_waits(make_window, qtbot, heads_root, tmp_path):
+def test_closing_the_app_mid_training_cancels_and_waits(make_window, qtbot, heads_root, tmp_path, fake_front):
     window = make_window()
     trainer = FakeTrainer(tmp_path / "head", steps=50, hold_at=1)
     fake_front(window, trainer)
@@ -346,16 +352,17 @@ def test_closing_the_app_mid_training_cancels_and_waits(make_window, qtbot, head
     assert (tmp_path / "head" / STATE_FILE).is_file()  # nothing lost: the checkpoint stays
 
 
-def test_the_models_window_trains_the_selected_model(make_window, qtbot, heads_root, tmp_path, hf_cache):
+def test_the_models_window_trains_the_selected_model(make_window, qtbot, heads_root, tmp_path, hf_cache,
+                                                      fake_front):
     window = make_window()
     fake_front(window, FakeTrainer(tmp_path / "head"))
     manager = window.open_models()
     qtbot.waitUntil(lambda: bool(manager.entries), timeout=WAIT_MS)
     manager.table.clearSelection()
-    assert not manager.train_button.isEnabled()
+    assert not manager.models.train_button.isEnabled()
     usable = next(e for e in manager.entries if e.usable)
-    assert manager.select(usable.name) and manager.train_button.isEnabled()
-    manager.train_button.click()
+    assert manager.select(usable.name) and manager.models.train_button.isEnabled()
+    manager.models.train_button.click()
     dialog = window.training.dialog
     assert dialog is not None and dialog.isVisible()
     assert (dialog.model, dialog.label) == (usable.name, usable.label)

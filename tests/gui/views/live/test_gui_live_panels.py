@@ -5,6 +5,7 @@ from PySide6.QtWidgets import QLabel
 
 from gui import theme
 from gui.views.live.panel import LivePanel, LiveSnapshot
+from gui.views.live.plots import LivePlots
 from gui.views.main import live_dock
 from gui.views.main.live_dock import LIVE_PANELS
 
@@ -18,11 +19,15 @@ def test_every_panel_of_the_dock_implements_the_contract(qtbot):
         for name in ("update_from", "set_palette", "clear"):
             assert callable(getattr(panel_class, name)) and name in vars(panel_class), (panel_class, name)
         assert isinstance(panel_class.stretch, int)
+        assert isinstance(panel_class.name, str) and panel_class.name.isidentifier(), panel_class
+    names = [panel_class.name for panel_class in LIVE_PANELS]
+    assert len(set(names)) == len(names)  # the scripted --panel finds each by its name
 
 
 class ToyPanel(QLabel):
     """Counts what the dock asks of it."""
 
+    name = "toy"
     stretch = 0
 
     def __init__(self, palette: theme.Palette, parent=None) -> None:
@@ -63,6 +68,9 @@ def test_a_panel_added_to_the_list_is_fed_themed_and_cleared(make_window, send_a
     window.new_chat()
     assert toy.clears == clears + 2
     assert toy.snapshots[-1].figures.committed_tokens == 0 and toy.text() == "0 tokens"
+
+    window.live.show_named(["toy"])  # the scripted --panel finds a panel by its class's name
+    assert toy.isVisibleTo(window) and not window.live.panel(LivePlots).isVisibleTo(window)
 
 
 def test_the_rollback_note_says_what_undoing_a_draft_costs_and_hides_for_a_kv_cache(qtbot):

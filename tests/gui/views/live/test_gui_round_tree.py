@@ -15,9 +15,9 @@ from gui import theme
 from gui.sessions.rounds import RoundRecord
 from gui.sessions.session_model import LiveStats
 from gui.views.chat.token_popover import TokenPopover, popover_rect
-from gui.views.live.panel import LivePanel, LiveSnapshot, takes_focus
-from gui.views.live.round_tree import (EMPTY_TEXT, GREEDY_RULE, NOT_RECORDED, RESIDUAL_CAPTION, SAMPLED_RULE,
-                                       RoundTreePanel, RoundTreeView, prob_text)
+from gui.sessions.round_tree import GREEDY_RULE, NOT_RECORDED, RESIDUAL_CAPTION, SAMPLED_RULE, prob_text
+from gui.views.live.panel import LivePanel, LiveSnapshot, RoundFocusPanel
+from gui.views.live.round_tree import EMPTY_TEXT, RoundTreePanel, RoundTreeView
 from gui.views.main.round_focus import RoundFocus
 
 WAIT_MS = 10_000
@@ -173,7 +173,7 @@ def live_stats(events) -> LiveStats:
 def test_the_panel_shows_the_latest_round_while_a_reply_streams(qtbot):
     panel = RoundTreePanel(theme.LIGHT)
     qtbot.addWidget(panel)
-    assert isinstance(panel, LivePanel) and takes_focus(panel)
+    assert isinstance(panel, LivePanel) and isinstance(panel, RoundFocusPanel) and panel.name == "tree"
     live = live_stats([event(index=i) for i in range(3)])
     panel.update_from(LiveSnapshot(live, None, None, tick=True))
     assert panel.view.record is live.rounds[-1] and "latest round" in panel.caption.text()

@@ -13,7 +13,7 @@ from fakes import FakeEngine
 from gui import theme
 from gui.sessions.rounds import RoundRecord
 from gui.sessions.session_model import SessionModel
-from gui.views.live.panel import LivePanel, takes_focus
+from gui.views.live.panel import LivePanel, RoundFocusPanel
 from gui.views.live.timeline import (BAR_WIDTH, EMPTY_TEXT, STEP, RoundTimeline, nice_ceiling, round_tooltip,
                                      share_scale)
 
@@ -69,7 +69,7 @@ def near(colour: QColor, hex_colour: str, tolerance: int = 12) -> bool:
 def test_the_dock_has_a_timeline_with_a_bar_per_round_of_the_reply(make_window, send_and_wait):
     window = make_window()
     timeline = window.live.panel(RoundTimeline)
-    assert isinstance(timeline, LivePanel) and takes_focus(timeline)
+    assert isinstance(timeline, LivePanel) and isinstance(timeline, RoundFocusPanel) and timeline.name == "timeline"
     assert timeline.count == 0
     window.controls.apply(method="prompt-lookup", k=3, max_new_tokens=30)
     send_and_wait(window)

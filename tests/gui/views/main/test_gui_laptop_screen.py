@@ -72,7 +72,7 @@ def test_at_1366x768_the_cards_show_whole_words_and_every_window_opens_on_the_sc
     opened = {"compare": window.open_compare(), "models": window.open_models(), "fastest": window.open_fastest(),
               "settings": window.open_settings(), "help": window.open_help("guide"),
               "shortcuts": window.open_help("shortcuts"), "training": window.training.open("default", "default")}
-    qtbot.waitUntil(lambda: opened["models"].free_label.text() != "", timeout=5_000)  # a long line, come later
+    qtbot.waitUntil(lambda: opened["models"].device_row.free_label.text() != "", timeout=5_000)  # a long line, come later
     for name, top_level in opened.items():
         assert top_level.isVisible() and LAPTOP.contains(top_level.frameGeometry()), (name, top_level.geometry())
     settings = opened["settings"]

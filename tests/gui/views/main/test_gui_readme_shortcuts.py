@@ -13,10 +13,10 @@ from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from gui.views.dialogs.help import WIDGET_KEYS
 from tests.e2e.readme_kit import readme_text, section
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 COMPARE = "the compare window's "
 # the gui files that bind keys; each builds a window this test opens (a new one: open its window here too)
-BINDERS = {"gui/views/main/menus.py", "gui/views/main/build.py", "gui/views/compare/build.py",
+BINDERS = {"gui/views/main/menus.py", "gui/views/main/window.py", "gui/views/compare/window.py",
            "gui/views/chat/history_panel.py"}
 
 

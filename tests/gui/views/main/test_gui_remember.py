@@ -43,8 +43,8 @@ def test_reopened_chat_restores_its_stats_graphs_and_settings(make_window, send_
     assert controls.saved_note.text() == "This chat ran with prompt-lookup:k=3 · temperature 0.7 · seed 11 · 40 tokens."
     assert controls.method_name() == "none"  # nothing changes until asked
     controls.saved_apply.click()
-    assert (controls.method_name(), controls.k.value(), controls.seed.value()) == ("prompt-lookup", 3, 11)
-    assert controls.temperature.value() == pytest.approx(0.7) and controls.max_new_tokens.value() == 40
+    assert (controls.method_name(), controls.k.value(), controls.sampling_box.sampling().seed) == ("prompt-lookup", 3, 11)
+    assert controls.sampling_box.sampling().temperature == pytest.approx(0.7) and controls.max_new_tokens.value() == 40
     assert not controls.saved_box.isVisibleTo(controls)
     window.new_chat()
     assert not controls.saved_box.isVisibleTo(controls)

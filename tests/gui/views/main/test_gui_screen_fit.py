@@ -144,8 +144,8 @@ def test_the_saved_geometry_is_remembered_as_it_was_and_brought_onto_the_screen(
     first.shutdown()  # saves the settings
     second = make()
     try:
-        assert second.geometry_restored and second.loading.saved_geometry == saved  # as saved, not Qt's fit
-        place_on_screen(second, second.geometry_restored, second.loading.saved_geometry)
+        assert second.geometry_restored and second.saved_geometry == saved  # as saved, not Qt's fit
+        place_on_screen(second, second.geometry_restored, second.saved_geometry)
         available = (second.screen() or QGuiApplication.primaryScreen()).availableGeometry()
         minimum = second.minimumSizeHint().expandedTo(second.minimumSize())
         assert second.size() == QSize(int(available.width() * SCREEN_SHARE),

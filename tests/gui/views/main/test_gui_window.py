@@ -8,6 +8,7 @@ from engine.core.errors import PromptTooLongError
 from engine.core.events import TokenStatus
 from gui import theme
 from fakes import FakeEngine
+from plot_probe import plotted
 from transcript_probe import background, fragments
 
 WAIT_MS = 10_000  # generous: a slow CI machine is not a failure
@@ -131,7 +132,7 @@ def test_graphs_receive_the_series_of_the_rounds(make_window, qtbot):
                 drafted_at[i] += 1
                 accepted_at[i] += i < event.n_accepted
             histogram[event.n_accepted] += 1
-    series = window.plots.series()
+    series = plotted(window.plots)
     assert series["acceptance_cumulative"][0] == cumulative_x
     assert series["acceptance_cumulative"][1] == [round(v, 9) for v in cumulative_y] or \
         all(abs(a - b) < 1e-9 for a, b in zip(series["acceptance_cumulative"][1], cumulative_y))
@@ -225,7 +226,7 @@ def test_a_changed_k_applies_to_the_next_message(make_window, qtbot):
         window.send("second")
     assert engine.calls[1].spec.k == 6 and max(t.draft_length for t in blocker.args[0].tokens) == 6
     window.refresh_live_views()
-    assert window.plots.series()["per_position"][0] == [1, 2, 3, 4, 5, 6]
+    assert plotted(window.plots)["per_position"][0] == [1, 2, 3, 4, 5, 6]
     # multi-turn: the second request carries the whole history
     assert [m["role"] for m in engine.calls[1].conversation] == ["user", "assistant", "user"]
     assert engine.calls[1].conversation[1]["content"] == first.text
@@ -236,7 +237,7 @@ def test_system_prompt_and_new_chat(make_window, send_and_wait):
     window.controls.apply(max_new_tokens=5, system_prompt="You are terse.")
     send_and_wait(window, "hello")
     assert window.engine.calls[0].conversation[0] == {"role": "system", "content": "You are terse."}
-    window.new_chat_button.click()
+    window.chat.new_chat_button.click()
     assert window.session.turns == [] and window.transcript.document().isEmpty()
     send_and_wait(window, "again")
     assert [m["role"] for m in window.engine.calls[1].conversation] == ["system", "user"]
