@@ -34,7 +34,30 @@ def check_chained_k(head: MtpHead, k: int) -> int:
     return head.n_heads
 
 
-class LlamaMtpLayers:
+class AttachedContext:
+    """A HeadContext whose llama.cpp context (`attached`, None while released) is made by `_attach` when the
+    drafter is built and again by begin() after a release; drafting goes to it."""
+
+    attached = None
+
+    def _attach(self) -> None:
+        raise NotImplementedError
+
+    def begin(self) -> None:
+        if self.attached is None:  # released since the last generation: attached again before the prefill
+            self._attach()
+
+    def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
+              ) -> tuple[list[int], list["torch.Tensor"]]:
+        return self.attached.draft(context_ids, k, choose)
+
+    def release(self) -> None:
+        if self.attached is not None:
+            self.attached.release()
+            self.attached = None
+
+
+class LlamaMtpLayers(AttachedContext):
     """The target's MTP head drafting from the llama.cpp target runner's hidden states
     (engine.backends.heads.HeadContext). `attached`: the head's context, None while released."""
 
@@ -54,23 +77,13 @@ class LlamaMtpLayers:
         """The head and its context, reading every pass's states of the target runner from now on."""
         self.attached = MtpContext(self._heads.head(self._target, self._draft), self._runner)
 
-    def begin(self) -> None:
-        if self.attached is None:  # released since the last generation: attached again before the prefill
-            self._attach()
-
-    def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
-              ) -> tuple[list[int], list["torch.Tensor"]]:
-        return self.attached.draft(context_ids, k, choose)
-
     def release(self) -> None:
         """Free the head's context (and a sidecar's weights) and stop reading the target's states."""
-        if self.attached is not None:
-            self.attached.release()
-            self.attached = None
+        super().release()
         self._heads.forget()
 
 
-class LlamaAssistant:
+class LlamaAssistant(AttachedContext):
     """A Gemma 4 assistant GGUF drafting from the llama.cpp target runner's cache and states
     (engine.backends.heads.HeadContext). `attached`: its context, None while released."""
 
@@ -86,19 +99,9 @@ class LlamaAssistant:
         """The assistant's context, reading the target runner's cache and states from now on."""
         self.attached = AssistantContext(self._weights, self._target.native, self._runner)
 
-    def begin(self) -> None:
-        if self.attached is None:  # released since the last generation: attached again before the prefill
-            self._attach()
-
-    def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
-              ) -> tuple[list[int], list["torch.Tensor"]]:
-        return self.attached.draft(context_ids, k, choose)
-
     def release(self) -> None:
         """Free the context and stop reading the target (the weights are the draft model's)."""
-        if self.attached is not None:
-            self.attached.release()
-            self.attached = None
+        super().release()
 
 
 class LlamaCppHeads(HeadDrafting):

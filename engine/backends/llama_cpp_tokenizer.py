@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 from functools import cached_property
 
+from engine.core.compat import OwnFactsTokenizer, TokenizerFacts
+
 # llama_vocab_type → llama.cpp's name for it, and the name a Hugging Face tokenizer gives the same kind of
 # vocabulary (its tokenizer model's class: SentencePiece-BPE and byte-level BPE are both "BPE" there)
 VOCAB_KINDS = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLAMO2"}
@@ -19,7 +21,7 @@ HF_VOCAB_KINDS = {"SPM": "BPE", "BPE": "BPE", "WPM": "WordPiece", "UGM": "Unigra
 PIECE_BUFFER = 256
 
 
-class LlamaCppTokenizer:
+class LlamaCppTokenizer(OwnFactsTokenizer):
     """encode/decode/apply_chat_template over a llama.cpp vocabulary. `owner` keeps the model alive."""
 
     def __init__(self, lib, model_handle, metadata: dict | None = None, owner=None) -> None:
@@ -84,10 +86,9 @@ class LlamaCppTokenizer:
                  "pad_token": self.pad_token}
         return {key: value for key, value in named.items() if value is not None}
 
-    def own_compatibility_facts(self):
+    def own_compatibility_facts(self) -> TokenizerFacts:
         """What engine.core.compat decides compatibility on: the GGUF vocabulary's kind (named as HF names it, so a
         GGUF and an HF tokenizer compare too), size, BOS/EOS and the stored text of every id."""
-        from engine.core.compat import TokenizerFacts
         return TokenizerFacts(vocab_kind=HF_VOCAB_KINDS.get(self.vocab_kind, self.vocab_kind),
                               size=self.vocab_size, bos_id=self.bos_token_id,
                               bos_token=self.bos_token, eos_id=self.eos_token_id, eos_token=self.eos_token,

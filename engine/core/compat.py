@@ -7,7 +7,7 @@ message back: every wording comes from the fields. Touches nothing but the token
 
 A tokenizer here is the subset of the HF API the contract in engine/backends names: `len()`, `get_vocab()`,
 `bos_token_id`/`eos_token_id` (and `bos_token`/`eos_token`), `backend_tokenizer` when it has one. A backend's
-tokenizer adapter may instead give its own facts: a method `own_compatibility_facts() -> TokenizerFacts`.
+tokenizer adapter may instead give its own facts: it declares so by subclassing `OwnFactsTokenizer`.
 """
 
 from __future__ import annotations
@@ -65,11 +65,18 @@ class TokenizerDifference:
         return f"token {self.token_id} differs: target {self.target!r}, draft {self.draft!r}"
 
 
+class OwnFactsTokenizer:
+    """A backend's tokenizer adapter that tells its own facts (llama.cpp's, naming its vocabulary kind as HF
+    does) instead of being read through the HF API."""
+
+    def own_compatibility_facts(self) -> TokenizerFacts:
+        raise NotImplementedError
+
+
 def compatibility_facts(tokenizer) -> TokenizerFacts:
-    """The facts of a tokenizer: its own `own_compatibility_facts()` where its class has one (a backend's adapter,
-    e.g. llama.cpp's, naming its vocabulary kind as HF does), else read through the HF API (the vocabulary
-    is read once, lazily, on the first `piece` call)."""
-    if callable(getattr(type(tokenizer), "own_compatibility_facts", None)):
+    """The facts of a tokenizer: its own where it is an OwnFactsTokenizer, else read through the HF API (the
+    vocabulary is read once, lazily, on the first `piece` call)."""
+    if isinstance(tokenizer, OwnFactsTokenizer):
         return tokenizer.own_compatibility_facts()
     backend = getattr(tokenizer, "backend_tokenizer", None)
     kind = type(backend.model).__name__ if backend is not None else type(tokenizer).__name__

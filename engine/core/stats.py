@@ -113,6 +113,7 @@ class _Rates:
     """The figures derived from counts, shared by one generation's stats and pooled ones."""
 
     __slots__ = ()
+    verify_cost_seconds: tuple[float, ...] = ()  # the target's measured cost curve; pooled figures carry none
 
     @property
     def tok_per_s(self) -> float:
@@ -150,7 +151,7 @@ class _Rates:
     def theoretical_speedup(self) -> float:
         """On the measured verify-cost curve when these figures carry one (verify_cost_seconds), else on
         the free-verification fallback."""
-        seconds = getattr(self, "verify_cost_seconds", ())
+        seconds = self.verify_cost_seconds
         if not seconds:
             return speedup_from_acceptance(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                        self.drafting_share)

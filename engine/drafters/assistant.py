@@ -77,7 +77,7 @@ def hf_kwargs(spec, engine) -> dict:
 def own_assistant(entry, pairs) -> str | None:
     """Words for a model with its assistant's GGUF beside it (llama.cpp), or a known assistant drafter of its
     family (engine.models.pairs)."""
-    assistant = getattr(entry, "assistant_file", None)
+    assistant = entry.assistant_file  # an engine.models.catalog.CatalogEntry
     if assistant is not None:
         return f"drafts with its assistant {assistant.name} (method {NAME}, llama.cpp)"
     pair = next((p for p in pairs if p.method == NAME), None)
@@ -86,7 +86,7 @@ def own_assistant(entry, pairs) -> str | None:
 
 def own_assistant_settings(entry, pairs) -> dict:
     """The assistant beside the model, else the known assistant of its family, as the draft."""
-    assistant = getattr(entry, "assistant_file", None)
+    assistant = entry.assistant_file  # an engine.models.catalog.CatalogEntry
     if assistant is not None:
         return {"draft": str(assistant)}
     pair = next((p for p in pairs if p.method == NAME), None)

@@ -94,6 +94,12 @@ class TranscriptView(QTextEdit):
     def set_palette(self, palette: theme.Palette) -> None:
         self._palette = palette
 
+    def set_show_rejected(self, show: bool) -> bool:
+        """Draw the drafted tokens the target threw away (struck through), or hide them, from the next render (the
+        caller re-renders); True when that changed anything."""
+        changed, self.show_rejected = self.show_rejected != show, show
+        return changed
+
     def set_colouring(self, mode: str, round_of: colouring.RoundLookup | None = None) -> None:
         """What the tokens' colours show from the next render (the window re-renders): a colouring mode name;
         `round_of`, when given, replaces the serial → round lookup."""

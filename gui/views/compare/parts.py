@@ -192,7 +192,7 @@ class RunPane(QFrame):
         self.state = QLabel("waiting")
         self.state.setObjectName("dim")
         self.transcript = TranscriptView(self._token, palette)
-        self.transcript.show_rejected = show_rejected
+        self.transcript.set_show_rejected(show_rejected)
         self.transcript.setMinimumHeight(140)
         self.figures = QLabel(DASH)
         self.figures.setObjectName("dim")
@@ -219,8 +219,7 @@ class RunPane(QFrame):
 
     def set_show_rejected(self, show: bool) -> None:
         """Draw (or hide) the drafted tokens the target threw away; a change redraws the transcript."""
-        if self.transcript.show_rejected != show:
-            self.transcript.show_rejected = show
+        if self.transcript.set_show_rejected(show):
             self.rerender()
 
     def rerender(self) -> None:

@@ -305,9 +305,8 @@ class MainWindow(QMainWindow):
             self._begin(request, "Measuring plain decoding speed…")
 
     def set_show_rejected(self, show: bool) -> None:
-        if self.transcript.show_rejected == show:
+        if not self.transcript.set_show_rejected(show):
             return
-        self.transcript.show_rejected = show
         self.rejected_action.setChecked(show)
         self.transcript.render_turns(self.session.turns, self.session.current)
 
