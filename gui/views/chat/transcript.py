@@ -284,10 +284,14 @@ class TranscriptView(QTextEdit):
         return "\n".join(lines).replace("\u2028", "\n")
 
     def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 (Qt override: Ctrl+C, drag)
+        """The selection's committed text (no rejected drafts), as Qt's own mime data of a plain copy: made by Qt,
+        so Qt alone frees it (a QMimeData made in Python and kept by the clipboard was freed twice as the app
+        exited: a crash on quitting after Ctrl+C)."""
         cursor = self.textCursor()
-        mime = QMimeData()
-        mime.setText(self.text_between(cursor.selectionStart(), cursor.selectionEnd()))
-        return mime
+        clean = QTextEdit()
+        clean.setPlainText(self.text_between(cursor.selectionStart(), cursor.selectionEnd()))
+        clean.selectAll()
+        return clean.createMimeDataFromSelection()
 
     def code_text(self, position: int) -> str:
         """The text of the code block at document position `position` (its committed tokens only)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.backends import backend_named
-from engine.core.compat import TokenizerFacts, compatibility_facts, tokenizer_difference
+from engine.core.compat import OwnFactsTokenizer, TokenizerFacts, compatibility_facts, tokenizer_difference
 from engine.core.errors import ModelLoadError
 from engine.models.sources import backend_for, is_server_url, resolve_source
 
@@ -36,8 +36,8 @@ def test_a_server_address_is_not_model_files():
         resolve_source("http://localhost:8080")
 
 
-class AdapterTokenizer:
-    """A backend's tokenizer adapter that states its own facts (as llama.cpp's may)."""
+class AdapterTokenizer(OwnFactsTokenizer):
+    """A backend's tokenizer adapter that states its own facts (as llama.cpp's does), declared as such."""
 
     def __init__(self, pieces: list[str]) -> None:
         self.pieces = pieces
