@@ -36,3 +36,31 @@ def test_an_error_after_the_window_opens_joins_the_engine_thread(tmp_path):
     assert done.returncode == 3, done.stderr  # not -6 (SIGABRT)
     assert "raised: the settings panel broke" in done.stdout
     assert "QThread: Destroyed" not in done.stderr
+
+
+COPY_THEN_QUIT = textwrap.dedent("""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication
+    from gui import theme
+    from gui.views.chat.transcript import TranscriptView
+
+    app = QApplication([])
+    view = TranscriptView(lambda serial: None, theme.LIGHT)
+    view.setPlainText("a reply to copy")
+    view.show()
+    view.selectAll()
+    QTest.keyClick(view, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    print("copied:", QGuiApplication.clipboard().text(), flush=True)
+""")
+
+
+def test_quitting_after_a_copy_exits_cleanly(tmp_path):
+    """The clipboard keeps the transcript's copy until the app ends; the copy is Qt's own, so it is freed once
+    (a QMimeData made in Python was freed twice then: a segfault as the process exited)."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", COPY_THEN_QUIT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert "copied: a reply to copy" in done.stdout, done.stderr
+    assert done.returncode == 0, done.stderr  # not -11 (SIGSEGV)
