@@ -106,6 +106,17 @@ def data_root() -> Path:
 HISTORY_FILE = "history.sqlite3"  # the chat history's database, in the data folder
 
 
+@contextmanager
+def owner_only() -> Iterator[None]:
+    """Files created inside are the user's alone (umask 077): what holds chat text in the data folder (the
+    history, what suffix decoding learned, exports), SQLite's own -wal/-shm files and copies included."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def history_path() -> Path:
     """The chat history's database: the GUI writes it, drafter training (--from-history) reads it."""
     return data_root() / HISTORY_FILE

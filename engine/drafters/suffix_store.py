@@ -17,11 +17,9 @@ import os
 import sqlite3
 import sys
 from array import array
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from engine.host import data_root
+from engine.host import data_root, owner_only
 
 STORE_NAME = "suffix-store.sqlite3"
 FORMAT = 1  # PRAGMA user_version of the store's tables
@@ -39,15 +37,6 @@ def default_store_path() -> Path:
 def store_files(path: Path) -> list[Path]:
     """The store and the files SQLite keeps beside it."""
     return [path, *(path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))]
-
-
-@contextmanager
-def _owner_only() -> Iterator[None]:
-    previous = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(previous)
 
 
 def _make_private(path: Path) -> None:
@@ -139,7 +128,7 @@ class SuffixStore:
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with _owner_only():
+        with owner_only():
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
             try:
                 conn.execute("PRAGMA journal_mode=WAL")

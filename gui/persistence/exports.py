@@ -18,9 +18,10 @@ from typing import Any
 
 from engine.core.events import TokenStatus
 from engine.core.tokens import DisplayToken
+from engine.host import owner_only
 from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STATUS_CODE, ConversationRecord, StoredMessage,
                                      StoredRound)
-from gui.persistence.private_files import PRIVATE, owner_only
+from gui.persistence.private_files import PRIVATE
 from gui.persistence.store import HistoryError
 
 EXPORT_FORMAT = "specscope.conversation"

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from engine.core.tokens import DisplayToken, committed_text, fold_round
-from engine.host import history_path
+from engine.host import history_path, owner_only
 from gui.persistence import schema
-from gui.persistence.private_files import make_private, owner_only
+from gui.persistence.private_files import make_private
 from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STREAMING, ConversationRecord,
                                      ConversationSummary, SearchHit, StoredMessage, StoredRound, round_meta,
                                      token_row)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gui.persistence.private_files import PRIVATE, owner_only
+from engine.host import owner_only
+from gui.persistence.private_files import PRIVATE
 
 NO_POSIX_LOCKS = -1  # what `_try_lock` holds where one writer is not enforced (there is no fd to close)
 
