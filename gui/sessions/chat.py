@@ -34,7 +34,6 @@ from engine.models.consent import ConsentAnswers
 from gui.persistence.fork import branch_recorder
 from gui.persistence.recorder import HistoryRecorder
 from gui.sessions.baselines import Baseline, Baselines
-from gui.sessions.baselines import baseline_key  # noqa: F401 -- still imported from here by gui.views.main.loading
 from gui.sessions.forks import Branches, turns_before
 from gui.sessions.loading import ModelLoading, SessionConsents
 from gui.sessions.purpose import Purpose

@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 from PySide6.QtCore import QObject, Signal
 
 from engine.backends import compile_note
-from gui.sessions.chat import baseline_key
+from gui.sessions.baselines import baseline_key
 from gui.worker import REMOTE_CODE, LoadOptions
 
 Confirm = Callable[[str, str], bool]  # (title, question) -> the user's yes or no

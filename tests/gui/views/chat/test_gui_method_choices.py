@@ -12,7 +12,7 @@ from engine.core.methods import method_spec, methods as registered_methods
 from engine.models import catalog
 from engine.models.availability import entry_choices
 from fakes import FakeEngine, FakeModel
-from gui.sessions.chat import baseline_key
+from gui.sessions.baselines import baseline_key
 from gui.views.main.window import MainWindow
 
 WAIT_MS = 20_000
