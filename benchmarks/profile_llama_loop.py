@@ -1,12 +1,14 @@
 """A benchmark, not a test (run by hand; prints figures): what our llama.cpp loop's Python costs per token on top
 of llama.cpp, on the built-in GGUF (or `--model PATH`), greedy, the engine's threads.
 
-1. A profile of the decode rounds through the Engine (the prefill round left out), each phase timed inclusively
-   with perf_counter wrappers (the draft, the sync, the verification pass with the runner's forward around
-   llama_decode and the greedy verification, the rollback, the round's commit with its detokenization and event,
-   the stats), in µs per round and ms per token; `--spec SPEC` profiles a speculative setting's rounds
-   (`--spec mtp:k=3`, `--spec draft-model:k=3,draft=default`; plain decoding without it), with the draft's own
-   llama_decode calls inside "draft". `--cprofile` adds cProfile's top functions by own time.
+1. A profile of one decode round through the Engine (the prefill round left out, recording off), each phase timed
+   inclusively with wrappers, in µs per round: the draft (its own llama_decode calls, a draft model's or an MTP
+   head's context, apart), the sync, the verification pass (the runner's forward: batch building and the target's
+   llama_decode, reading the logits; the verification, with the drafted tokens' probabilities; the rollback), the
+   round's commit and event (detokenising apart), the stats, and the rest of the loop; first the same run's round
+   uninstrumented. `--spec SPEC` profiles a speculative setting's rounds (`--spec mtp:k=3`,
+   `--spec draft-model:k=3,draft=default`; plain decoding without it); `--json OUT` writes the figures (a before
+   and an after to compare). `--cprofile` adds cProfile's top functions by own time.
 2. Ours beside llama-cpp-python's own `Llama` and a bare low-level loop (engine.measure.references), the same GGUF,
    prompt ids and threads, run interleaved (the order rotated each repeat); tok/s of each as engine.core.stats
    counts it (tokens after the first over the time after the first), medians, and the two ratios.
@@ -16,7 +18,7 @@ instead of the wall clock: llama.cpp computes in the calling thread when it has 
 with other work the figures then count what each loop itself spent, not the time it waited for a core.
 
     python -m benchmarks.profile_llama_loop [--new 200] [--repeats 3] [--clock wall|thread] [--model PATH]
-                                              [--spec SPEC] [--no-profile] [--no-compare] [--cprofile]
+                                              [--spec SPEC] [--json OUT] [--no-profile] [--no-compare] [--cprofile]
 """
 
 from __future__ import annotations
@@ -28,34 +30,44 @@ from collections import defaultdict
 
 PROMPT = "Write a long story about a dragon who learns to bake bread, with many details."
 
-# (label, parent label or None, module path, owner attribute or None, attribute)
+# (label, parent label or None, module path, owner attribute or None, attribute): each phase timed inclusively
 COMPONENTS = [
     ("draft (drafter.propose)", None, "engine.core.engine", "Engine", "_propose"),
-    ("runner.sync", None, "engine.backends.llama_cpp", "LlamaCppRunner", "sync"),
+    ("runner.sync", None, "engine.backends.llama_cpp_runner", "LlamaCppRunner", "sync"),
     ("verify_pass", None, "engine.core.engine", None, "verify_pass"),
-    ("runner.forward", "verify_pass", "engine.backends.llama_cpp", "LlamaCppRunner", "forward"),
-    ("llama_decode (C)", "runner.forward", "llama_cpp", None, "llama_decode"),
-    ("verify_greedy", "verify_pass", "engine.core.loop", None, "verify_greedy"),
-    ("runner.rollback (all calls)", None, "engine.backends.llama_cpp", "LlamaCppRunner", "rollback"),
-    ("commit_round", None, "engine.core.engine", None, "commit_round"),
-    ("detokenize (add + peek)", "commit_round", "engine.core.chat", "IncrementalDetokenizer", "add"),
-    ("detokenize (add + peek)", "commit_round", "engine.core.chat", "IncrementalDetokenizer", "peek"),
-    ("RoundVerified(...)", "commit_round", "engine.core.loop", None, "RoundVerified"),
-    ("stats.add_round", None, "engine.core.stats", "StatsAccumulator", "add_round"),
+    ("runner.forward", "verify_pass", "engine.backends.llama_cpp_runner", "LlamaCppRunner", "forward"),
+    ("batch + llama_decode", "runner.forward", "engine.backends.llama_cpp_runner", "LlamaCppRunner",
+     "_decode_batch"),
+    ("reading logits", "runner.forward", "engine.backends.llama_cpp_runner", "LlamaCppRunner", "_logits"),
+    ("verification (greedy)", "verify_pass", "engine.core.loop", None, "verify_greedy_drafted"),
+    ("verification (sampled)", "verify_pass", "engine.core.loop", None, "rejection_sample"),
+    ("rollback", "verify_pass", "engine.backends.llama_cpp_runner", "LlamaCppRunner", "rollback"),
+    ("commit + event", None, "engine.core.engine", None, "commit_round"),
+    ("detokenising (add + peek)", "commit + event", "engine.core.chat", "IncrementalDetokenizer", "add"),
+    ("detokenising (add + peek)", "commit + event", "engine.core.chat", "IncrementalDetokenizer", "peek"),
+    ("RoundVerified(...)", "commit + event", "engine.core.loop", None, "RoundVerified"),
+    ("stats", None, "engine.core.stats", "StatsAccumulator", "add_round"),
 ]
-TOP_LEVEL = ("draft (drafter.propose)", "runner.sync", "verify_pass", "commit_round", "stats.add_round")
+TOP_LEVEL = ("draft (drafter.propose)", "runner.sync", "verify_pass", "commit + event", "stats")
+DEPTH = {None: 0, "verify_pass": 1, "commit + event": 1, "runner.forward": 2}
 
 
 class Timers:
-    """Wraps COMPONENTS with perf_counter timers (inclusive seconds and calls per label); undone by restore()."""
+    """Wraps COMPONENTS with timers of `clock` (inclusive seconds and calls per label), and llama.cpp's
+    llama_decode with one that tells the target runner's context from the others (a draft model's, an MTP or
+    assistant head's); undone by restore()."""
 
-    def __init__(self) -> None:
+    def __init__(self, target_runner) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self._undo = []
+        self._runner = target_runner
 
     def install(self) -> None:
+        import ctypes
         import importlib
+
+        import llama_cpp
         for label, _parent, module_name, owner_name, attribute in COMPONENTS:
             module = importlib.import_module(module_name)
             owner = getattr(module, owner_name) if owner_name else module
@@ -67,6 +79,23 @@ class Timers:
             else:
                 setattr(owner, attribute, self._timed(label, original))
             self._undo.append((owner, attribute, original))
+        decode, runner, seconds, calls = llama_cpp.llama_decode, self._runner, self.seconds, self.calls
+
+        def address(pointer) -> int:  # a context as llama-cpp-python hands it over: an int or a pointer
+            return pointer if isinstance(pointer, int) else ctypes.cast(pointer, ctypes.c_void_p).value
+
+        def timed_decode(ctx, batch, clock=time.perf_counter):
+            started = clock()
+            try:
+                return decode(ctx, batch)
+            finally:
+                own = runner.open_context
+                label = "llama_decode (target)" if own is not None and address(ctx) == address(own) else \
+                    "llama_decode (draft contexts)"
+                seconds[label] += clock() - started
+                calls[label] += 1
+        llama_cpp.llama_decode = timed_decode
+        self._undo.append((llama_cpp, "llama_decode", decode))
 
     def _timed(self, label, original):
         seconds, calls, clock = self.seconds, self.calls, time.perf_counter
@@ -114,35 +143,52 @@ def decode_rounds(engine, ids: list[int], new: int, on_first=None, spec=None) ->
     return tokens, (ended - started) if ended else 0.0
 
 
-def profile(engine, ids: list[int], new: int, use_cprofile: bool) -> None:
-    timers = Timers()
+def profile(engine, ids: list[int], new: int, use_cprofile: bool) -> dict[str, float]:
+    """One round's phases in µs (decode rounds, recording off), printed; returned by label, with "round" (the
+    instrumented round) and "plain round" (the same run uninstrumented, just before)."""
+    tokens, bare_seconds = decode_rounds(engine, ids, new, spec=SPEC)
+    bare_rounds = max(1, ROUNDS[0])
+    timers = Timers(engine.runner)
     timers.install()
     try:
         tokens, seconds = decode_rounds(engine, ids, new, on_first=timers.reset, spec=SPEC)
     finally:
         timers.restore()
     rounds = max(1, ROUNDS[0])
-    per = lambda s: 1000 * s / max(1, tokens)  # noqa: E731
     us = lambda s: 1e6 * s / rounds  # noqa: E731
-    print(f"profile of {SPEC.label() if SPEC else 'plain decoding'}: {tokens} decode tokens in {ROUNDS[0]} rounds, "
-          f"{us(seconds):.0f} µs/round, {per(seconds):.3f} ms/token in all (instrumented)")
+    figures = {"round": us(seconds), "uninstrumented round": 1e6 * bare_seconds / bare_rounds}
+    print(f"profile of {SPEC.label() if SPEC else 'plain decoding'} (recording off): {tokens} decode tokens in "
+          f"{rounds} rounds ({tokens / rounds:.2f} a round); {figures['uninstrumented round']:.0f} µs a round "
+          f"uninstrumented, {us(seconds):.0f} instrumented")
+    print(f"  {'phase':<40} {'µs/round':>9} {'calls/round':>12}")
     shown = []
     for label, parent, *_ in COMPONENTS:
         if label in shown or label not in timers.seconds:
             continue
         shown.append(label)
-        depth = 0 if parent is None else 2 if parent == "runner.forward" else 1
-        print(f"  {'  ' * depth}{label:<{36 - 2 * depth}} {us(timers.seconds[label]):8.0f} µs/round "
-              f"{per(timers.seconds[label]):7.3f} ms/token ({timers.calls[label] / rounds:.2f} calls/round)")
-    forward, decode = timers.seconds.get("runner.forward", 0.0), timers.seconds.get("llama_decode (C)", 0.0)
-    if SPEC is None:  # speculating, a draft model's runner and an MTP or assistant context call llama_decode too
-        print(f"  {'runner.forward outside llama_decode':<36} {us(forward - decode):8.0f} µs/round")
-    else:
-        print("  (runner.forward and llama_decode count every runner and context: the target's and the draft's)")
+        depth = DEPTH.get(parent, 3)
+        figures[label] = us(timers.seconds[label])
+        print(f"  {'  ' * depth}{label:<{40 - 2 * depth}} {figures[label]:9.1f} {timers.calls[label] / rounds:12.2f}")
+        if label == "batch + llama_decode":
+            target = timers.seconds.get("llama_decode (target)", 0.0)
+            figures["llama_decode (target)"] = us(target)
+            figures["batch building"] = us(timers.seconds[label] - target)
+            print(f"  {'  ' * 4}{'llama_decode (target)':<32} {us(target):9.1f} "
+                  f"{timers.calls['llama_decode (target)'] / rounds:12.2f}")
+            print(f"  {'  ' * 4}{'batch building, hidden states':<32} {figures['batch building']:9.1f}")
+        if label == "draft (drafter.propose)" and "llama_decode (draft contexts)" in timers.seconds:
+            drafted = timers.seconds["llama_decode (draft contexts)"]
+            figures["llama_decode (draft contexts)"] = us(drafted)
+            figures["draft outside llama_decode"] = us(timers.seconds[label] - drafted)
+            print(f"  {'  ' * 1}{'llama_decode (draft contexts)':<38} {us(drafted):9.1f} "
+                  f"{timers.calls['llama_decode (draft contexts)'] / rounds:12.2f}")
+            print(f"  {'  ' * 1}{'draft outside llama_decode':<38} {figures['draft outside llama_decode']:9.1f}")
     rest = seconds - sum(timers.seconds.get(label, 0.0) for label in TOP_LEVEL)
-    print(f"  {'rest of the loop (generator, clocks)':<36} {us(rest):8.0f} µs/round")
-    print(f"  {'ours outside llama_decode':<36} {us(seconds - decode):8.0f} µs/round {per(seconds - decode):7.3f} "
-          f"ms/token (llama_decode counts the target's and any draft context's calls)")
+    in_decode = timers.seconds.get("llama_decode (target)", 0.0) + timers.seconds.get("llama_decode (draft contexts)", 0.0)
+    figures["rest of the loop"], figures["outside llama_decode"] = us(rest), us(seconds - in_decode)
+    print(f"  {'rest of the loop (generator, clocks)':<40} {us(rest):9.1f}")
+    print(f"  {'all outside llama_decode':<40} {us(seconds - in_decode):9.1f}   "
+          f"({1000 * (seconds - in_decode) / max(1, tokens):.3f} ms a token)")
     if use_cprofile:
         import cProfile
         import pstats
@@ -151,6 +197,7 @@ def profile(engine, ids: list[int], new: int, use_cprofile: bool) -> None:
         decode_rounds(engine, ids, new, spec=SPEC)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    return figures
 
 
 def outside_decode(runs: dict, repeats: int) -> None:
@@ -246,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--spec", default=None, help="profile this setting's rounds (a SPEC), not plain decoding")
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall")
+    parser.add_argument("--json", default=None, help="write the profile's µs per round per phase here")
     args = parser.parse_args(argv)
     if args.clock == "thread":
         time.perf_counter = time.thread_time  # every timer of this process, ours and the references'
@@ -265,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{model.label}: {len(ids)} prompt ids, {engine_threads()} threads, {args.new} new tokens at most, "
           f"{args.clock} clock")
     if not args.no_profile:
-        profile(engine, ids, args.new, args.cprofile)
+        figures = profile(engine, ids, args.new, args.cprofile)
+        if args.json:
+            import json
+            from pathlib import Path
+            Path(args.json).write_text(json.dumps({"spec": SPEC.label() if SPEC else "plain", "model": model.label,
+                                                   "clock": args.clock, "us_per_round": figures}, indent=1))
     if not args.no_compare:
         compare(engine, str(model.source.file), ids, args.new, args.repeats, engine_threads())
     return 0

@@ -31,6 +31,10 @@ class HeadContext(Protocol):
     def begin(self) -> None:
         """A generation starts: read the target runner's states from its first pass (again after a release)."""
 
+    def prefill(self, context_ids: list[int]) -> None:
+        """The target runner has just taken in all but the last of `context_ids` (the prompt): take in its states
+        now rather than in the first draft() (by default, nothing to take in)."""
+
     def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
               ) -> tuple[list[int], list["torch.Tensor"]]:
         """Up to k ids after `context_ids` (the target runner holds all but the last), each chosen by `choose`

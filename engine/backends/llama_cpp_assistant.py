@@ -227,6 +227,9 @@ class AssistantContext:
             self.runner.forward([context_ids[position]], 1)
         return self._rows[position - self._rows_start]
 
+    def prefill(self, context_ids: list[int]) -> None:
+        pass  # it reads the target's own cache: nothing of its own to take in
+
     def draft(self, context_ids: list[int], k: int, pick: Callable[[torch.Tensor], int]
               ) -> tuple[list[int], list[torch.Tensor]]:
         """Up to k tokens after `context_ids` (the target holds all but the last), each chosen by `pick` from the

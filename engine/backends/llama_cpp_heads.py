@@ -47,6 +47,9 @@ class AttachedContext:
         if self.attached is None:  # released since the last generation: attached again before the prefill
             self._attach()
 
+    def prefill(self, context_ids: list[int]) -> None:
+        self.attached.prefill(context_ids)
+
     def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
               ) -> tuple[list[int], list["torch.Tensor"]]:
         return self.attached.draft(context_ids, k, choose)

@@ -138,8 +138,9 @@ class _Rows:
     def has(self, first: int, last: int) -> bool:
         return self.start <= first and last < self.end
 
-    def row(self, position: int) -> np.ndarray:
-        return self.buffer[position - self.start]
+    def rows(self, first: int, end: int) -> np.ndarray:
+        """The states of positions first…end − 1, a view."""
+        return self.buffer[first - self.start:end - self.start]
 
     def trim(self, keep_from: int) -> None:
         """Forget positions before `keep_from` (memory stays bounded on a long chat)."""
@@ -161,8 +162,8 @@ class MtpContext:
         self.rows = _Rows(self.width)
         self._ctx = None
         self._seen: list[int] = []  # the tokens of the entries the head's cache holds (position = index)
-        self._zero = np.zeros(self.width, np.float32)  # the state before position 0
-        self.decode_seconds = 0.0
+        self._zero = np.zeros((1, self.width), np.float32)  # the state before position 0
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # llama.cpp's output buffers by (address, size)
         self.clears = 0  # cuts its cache could not make (emptied instead): 0 where llama.cpp cuts it
         target_runner.record_nextn(self)
 
@@ -204,10 +205,12 @@ class MtpContext:
         self._positions = np.ctypeslib.as_array(batch.pos, shape=(self._n_batch,))
         self._flags = np.ctypeslib.as_array(batch.logits, shape=(self._n_batch,))
         self._states = np.ctypeslib.as_array(batch.embd, shape=(self._n_batch, self.width))
+        self._steps = np.arange(self._n_batch, dtype=np.int32)  # a batch's positions after its first
         np.ctypeslib.as_array(batch.n_seq_id, shape=(self._n_batch,))[:] = 1
         for i in range(self._n_batch):
             batch.seq_id[i][0] = 0
         self._seen = []
+        self._views = {}
 
     def _free(self) -> None:
         ctx, self._ctx = self._ctx, None
@@ -217,28 +220,29 @@ class MtpContext:
             self.lib.llama_batch_free(self._batch)
             self.lib.llama_free(ctx)
 
-    def _decode(self, tokens: list[int], first: int, states: list[np.ndarray], *, head: int = 0) -> None:
-        """One pass of MTP layer `head` over (token, state) pairs at positions first…, logits for the last."""
-        import time
+    def _decode(self, tokens: list[int], first: int, states: np.ndarray, *, head: int = 0,
+                logits: bool = True) -> None:
+        """One pass of MTP layer `head` over (token, state) pairs at positions first… (`states`: (m, width)), logits
+        for the last (`logits`), written into the batch allocated once per context."""
         m = len(tokens)
-        self._token_view[:m] = tokens
-        self._positions[:m] = np.arange(first, first + m, dtype=np.int32)
-        self._flags[:m] = 0
-        self._flags[m - 1] = 1
-        for i, state in enumerate(states):
-            self._states[i] = state
+        if m == 1:  # a drafting step: item writes cost less than slices
+            self._token_view[0], self._positions[0], self._flags[0] = tokens[0], first, logits
+        else:
+            self._token_view[:m] = tokens
+            np.add(self._steps[:m], first, out=self._positions[:m])
+            self._flags[:m] = 0
+            self._flags[m - 1] = logits
+        self._states[:m] = states
         self._batch.n_tokens = m
         self._last_row = m - 1  # the batch index of the row with logits (and an output state)
         if self.head.chained:
             self.ext.llama_set_nextn_layer_offset(self._ctx, head)
-        started = time.perf_counter()
         clear_errors()
         try:
             status = self.lib.llama_decode(self._ctx, self._batch)
         finally:
             if self.head.chained:
                 self.ext.llama_set_nextn_layer_offset(self._ctx, 0)
-        self.decode_seconds += time.perf_counter() - started
         if status != 0:
             raise SpecScopeError(f"llama.cpp failed to run the MTP head (status {status}: "
                                  f"{last_error('no reason given')})")
@@ -251,11 +255,19 @@ class MtpContext:
         del self._seen[length:]
 
     def _state_before(self, position: int) -> np.ndarray:
-        return self._zero if position == 0 else self.rows.row(position - 1)
+        """(1, width): the target's state before `position`."""
+        return self._states_before(position, position + 1)
 
-    def _catch_up(self, context_ids: list[int], upto: int) -> bool:
+    def _states_before(self, begin: int, end: int) -> np.ndarray:
+        """(end − begin, width): the target's states before positions begin…end − 1 (a view where it can be)."""
+        if begin:
+            return self.rows.rows(begin - 1, end - 1)
+        return self._zero if end == 1 else np.concatenate([self._zero, self.rows.rows(0, end - 1)])
+
+    def _catch_up(self, context_ids: list[int], upto: int, logits: bool = True) -> bool:
         """Entries 0…upto−1 in the head's cache, for `context_ids` (the target holds its ids but the last, so
-        upto ≤ len(context_ids)). True when the last pass ran entry upto − 1 (its logits are there to read)."""
+        upto ≤ len(context_ids)). True when the last pass ran entry upto − 1 (its logits are there to read, where
+        `logits` asked for them)."""
         valid = min(common_prefix_length(self._seen, context_ids[:upto]), upto)
         if valid < len(self._seen):
             self._cut(valid)
@@ -269,15 +281,26 @@ class MtpContext:
         for begin in range(valid, upto, self._n_batch):
             end = min(begin + self._n_batch, upto)
             tokens = context_ids[begin:end]
-            states = [self._state_before(p) for p in range(begin, end)]
+            states = self._states_before(begin, end)
             heads = range(self.head.n_heads) if self.head.chained else (0,)
             for head in heads:  # every chained head keeps its cache of the context
                 if head:
                     self.lib.llama_memory_seq_rm(self._memory, 0, begin, -1)
-                self._decode(tokens, begin, states, head=head)
+                self._decode(tokens, begin, states, head=head, logits=logits)
             self._seen.extend(tokens)
         self.rows.trim(n_cached - ROW_MARGIN)
         return valid < upto
+
+    def prefill(self, context_ids: list[int]) -> None:
+        """The target has just taken in all but the last of `context_ids` (the prompt): their entries go into the
+        head's cache now (the time to the first token), as llama.cpp's draft-mtp takes in every prompt batch,
+        rather than in the first draft()."""
+        n_cached = len(context_ids) - 1
+        if n_cached < 1 or self.runner.ids != context_ids[:n_cached]:
+            return  # not synced to it: the first draft() catches up
+        if self._ctx is None:
+            self._open()
+        self._catch_up(context_ids, n_cached, logits=False)
 
     def draft(self, context_ids: list[int], k: int, pick: Callable[[torch.Tensor], int]
               ) -> tuple[list[int], list[torch.Tensor]]:
@@ -295,20 +318,30 @@ class MtpContext:
         # run in the same pass as the entries the head's cache lacks
         if not self._catch_up(context_ids, n_cached + 1):
             self._cut(n_cached)
-            self._decode([context_ids[-1]], n_cached, [self._state_before(n_cached)])
+            self._decode([context_ids[-1]], n_cached, self._state_before(n_cached))
             self._seen.append(context_ids[-1])
         return self._draft_reapplied(context_ids, k, pick)
 
+    def _view(self, pointer, size: int) -> np.ndarray:
+        """A numpy view of `size` floats of llama.cpp's at `pointer`, made once per address (llama.cpp keeps its
+        output buffers in place until it grows them)."""
+        key = (ctypes.addressof(pointer.contents), size)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=(size,))
+        return view
+
     def _logits(self) -> torch.Tensor:
-        vocab = self.head.target.vocab_size
-        row = np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self._ctx, -1), shape=(vocab,))
-        return torch.from_numpy(row.copy())
+        """The last pass's logits (its one row with logits), a copy: the caller may keep it."""
+        pointer = self.lib.llama_get_logits_ith(self._ctx, -1)
+        return torch.from_numpy(self._view(pointer, self.head.target.vocab_size).copy())
 
     def _output_state(self, index: int) -> np.ndarray:
+        """(1, width): the head's output state at batch row `index` of the last pass, a view valid until the next."""
         state = self.ext.llama_get_embeddings_nextn_ith(self._ctx, index)
         if not state:
             raise SpecScopeError("llama.cpp gave no output state for the MTP head")
-        return np.ctypeslib.as_array(state, shape=(self.width,)).copy()
+        return self._view(state, self.width).reshape(1, self.width)
 
     def _draft_reapplied(self, context_ids, k, pick):
         """One head: its entry at the last position has drafted; it runs again on its own guess and state."""
@@ -316,7 +349,7 @@ class MtpContext:
         ids, rows = [], []
         for step in range(k):
             if step:
-                self._decode([ids[-1]], n + step, [self._output_state(self._last_row)])
+                self._decode([ids[-1]], n + step, self._output_state(self._last_row))
             logits = self._logits()
             ids.append(pick(logits))
             rows.append(logits)
@@ -330,14 +363,14 @@ class MtpContext:
         ids, rows = [], []
         for head in range(k):
             self.lib.llama_memory_seq_rm(self._memory, 0, n, -1)
-            self._decode(tokens, n, states, head=head)
+            self._decode(tokens, n, np.concatenate(states), head=head)
             logits = self._logits()
             token = pick(logits)
             ids.append(token)
             rows.append(logits)
             if head + 1 < k:
                 tokens.append(token)
-                states.append(self._output_state(len(tokens) - 2))
+                states.append(self._output_state(len(tokens) - 2).copy())  # kept past the next pass
         self._cut(n)
         return ids, rows
 

@@ -105,6 +105,9 @@ class RecurrentRollback:
         self._last_pass = 0  # tokens in the last llama_decode: snapshots cover only those
         self._snapshot_pending = False  # a snapshot rollback is consumed by the next decode
         self._checkpoint: tuple[int, ctypes.Array, int] | None = None  # (length, state bytes, size)
+        # a checkpoint at every sync, for rollbacks of tokens fed one pass each (a draft model's); off while the
+        # runner's owner said its passes are cut by nothing (plain decoding: reserve(1))
+        self._checkpoints = True
 
     def _describe(self, depth: int) -> None:
         self.cost.kind, self.cost.snapshots = RollbackCost.kind_for(depth), depth
@@ -123,6 +126,9 @@ class RecurrentRollback:
     def reserve(self, runner, depth: int) -> None:
         """A context with `depth` snapshots if it has fewer: made again (on the next forward), the cache refilled
         by the next sync."""
+        self._checkpoints = depth > 1
+        if not self._checkpoints:
+            self._checkpoint = None  # none kept from now on: an older one must not outlive the ids it was saved for
         if not runner.model.supports_rollback or depth <= self.snapshots_wanted:
             return
         runner.release()
@@ -158,7 +164,7 @@ class RecurrentRollback:
 
     def synced(self, runner) -> None:
         """Without snapshots, the state after a sync is what the next rollback restores (a draft model's)."""
-        if not self.depth and runner.ids:
+        if not self.depth and self._checkpoints and runner.ids:
             self.checkpoint(runner)
 
     def checkpoint(self, runner) -> None:

@@ -50,6 +50,7 @@ class LlamaCppRunner(Runner):
         self._rollback: TailRollback | RecurrentRollback = \
             RecurrentRollback(model, rollback_depth or 0) if model.recurrent else TailRollback()
         self._listener: NextnListener | None = None
+        self._last_prompt = (0, 0)  # positions first…end − 1 of the last ids fed with a head before the rows asked for
         self._open()
 
     def _open(self) -> None:
@@ -74,7 +75,7 @@ class LlamaCppRunner(Runner):
         self._positions = np.ctypeslib.as_array(batch.pos, shape=(self._n_batch,))
         self._flags = np.ctypeslib.as_array(batch.logits, shape=(self._n_batch,))
         self._steps = np.arange(self._n_batch, dtype=np.int32)  # a batch's positions after its first
-        self._logits_address, self._logits_views = None, {}
+        self._logits_address, self._logits_views, self._row_views = None, {}, {}
         np.ctypeslib.as_array(batch.n_seq_id, shape=(self._n_batch,))[:] = 1
         for i in range(self._n_batch):
             batch.seq_id[i][0] = 0  # one sequence
@@ -136,8 +137,20 @@ class LlamaCppRunner(Runner):
         if self._ctx is None:
             self._open()
         self.decode(np.asarray(new_ids, dtype=np.int32), n_logits)
+        if n > n_logits:  # a prompt: fed again whole where a reply to it is made again (sync)
+            self._last_prompt = (len(self.ids), len(self.ids) + n)
         self.ids.extend(map(int, new_ids))
         return self._logits(n_logits)
+
+    def _rows_view(self, pointer, n_rows: int) -> np.ndarray:
+        """llama.cpp's hidden-state rows (n_rows, n_embd) at `pointer`, a view made once per address and row count."""
+        key = (ctypes.addressof(pointer.contents), n_rows)
+        view = self._row_views.get(key)
+        if view is None:
+            if len(self._row_views) > 64:  # llama.cpp moved its buffer: forget the old addresses' views
+                self._row_views.clear()
+            view = self._row_views[key] = np.ctypeslib.as_array(pointer, shape=(n_rows, self.model.n_embd))
+        return view
 
     def _logits(self, n_rows: int) -> torch.Tensor:
         """llama.cpp's logits buffer as an (n_rows, vocab) tensor. The view is made once per buffer and row count
@@ -157,16 +170,17 @@ class LlamaCppRunner(Runner):
         """Decode `ids` after the cached positions, logits for the last `n_logits` (self.ids is not changed
         here; the rollback strategies recompute kept tokens with it)."""
         start, n = len(self.ids), len(ids)
-        # The rows asked for come from a batch of just those positions, the ids before them are fed in
-        # chunks of n_batch without logits: llama.cpp's kernels round differently for large batches, so this
-        # keeps a position's logits independent of how much was fed with it (a prompt fed whole or synced
-        # back to its last id gives the same next token).
-        head = n - n_logits
+        # Fed as llama-server feeds a prompt: batches of n_batch from the first id, the rows asked for computed in
+        # the batch of the ids before them. llama.cpp's kernels round a row differently in batches of other sizes,
+        # so this is what makes a greedy reply llama-server's own, token for token, near-ties included. Only
+        # where the last batch would hold fewer ids than the rows asked for do those get a batch of their own.
+        begins = list(range(0, n, self._n_batch))
+        if n_logits > n - begins[-1]:
+            begins = list(range(0, n - n_logits, self._n_batch)) + [n - n_logits]
+        ends = begins[1:] + [n]
         try:
-            for begin in range(0, head, self._n_batch):
-                self._decode_batch(ids[begin:min(begin + self._n_batch, head)], start + begin, 0)
-            if n_logits:
-                self._decode_batch(ids[head:], start + head, n_logits)
+            for begin, end in zip(begins, ends):
+                self._decode_batch(ids[begin:end], start + begin, n_logits if end == n else 0)
         except BaseException:
             self._forget_from(start)
             raise
@@ -194,7 +208,7 @@ class LlamaCppRunner(Runner):
             rows = mtp_bindings().llama_get_embeddings_nextn(self._ctx)
             if not rows:
                 raise SpecScopeError(f"llama.cpp gave no hidden states for {self.model.label}'s MTP head")
-            self._listener.on_rows(position, ids, np.ctypeslib.as_array(rows, shape=(m, self.model.n_embd)))
+            self._listener.on_rows(position, ids, self._rows_view(rows, m))
 
     def _forget_from(self, length: int) -> None:
         """After a failed pass: drop whatever part of it reached the cache."""
@@ -221,7 +235,13 @@ class LlamaCppRunner(Runner):
     def sync(self, context_ids: list[int]) -> list[int]:
         """Roll back to the common prefix with context_ids (always leaving the last id out); return the ids
         still to feed. A recurrent state without snapshots is checkpointed here for the next rollback."""
-        keep = min(common_prefix_length(self.ids, context_ids), len(context_ids) - 1)
+        common = common_prefix_length(self.ids, context_ids)
+        keep = min(common, len(context_ids) - 1)
+        first, end = self._last_prompt
+        if first < keep and len(context_ids) == end <= common:
+            # the context is the last prompt fed, again (a regenerated reply): fed again whole, as it was the first
+            # time, rather than its last id alone, so that its next token is computed as it was (bit for bit)
+            keep = first
         self.rollback(keep)
         self._rollback.synced(self)
         return context_ids[len(self.ids):]
@@ -238,7 +258,7 @@ class LlamaCppRunner(Runner):
         ctx, self._ctx = self._ctx, None
         self.ids = []
         self._rollback.emptied()
-        self._logits_address, self._logits_views = None, {}
+        self._logits_address, self._logits_views, self._row_views = None, {}, {}
         if ctx:
             if self._listener is not None:
                 self._listener.on_close()

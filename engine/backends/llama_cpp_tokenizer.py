@@ -10,6 +10,7 @@ weights, no context.
 from __future__ import annotations
 
 import ctypes
+import threading
 from functools import cached_property
 
 from engine.core.compat import OwnFactsTokenizer, TokenizerFacts
@@ -39,6 +40,7 @@ class LlamaCppTokenizer(OwnFactsTokenizer):
         template = lib.llama_model_chat_template(model_handle, None)
         self.chat_template = template.decode("utf-8") if template else None
         self.vocab_kind = VOCAB_KINDS.get(int(lib.llama_vocab_type(self._vocab)), "unknown")
+        self._buffers = threading.local()  # decode()'s ids and text buffers, one pair per thread that decodes
 
     def _special(self, getter) -> int | None:
         token = int(getter(self._vocab))
@@ -128,18 +130,26 @@ class LlamaCppTokenizer(OwnFactsTokenizer):
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         """Bytes of every piece joined, then UTF-8 with replacement: a token that ends inside a character
-        decodes to '\ufffd' at the end, as on transformers (the incremental detokenizer relies on it)."""
-        ids = [int(i) for i in ids]
-        if not ids:
+        decodes to '\ufffd' at the end, as on transformers (the incremental detokenizer relies on it). The ids and
+        text buffers are kept between calls, per thread (the detokenizer calls this for every token)."""
+        n_ids = len(ids)
+        if not n_ids:
             return ""
-        tokens = (ctypes.c_int32 * len(ids))(*ids)
-        capacity = 16 * len(ids) + 64
+        kept = self._buffers
+        tokens = getattr(kept, "ids", None)
+        if tokens is None or n_ids > len(tokens):
+            tokens = kept.ids = (ctypes.c_int32 * max(64, 2 * n_ids))()
+        for i, token in enumerate(ids):
+            tokens[i] = int(token)
+        capacity = 16 * n_ids + 64
         for _ in range(2):
-            buffer = ctypes.create_string_buffer(capacity)
-            n = self._lib.llama_detokenize(self._vocab, tokens, len(ids), buffer, capacity,
+            buffer = getattr(kept, "text", None)
+            if buffer is None or capacity > len(buffer):
+                buffer = kept.text = ctypes.create_string_buffer(max(1024, capacity))
+            n = self._lib.llama_detokenize(self._vocab, tokens, n_ids, buffer, len(buffer),
                                            skip_special_tokens, not skip_special_tokens)
             if n >= 0:
-                return buffer.raw[:n].decode("utf-8", errors="replace")
+                return ctypes.string_at(buffer, n).decode("utf-8", errors="replace")
             capacity = -n
         raise ValueError("llama.cpp could not decode these ids")
 

@@ -138,8 +138,9 @@ class Engine:
         if self._active is not None:
             self._active.close()
         self.validate(spec)
-        if spec.speculative:  # a recurrent state keeps per-token snapshots for this (a KV cache: nothing to do)
-            self.runner.reserve_rollback(spec.k + 1)
+        # a recurrent state keeps per-token snapshots for this (a KV cache: nothing to do); plain decoding cuts
+        # nothing off its passes, so it keeps no checkpoint either
+        self.runner.reserve_rollback(spec.k + 1 if spec.speculative else 1)
         drafter = self.drafter(spec)
         self._active = self._loop(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
                                   cancel or threading.Event(), drafter, record)
@@ -195,7 +196,7 @@ class Engine:
     def _draft_and_verify(self, state: Generation, spec: SpecConfig, sampling: SamplingConfig,
                           drafter: Drafter, room: int) -> Verdict:
         """Draft (no more than the room can take: the last token is the target's), then verify in one pass."""
-        k = min(spec.k, room - 1) if state.index else 0
+        k = min(spec.k, room - 1) if state.index and spec.speculative else 0  # plain decoding asks no drafter
         policy = self._policy if spec.adaptive and state.index else None
         if policy is not None:
             # A costly drafter drafts no more than pays; a free one (a lookup) proposes k and is trimmed
@@ -210,12 +211,20 @@ class Engine:
         feed = state.feed if state.index == 0 else self.runner.sync(state.ids)
         checked = self._verify(feed, proposal, sampling, state.generator, state.piece)
         done = time.perf_counter()
+        draft_seconds = t_verify - t_draft
         drafter.observe(checked.n_accepted)
+        if not state.index:
+            if spec.speculative and room > 1 and checked.target_id not in self.eos_ids:
+                # the drafter takes in the prompt now (a draft model's prefill, an MTP head's states): it counts
+                # in the time to the first token, as in llama.cpp's server, not in the first decoding round
+                self._prefill(drafter, state.ids + [checked.target_id])
+                draft_seconds += time.perf_counter() - done
+            return Verdict(proposal, 0, checked.target_id, checked.p_target, checked.p_draft, checked.p_own,
+                           draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail)
         if policy is not None:
-            policy.record(proposal.bucket, len(proposal.ids), checked.n_accepted, t_verify - t_draft,
-                          done - t_verify)
+            policy.record(proposal.bucket, len(proposal.ids), checked.n_accepted, draft_seconds, done - t_verify)
         return Verdict(proposal, checked.n_accepted, checked.target_id, checked.p_target, checked.p_draft,
-                       checked.p_own, t_verify - t_draft, done - t_verify, checked.rollback_seconds, checked.detail)
+                       checked.p_own, draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail)
 
     def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig, generator: torch.Generator,
                 piece=None) -> Checked:
@@ -236,6 +245,11 @@ class Engine:
     @torch.inference_mode()
     def _propose(drafter: Drafter, ids: list[int], k: int) -> Proposal:
         return drafter.propose(ids, k)
+
+    @staticmethod
+    @torch.inference_mode()
+    def _prefill(drafter: Drafter, ids: list[int]) -> None:
+        drafter.prefill(ids)
 
 
 def _said(line: str | None) -> tuple[str, ...]:

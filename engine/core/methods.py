@@ -128,8 +128,9 @@ class MethodSpec:
     # setting (bench --compare-hf), or None where generate() has no equal
     llama_reference: Callable | None = None  # (spec) -> engine.measure.references.LlamaCppPython's k and ngram_max
     # for the same setting (bench --compare-llama), or None where llama-cpp-python's Llama has no equal
-    llama_server_args: Callable | None = None  # (spec) -> llama-server's options for the same setting (bench
-    # --compare-llama-server; ConfigError where this setting has no equal there), or None where it has none
+    llama_server_args: Callable | None = None  # (spec, engine) -> llama-server's options for the same setting,
+    # naming the files the engine runs (a llama.cpp target; bench --compare-llama-server; ConfigError where this
+    # setting has no equal there), or None where it has none
     own_drafter: Callable | None = None  # (catalog entry, its known pairs) -> words, when a model drafts for
     # itself with this method (its MTP layers, its assistant), else None
     own_settings: Callable | None = None  # (catalog entry, pairs) -> {"max_k": …, "draft": …}: what a settings

@@ -70,3 +70,11 @@ class Runner(Protocol):
     def shared_kv_states(self, length: int) -> dict | None:
         """The last pass's shared key/value states cut to `length` positions; None where none are kept."""
         return None
+
+
+def take_in(runner: Runner, context_ids: list[int]) -> None:
+    """Feed `runner` the ids of `context_ids` it lacks, but the last (a drafter's prefill: its first draft pass then
+    feeds that one id)."""
+    feed = runner.sync(context_ids)
+    if len(feed) > 1:
+        runner.forward(feed[:-1], 1)

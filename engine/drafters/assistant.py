@@ -49,6 +49,9 @@ class AssistantDrafter(PickingDrafter):
         super().begin(sampling, generator)
         self.context.begin()  # attached again before the prefill where it was released
 
+    def prefill(self, context_ids: list[int]) -> None:
+        self.context.prefill(context_ids)
+
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         return self.proposal_from(self.context.draft, context_ids, k)
 

@@ -37,6 +37,10 @@ class CombinedDrafter(Drafter):
         self.lookup.begin(sampling, generator)
         self.model.begin(sampling, generator)
 
+    def prefill(self, context_ids: list[int]) -> None:
+        self.lookup.prefill(context_ids)
+        self.model.prefill(context_ids)
+
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         proposal = self.lookup.propose(context_ids, k)
         if proposal.ids:

@@ -18,6 +18,7 @@ from engine.backends import LoadedModel, Runner
 from engine.core.config import SamplingConfig
 from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
+from engine.core.runner import take_in
 
 if TYPE_CHECKING:
     import torch
@@ -193,6 +194,12 @@ class CrossTokenizerDrafter(Drafter):
         tail = context_ids[-ANCHOR_TOKENS:]
         cut = max((i + 1 for i, t in enumerate(tail) if t in self._target_special), default=0)
         return tail[cut:]
+
+    def prefill(self, context_ids: list[int]) -> None:
+        """The prompt, as the draft's ids, into the draft's cache now (its first pass feeds the last of them)."""
+        draft_context = self._draft_context(context_ids)
+        if draft_context:
+            take_in(self.runner, draft_context)
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         if k < 1:

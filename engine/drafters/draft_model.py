@@ -8,11 +8,14 @@ arXiv 2211.17192; Chen et al., arXiv 2302.01318).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel, Runner
 from engine.core.compat import tokenizer_difference
 from engine.core.drafting import PickingDrafter, Proposal
+from engine.core.errors import ConfigError
+from engine.core.runner import take_in
 from engine.core.methods import MethodSpec
 
 if TYPE_CHECKING:
@@ -31,6 +34,10 @@ class RunnerDrafter(PickingDrafter):
         self.runner = runner
         if name:
             self.name = name
+
+    def prefill(self, context_ids: list[int]) -> None:
+        """The prompt into the draft's cache now (all but the last id: the first propose() feeds it)."""
+        take_in(self.runner, context_ids)
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         runner = self.runner
@@ -79,10 +86,37 @@ def hf_kwargs(spec, engine) -> dict:
     return kwargs
 
 
+def llama_server_args(spec, engine) -> tuple[str, ...]:
+    """llama-server's draft-simple with the same draft GGUF (resolved as the engine loads it), k and thread count
+    (bench --compare-llama-server): k greedy draft tokens a round, none dropped (n_min 0, p_min 0). Its draft
+    context is as long as the target's (it has no option for another). A recurrent (hybrid) target keeps no
+    per-token states there under draft-simple, so after a partly rejected draft it restores a checkpoint and runs
+    the kept tokens again in a round without a draft: equal outputs, fewer drafted tokens than ours.
+    ConfigError where it has no equal: a draft of another tokenizer (llama-server refuses a vocabulary that
+    differs), one that is not a GGUF on llama.cpp, or a recurrent draft for a target that is not (llama-server
+    can't cut the draft's state back and stops). Sampling has none either: the bench compares greedy decoding."""
+    from engine.host import engine_threads
+    draft = engine.drafts.draft_model(spec.draft)
+    if draft.backend != "llama.cpp" or not draft.source.gguf_file:
+        raise ConfigError(f"llama-server drafts with a GGUF on llama.cpp; {draft.label} runs on {draft.backend}")
+    difference = tokenizer_difference(engine.target.tokenizer, draft.tokenizer)
+    if difference is not None:
+        raise ConfigError(f"llama-server refuses a draft of another vocabulary ({draft.label}: {difference}); we "
+                          "draft through text there")
+    if draft.native.recurrent and not engine.target.native.recurrent:
+        raise ConfigError(f"llama-server stops at the first rejected draft of {draft.label}: it keeps a recurrent "
+                          f"state, which llama-server cuts back only for a recurrent target ({engine.target.label} "
+                          "is not)")
+    # --spec-type: a draft with MTP layers would otherwise be taken for an MTP head (llama-server reads its header)
+    return ("--spec-type", "draft-simple", "-md", str(Path(draft.source.file).resolve()),
+            "--spec-draft-n-max", str(spec.k), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
+            "-td", str(engine_threads()))
+
+
 METHOD = MethodSpec(
     name=RunnerDrafter.name, label="draft model",
     description="A smaller model drafts k tokens (through text where its tokenizer differs); the target verifies "
                 "them in one pass.",
     build=build, needs_draft=True, cross_tokenizer=True, implied_by_draft=True, hf_generate_kwargs=hf_kwargs,
-    sweep_rank=2,
+    llama_server_args=llama_server_args, sweep_rank=2,
     draft_help="a draft model: a name, a path or 'default'")

@@ -14,15 +14,19 @@ either backend:
   there with the way out (their GGUF on llama.cpp).
 
 Touches nothing itself: the head context (its backend's) reads the target runner's states and keeps the head's
-cache. The catalog helpers below read a described model's facts only.
+cache. The catalog helpers below read a described model's facts only; llama_server_args reads a head file's
+header.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from engine.backends import LoadedModel, Runner
 from engine.backends.transformers_heads import NO_TRANSFORMERS_MTP
 from engine.core.config import check_backend
 from engine.core.drafting import PickingDrafter, Proposal
+from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec
 
 NAME = "mtp"
@@ -50,6 +54,9 @@ class MtpDrafter(PickingDrafter):
     def begin(self, sampling, generator) -> None:
         super().begin(sampling, generator)
         self.context.begin()  # attached again before the prefill where it was released
+
+    def prefill(self, context_ids: list[int]) -> None:
+        self.context.prefill(context_ids)
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         return self.proposal_from(self.context.draft, context_ids, k)
@@ -117,6 +124,28 @@ def no_mtp_layers(entry) -> str | None:
     return f"{entry.label} has no MTP layers"
 
 
+def llama_server_args(spec, engine) -> tuple[str, ...]:
+    """llama-server's `--spec-type draft-mtp` with the same head and k (bench --compare-llama-server): `-md` names
+    the head where it is a file of its own (`draft=`, else the mtp-*.gguf beside a target without MTP layers
+    inside, as MtpHead picks it). It chains several heads as we do (head h drafts token h + 1, k ≤ heads);
+    ConfigError where it has no equal: several layers of an architecture it runs one of (it aborts on them)."""
+    from engine.backends.gguf_file import ONE_HEAD_ARCHITECTURES, read_header
+    from engine.backends.llama_cpp_mtp import find_sidecar
+    target = engine.target.native
+    head = Path(spec.draft).expanduser().resolve() if spec.draft else None
+    if head is None and not target.n_nextn:
+        head = find_sidecar(target)
+        if head is None:
+            raise ConfigError(f"{engine.target.label} has no MTP layers inside and no mtp-*.gguf beside it")
+    n_heads = read_header(head).nextn_layers if head is not None else target.n_nextn
+    architecture = target.header.architecture
+    if architecture in ONE_HEAD_ARCHITECTURES and n_heads != 1:
+        raise ConfigError(f"llama-server runs one MTP layer for {architecture!r} models (it stops on an assertion "
+                          f"with {n_heads})")
+    return ("--spec-type", "draft-mtp", "--spec-draft-n-max", str(spec.k), "--spec-draft-n-min", "0",
+            *(("-md", str(head)) if head is not None else ()))
+
+
 def own_settings(entry) -> dict:
     """k capped at the layers where they chain, one drafted token each (transformers; several heads on
     llama.cpp); one head on llama.cpp re-applies itself, so any k."""
@@ -135,4 +164,5 @@ METHOD = MethodSpec(
     # transformers drafts one token per MTP layer (and loads them on every call)
     hf_generate_kwargs=lambda spec, engine: {"use_mtp": True},
     own_settings=lambda entry, pairs: own_settings(entry),
-    own_drafter=lambda entry, pairs: own_words(entry), why_unusable=lambda entry, pairs: no_mtp_layers(entry))
+    own_drafter=lambda entry, pairs: own_words(entry), why_unusable=lambda entry, pairs: no_mtp_layers(entry),
+    llama_server_args=llama_server_args)

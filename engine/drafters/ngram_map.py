@@ -251,7 +251,7 @@ def llama_server_type(spec) -> str:
     return "ngram-map-k4v" if spec.param("four_values") else "ngram-map-k"
 
 
-def llama_server_args(spec) -> tuple[str, ...]:
+def llama_server_args(spec, engine) -> tuple[str, ...]:
     """llama-server's options for the same setting; ConfigError where it has none (it drafts size_m tokens at
     once, so its drafts equal ours only where spec.k ≥ size_m)."""
     if spec.k < spec.param("size_m"):

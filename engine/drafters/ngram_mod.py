@@ -163,7 +163,7 @@ class NgramModDrafter(Drafter):
         self._starting = self._drafted = False
 
 
-def llama_server_args(spec) -> tuple[str, ...]:
+def llama_server_args(spec, engine) -> tuple[str, ...]:
     """llama-server's options for the same setting; ConfigError where it has none (it drafts up to n_max at
     once, so its drafts equal ours only where spec.k ≥ n_max)."""
     if spec.k < spec.param("n_max"):

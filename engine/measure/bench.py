@@ -66,8 +66,9 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                              "LlamaPromptLookupDecoding) on the same GGUF: ours ÷ theirs")
     parser.add_argument("--compare-llama-server", action="store_true",
                         help="also run llama.cpp's own llama-server (built by install.sh) on the same GGUF and "
-                             "prompt ids, for plain decoding and the n-gram configs it has an equal of "
-                             "(ngram-mod, ngram-map): its acceptance and equal outputs beside ours")
+                             "prompt ids, for plain decoding and the configs it has an equal of (ngram-mod, "
+                             "ngram-map, mtp, draft-model with a GGUF draft of the same vocabulary): its "
+                             "acceptance and equal outputs beside ours")
     parser.add_argument("--temperature", type=parse_float, default=0.0)
     parser.add_argument("--seed", type=parse_int, default=0)
     parser.add_argument("--strict", action="store_true",

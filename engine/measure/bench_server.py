@@ -1,7 +1,8 @@
 """`specscope bench --compare-llama-server`: llama.cpp's own llama-server (engine.measure.llama_server) beside our
 loop, for plain decoding and each config whose method has llama-server's equal (MethodSpec.llama_server_args:
-ngram-mod, ngram-map), on the same GGUF, prompt ids and threads: its greedy `/completion` of every prompt, after
-our timed run, each on a fresh server (its pools start empty, as ours do for each bench prompt). Reported per category and overall: its acceptance (drafted and accepted
+ngram-mod, ngram-map, mtp, draft-model), on the same GGUF (and draft or MTP head file), prompt ids and threads:
+its greedy `/completion` of every prompt, after our timed run, each on a fresh server (its pools start empty, as
+ours do for each bench prompt). Reported per category and overall: its acceptance (drafted and accepted
 tokens, as its timings count them) beside ours, how many of its outputs equal ours, and its decode tok/s.
 
 Touches one llama-server process at a time (127.0.0.1, a free port, stopped before the next) and their logs in a
@@ -32,13 +33,17 @@ def check_compare_server(engine, temperature: float) -> None:
         raise ConfigError(f"--compare-llama-server: {MISSING}")
 
 
-def server_args(spec: SpecConfig) -> tuple[str, ...] | None:
-    """llama-server's options for the same setting: () for plain decoding, None where it has no equal (the
-    method has none; ConfigError, with the reason, where this setting of it has none)."""
+def server_args(spec: SpecConfig, engine) -> tuple[str, ...] | None:
+    """llama-server's options for the same setting on `engine`'s model (its files): () for plain decoding, None
+    where it has no equal (the method has none; ConfigError, with the reason, where this setting of it has none)."""
     if not spec.speculative:
         return ()
     make = spec.info.llama_server_args
-    return None if make is None else tuple(make(spec))
+    if make is None:
+        return None
+    if spec.adaptive:
+        raise ConfigError("llama-server drafts a fixed number of tokens a round; adaptive has no equal there")
+    return tuple(make(spec, engine))
 
 
 @dataclass
@@ -83,7 +88,7 @@ def compare_with_server(engine, prompts, results, max_new_tokens: int, progress=
         if not isinstance(result, ConfigResult):
             continue
         try:
-            args = server_args(result.spec)
+            args = server_args(result.spec, engine)
         except ConfigError as exc:
             notes.append(f"{result.spec.label()}: {exc}")
             continue

@@ -7,6 +7,7 @@ Skipped where llama-server is not built (packaging/install.sh builds it)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -36,7 +37,8 @@ def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mtp-oracle")
     (inside,) = build("qwen35-mtp", folder / "inside" / "tiny-qwen35-mtp.gguf")
     target, sidecar = build("qwen35-mtp-sidecar", folder / "split" / "tiny-qwen35.gguf")
-    return {"inside": inside, "split": target, "sidecar": sidecar, "folder": folder}
+    (hybrid,) = build("hybrid", folder / "hybrid" / "tiny-hybrid.gguf")  # another model of the same vocabulary
+    return {"inside": inside, "split": target, "sidecar": sidecar, "hybrid": hybrid, "folder": folder}
 
 
 prompts = oracle_prompts
@@ -85,3 +87,38 @@ def test_plain_output_equals_llama_servers_greedy_output(files, tmp_path):
     with LlamaServer(files["split"], (), log_dir=tmp_path, threads=1) as server:
         for ids in prompts():
             assert list(ours(engine, ids, SpecConfig()).output_ids) == complete(server, ids)["tokens"]
+
+
+def test_bench_compares_mtp_and_a_draft_model_with_llama_servers(files, tmp_path, capsys):
+    """`specscope bench --compare-llama-server` on the split fixture: llama-server's draft-mtp with the mtp-*.gguf
+    found beside the target, and its draft-simple with the target drafting for itself (and with the GGUF that
+    carries the same layers and its MTP layers inside), give our outputs and our drafted and accepted counts.
+    With the hybrid fixture as the draft (mostly rejected) the outputs are equal too, but llama-server drafts
+    fewer tokens: under draft-simple its recurrent target keeps no per-token states, so after a partly rejected
+    draft it restores a checkpoint and runs the kept tokens again, in a round without a draft."""
+    from engine.cli.main import main
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": text, "category": category}) + "\n" for text, category in (
+        ("Repeat this list exactly, twice: apple, banana, cherry.", "list"), ("Write a Python function.", "code"))))
+    out = tmp_path / "out.json"
+    same = ["mtp:k=3", f"draft-model:k=3,draft={files['split']}", f"draft-model:k=3,draft={files['inside']}"]
+    other = f"draft-model:k=3,draft={files['hybrid']}"
+    options = [option for label in (*same, other) for option in ("--config", label)]
+    assert main(["bench", "--model", str(files["split"]), "--prompts", str(prompts), "--max-new-tokens",
+                 str(N_NEW), *options, "--compare-llama-server", "--json", str(out)]) == 0
+    assert "beside llama-server" in capsys.readouterr().out
+    configs = json.loads(out.read_text())["configs"]
+    for label in ("none", *same, other):
+        row = configs[label]["all"]
+        assert row["llama_server_identical"] == row["prompts"] == 2, label
+    for label in same:
+        row = configs[label]["all"]
+        assert row["drafted_tokens"] > 0, label
+        assert (row["drafted_tokens"], row["accepted_tokens"]) == \
+            (row["llama_server_drafted"], row["llama_server_accepted"]), label
+    row = configs[other]["all"]
+    assert row["accepted_tokens"] < row["drafted_tokens"]  # partly rejected drafts, so llama-server replays
+    assert 0 < row["llama_server_drafted"] < row["drafted_tokens"]
+    print(f"\nbench --compare-llama-server, {other.split(',')[0]} with the hybrid draft: ours "
+          f"{row['accepted_tokens']}/{row['drafted_tokens']}, llama-server "
+          f"{row['llama_server_accepted']}/{row['llama_server_drafted']}")

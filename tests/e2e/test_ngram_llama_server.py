@@ -36,7 +36,7 @@ SETTINGS = ["ngram-mod:k=64", "ngram-mod:k=64,n_match=4,n_min=2,n_max=16", "ngra
 
 
 def server_args(spec) -> tuple[str, ...]:
-    return spec.info.llama_server_args(spec)
+    return spec.info.llama_server_args(spec, None)  # a pool's options name no file: no engine needed
 
 
 def complete(server: LlamaServer, ids: list[int]) -> dict:

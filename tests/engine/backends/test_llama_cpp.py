@@ -191,9 +191,9 @@ def test_forward_gives_only_the_rows_asked_for_in_place(tiny_q8):
 
 
 def test_a_long_feed_is_split_into_batches(tiny_q8):
-    """More than n_batch ids at once: the ids before the rows asked for go in chunks of n_batch, the rows
-    asked for in a batch of their own; the same (within the rounding of llama.cpp's large-batch kernels) as
-    feeding the ids in small pieces."""
+    """More than n_batch ids at once: batches of n_batch from the first id, as llama-server feeds a prompt, the
+    rows asked for in the last (where it holds them all; else in a batch of their own); the same (within the
+    rounding of llama.cpp's large-batch kernels) as feeding the ids in small pieces."""
     n_batch = backend.N_BATCH
     rng = random.Random(1)
     ids = [rng.randrange(tiny_q8.vocab_size) for _ in range(2 * n_batch + 37)]
@@ -203,25 +203,34 @@ def test_a_long_feed_is_split_into_batches(tiny_q8):
     runner._decode_batch = lambda chunk, position, n_outputs: (calls.append((position, len(chunk), n_outputs)),
                                                          decode(chunk, position, n_outputs))
     at_once = runner.forward(ids, 9).clone()
-    assert calls == [(0, n_batch, 0), (n_batch, n_batch, 0), (2 * n_batch, 28, 0), (2 * n_batch + 28, 9, 9)]
+    assert calls == [(0, n_batch, 0), (n_batch, n_batch, 0), (2 * n_batch, 37, 9)]
     assert len(runner.ids) == len(ids)
     runner.reset()
     for start in range(0, len(ids) - 9, 100):
         runner.forward(ids[start:min(start + 100, len(ids) - 9)], 1)
     in_pieces = runner.forward(ids[-9:], 9)
     assert torch.allclose(in_pieces, at_once, atol=1e-2) and torch.equal(in_pieces.argmax(-1), at_once.argmax(-1))
+    runner.reset()
+    calls.clear()
+    runner.forward(ids[:2 * n_batch + 5], 9)  # the last batch holds 5 ids: the 9 rows get one of their own
+    assert calls == [(0, n_batch, 0), (n_batch, n_batch - 4, 0), (2 * n_batch - 4, 9, 9)]
 
 
 @pytest.mark.parametrize("which", ["tiny Q8_0", pytest.param("built-in Q4_1", marks=pytest.mark.model)])
 def test_next_logits_do_not_depend_on_how_the_prompt_was_fed(which, request):
-    """A prompt fed whole, or synced back to its last id (a regenerated reply), gives the same logits."""
+    """A prompt fed whole, and again for a regenerated reply, gives the same logits: the sync feeds it whole
+    again (not its last id alone, which llama.cpp's kernels would round otherwise)."""
     model = request.getfixturevalue("tiny_q8" if which == "tiny Q8_0" else "builtin_llama")
     prompt = model.tokenizer.encode(" ".join(TEXTS[:5]))
     assert len(prompt) > 64  # longer than the batches whose rounding matches one-by-one decoding
     runner = model.new_runner()
     whole = runner.forward(prompt, 1).clone()
-    assert runner.sync(prompt) == prompt[-1:]
-    assert torch.equal(runner.forward(prompt[-1:], 1), whole)
+    for token in (5, 6, 7):  # a reply's first tokens, one pass each
+        runner.forward([token], 1)
+    assert runner.sync(prompt) == prompt
+    assert torch.equal(runner.forward(prompt, 1), whole)
+    longer = prompt + [9]  # a longer context than the last prompt feeds what is new only
+    assert runner.sync(longer) == [9]
 
 
 @pytest.mark.parametrize("which", ["tiny Q8_0", pytest.param("built-in Q4_1", marks=pytest.mark.model)])
@@ -251,9 +260,15 @@ def test_rollback_after_random_rejections_equals_a_fresh_context(which, request)
 def test_sync_keeps_the_common_prefix(tiny_q8):
     runner = tiny_q8.new_runner()
     ids = tiny_q8.tokenizer.encode(TEXTS[0])
-    runner.forward(ids, 1)
+    runner.forward(ids[:-1], 1)
+    runner.forward(ids[-1:], 1)
     assert runner.sync(ids) == ids[-1:]  # the last id is always fed again (its logits are needed)
     assert len(runner.ids) == len(ids) - 1
+    runner.forward(ids[-1:], 1)
+    assert runner.sync(ids + [7]) == [7]
+    runner.rollback(len(ids))
+    assert runner.sync(ids[:-1]) == ids[:-1]  # the last prompt fed, again: fed whole again (a regenerated reply)
+    runner.forward(ids[:-1], 1)
     other = ids[:5] + tiny_q8.tokenizer.encode(" elephant")
     assert runner.sync(other) == other[5:] and runner.ids == ids[:5]
 

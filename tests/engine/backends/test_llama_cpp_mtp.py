@@ -132,6 +132,39 @@ def test_a_hybrid_target_speculates_losslessly(models, baselines, files, method)
         assert draft_cost["snapshots"] == 0 and draft_cost["restores"] > 0
 
 
+def test_the_drafters_take_in_the_prompt_in_the_prefill_round(models, files):
+    """The MTP head's cache and a draft model's take in the prompt during the first (prefill) round, in the time to
+    the first token (as llama-server's draft-mtp and draft-simple do in its prompt processing): the first decoding
+    round drafts from one new entry, not the whole prompt."""
+    ids = prompt(1)
+    for spec in (SpecConfig("mtp", k=3), SpecConfig("draft-model", k=3, draft=str(files["inside"]))):
+        engine = local_engine(models["inside"])
+        events = engine.generate_ids(ids, spec=spec, max_new_tokens=N_NEW)
+        next(events)  # started
+        prefill = next(events)
+        drafter = engine.drafts._drafter
+        if spec.method == "mtp":
+            assert drafter.context.attached._seen == ids  # an entry per prompt position, before any draft
+        else:
+            assert drafter.runner.ids == ids  # the prompt fed; the first token is fed by the first draft
+        assert prefill.index == 0 and prefill.draft_seconds > 0  # its time is the prefill round's
+        first = next(events)
+        assert first.draft_ids  # and the next round drafts at once
+        for _ in events:
+            pass
+
+
+def test_plain_decoding_on_a_recurrent_target_keeps_no_checkpoint(models, baselines):
+    """A plain pass is never cut back, so the target saves no copy of its recurrent state at every round (it
+    did: a state copy a token); a speculative generation after it still rolls back exactly."""
+    engine = local_engine(models["hybrid"])
+    finished = run(engine, prompt(2), max_new_tokens=N_NEW)[2]
+    assert_equal(finished, baselines["hybrid"][2], "plain")
+    assert engine.runner._rollback._checkpoint is None
+    finished = run(engine, prompt(2), spec=SpecConfig("prompt-lookup", k=3), max_new_tokens=N_NEW)[2]
+    assert_equal(finished, baselines["hybrid"][2], "prompt-lookup after plain")
+
+
 # ------------------------------------------------------------------ both contexts stay exact
 
 

@@ -215,10 +215,10 @@ def test_both_methods_are_registered_with_llama_cpps_defaults():
 
 
 def test_llama_server_options_name_the_same_setting():
-    assert mod_args(parse_spec("ngram-mod:k=64,n_match=8,n_min=2")) == (
+    assert mod_args(parse_spec("ngram-mod:k=64,n_match=8,n_min=2"), None) == (
         "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "2",
         "--spec-ngram-mod-n-max", "64")
-    assert map_args(parse_spec("ngram-map:k=48,four_values=1,min_hits=2")) == (
+    assert map_args(parse_spec("ngram-map:k=48,four_values=1,min_hits=2"), None) == (
         "--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "12", "--spec-ngram-map-k4v-size-m", "48",
         "--spec-ngram-map-k4v-min-hits", "2")
 

@@ -13,17 +13,17 @@ from engine.measure.bench_server import ServerTally, add_server_rows, check_comp
 
 
 def test_plain_decoding_and_the_pools_have_llama_servers_equal_and_other_methods_none():
-    assert server_args(parse_spec("none")) == ()
-    assert server_args(parse_spec("prompt-lookup:k=3")) is None
-    assert server_args(parse_spec("suffix")) is None
-    args = server_args(parse_spec("ngram-mod:k=64"))
+    assert server_args(parse_spec("none"), None) == ()
+    assert server_args(parse_spec("prompt-lookup:k=3"), None) is None
+    assert server_args(parse_spec("suffix"), None) is None
+    args = server_args(parse_spec("ngram-mod:k=64"), None)
     assert args[:2] == ("--spec-type", "ngram-mod") and "--spec-ngram-mod-n-max" in args
-    assert server_args(parse_spec("ngram-map:k=8,size_n=3,size_m=8,four_values=1"))[:2] == \
+    assert server_args(parse_spec("ngram-map:k=8,size_n=3,size_m=8,four_values=1"), None)[:2] == \
         ("--spec-type", "ngram-map-k4v")
     with pytest.raises(ConfigError, match="k ≥ n_max"):
-        server_args(parse_spec("ngram-mod:k=4"))
+        server_args(parse_spec("ngram-mod:k=4"), None)
     with pytest.raises(ConfigError, match="k ≥ size_m"):
-        server_args(parse_spec("ngram-map:k=4"))
+        server_args(parse_spec("ngram-map:k=4"), None)
 
 
 def test_replies_are_tallied_per_category_and_put_beside_ours():
