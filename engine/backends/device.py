@@ -8,6 +8,7 @@ importing this module does not). Touches nothing.
 from __future__ import annotations
 
 from engine.core.errors import DeviceError, ModelLoadError
+from engine.core.sampling import device_ids  # the one copy of ids to a device without a host sync
 from engine import host
 
 # dtype names the user may type → torch attribute names
@@ -133,4 +134,4 @@ def dtype_label(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_devices", "cuda_name", "free_cached_memory", "cuda_native_bf16", "default_dtype", "check_dtype_name", "resolve_dtype", "dtype_label"]
+__all__ = ["DTYPE_NAMES", "resolve_device", "cuda_devices", "cuda_name", "free_cached_memory", "cuda_native_bf16", "default_dtype", "check_dtype_name", "resolve_dtype", "dtype_label", "device_ids"]

@@ -16,6 +16,7 @@ Touches torch and the layers of a transformers cache; imported by the transforme
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,7 @@ class HybridRollback:
         self.restores = 0  # rollbacks that restored a snapshot (and recomputed the kept tokens after it)
         self.restore_seconds = 0.0
         self.refills = 0  # rollbacks past every snapshot: the kept context recomputed from its start
+        self._timed: deque = deque()  # on a GPU: (start, end) CUDA events of restores not added to the time yet
 
     def clear(self) -> None:
         self.snapshots.clear()
@@ -106,19 +108,41 @@ class HybridRollback:
         del self.snapshots[:-1]
         return self.snapshots[-1] if self.snapshots else None
 
-    def count(self, started: float, device: torch.device, refill: bool) -> None:
+    def start(self, device: torch.device):
+        """A rollback starts: what `count` times it from. On a GPU a CUDA event in the stream, so that timing the
+        recompute's kernels (not only their launch) makes nothing wait: `cost()` reads the time later."""
+        if device.type != "cuda":
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def count(self, started, refill: bool) -> None:
+        """A rollback that began at `started` (from `start`) is done: a refill, or a restore and its recompute."""
         if refill:
             self.refills += 1
             return
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # the recompute's kernels, not only their launch
         self.restores += 1
-        self.restore_seconds += time.perf_counter() - started
+        if isinstance(started, float):
+            self.restore_seconds += time.perf_counter() - started
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._timed.append((started, end))
+        self._add_times(wait=False)
+
+    def _add_times(self, wait: bool) -> None:
+        """Add the GPU time of the timed restores whose kernels are done (with `wait`: of all, waiting for them)."""
+        while self._timed and (wait or self._timed[0][1].query()):
+            begun, end = self._timed.popleft()
+            end.synchronize()
+            self.restore_seconds += begun.elapsed_time(end) / 1000
 
     def cost(self) -> dict:
         """kind, snapshot_bytes (one snapshot), mean_restore_ms (a restore and the recompute of the kept
         tokens; None before the first), restores; and, as llama.cpp's runner says them, snapshots (held now)
         and refills."""
+        self._add_times(wait=True)
         return {"kind": KIND, "snapshot_bytes": self.snapshot_bytes,
                 "mean_restore_ms": 1000 * self.restore_seconds / self.restores if self.restores else None,
                 "restores": self.restores, "snapshots": len(self.snapshots), "refills": self.refills}

@@ -29,7 +29,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.backends import TRANSFORMERS, LoadedModel, Runner, backend_named, sync_by_prefix
-from engine.backends.device import dtype_label
+from engine.backends.device import device_ids, dtype_label
 from engine.backends.hybrid_cache import HybridRollback, linear_layers, restore
 from engine.backends.source import ModelSource, check_gguf, converted_folder, weight_files
 from engine.backends.transformers_heads import TRANSFORMERS_HEADS
@@ -113,6 +113,9 @@ class TransformersRunner(Runner):
     On request (`record_outputs`) it also keeps what MTP heads and Gemma 4 assistants draft from: the last
     layer's hidden state of every cached position (`hidden`) and the last pass's shared key/value states.
 
+    A drafter can feed it a token it chose without reading it on the host (`forward_unread`): the pass queues
+    behind the one that chose it, and `read_unread` tells `ids` the values once the drafter has read them all.
+
     A cache with linear-attention layers (a hybrid model) is rolled back by `HybridRollback`: their states are
     cloned before each pass; a rollback into a pass restores the clone from before it, crops the attention
     layers to match and feeds the kept tokens of that pass again (`rollback_cost()` says what that costs)."""
@@ -130,6 +133,7 @@ class TransformersRunner(Runner):
         self._keep_shared_kv = False
         self._shared_kv: tuple[dict, int] | None = None  # the last pass's shared K/V and the length after it
         self._hybrid: HybridRollback | None = None  # set by the first cache that has linear-attention layers
+        self._unread = 0  # positions fed by forward_unread that `ids` does not hold yet (read_unread names them)
 
     def record_outputs(self, *, shared_kv: bool = False) -> None:
         """From now on keep the last layer's hidden states (and, with `shared_kv`, the last pass's shared
@@ -156,6 +160,7 @@ class TransformersRunner(Runner):
     def reset(self) -> None:
         self.cache = None
         self.ids = []
+        self._unread = 0
         self._shared_kv = None
         if self.hidden is not None:
             self.hidden = HiddenRows()
@@ -167,6 +172,7 @@ class TransformersRunner(Runner):
 
     def rollback(self, length: int) -> None:
         """Keep the first `length` cached positions."""
+        self._check_read()
         if length > len(self.ids):
             return
         if self._hybrid is not None:
@@ -201,7 +207,7 @@ class TransformersRunner(Runner):
             if self.cache is not None:
                 self.cache.crop(0)  # trims the recorded past (conv inputs, a sliding window), as crop_cache does
             return
-        started = time.perf_counter()
+        started = hybrid.start(self.device)
         refill = snapshot is None or not can_crop(self.cache, len(self.ids) - snapshot.length)
         if refill:
             kept = self.ids[:length]
@@ -214,12 +220,12 @@ class TransformersRunner(Runner):
             if self.hidden is not None:
                 self.hidden.truncate(length)  # the kept positions' rows are already right
         if kept:
-            out = self._pass(kept, 1, outputs=refill and self.hidden is not None)
+            out = self._pass(device_ids(kept, self.device), 1, outputs=refill and self.hidden is not None)
             self.ids.extend(kept)
             if refill and self.hidden is not None:
-                self._keep_outputs(out)
+                self._keep_outputs(out, len(self.ids))
         if kept or not refill:  # back to an empty cache is no refill
-            hybrid.count(started, self.device, refill)
+            hybrid.count(started, refill)
 
     def rollback_cost(self) -> dict | None:
         """What a rollback costs here: {kind, snapshot_bytes, mean_restore_ms, restores, snapshots, refills} for a
@@ -228,14 +234,40 @@ class TransformersRunner(Runner):
 
     def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         """Feed `new_ids` after the cached ones; return float32 logits of the last `n_logits` positions."""
+        self._check_read()
+        logits = self._feed(device_ids(new_ids, self.device), n_logits)
+        self.ids.extend(new_ids)
+        return logits
+
+    def forward_unread(self, new_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
+        """forward() for ids (n,) still on the device that the host has not read (a drafter's last choice), so
+        that nothing waits for them. `ids` lacks them until `read_unread` names them: call it before anything
+        else but forward_unread."""
+        logits = self._feed(new_ids.view(1, -1), n_logits)
+        self._unread += new_ids.numel()
+        return logits
+
+    def read_unread(self, values: list[int]) -> None:
+        """The values of the ids forward_unread fed since the last read, in order: `ids` holds them from now on."""
+        if len(values) != self._unread:
+            raise ValueError(f"{self._unread} unread ids were fed, {len(values)} named")
+        self.ids.extend(values)
+        self._unread = 0
+
+    def _check_read(self) -> None:
+        if self._unread:
+            raise RuntimeError(f"{self._unread} ids fed by forward_unread were never named (read_unread)")
+
+    def _feed(self, input_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
+        """One pass over `input_ids` (1, n) after the `len(ids)` + unread cached positions; float32 logits."""
         if self.cache is None:
             self._new_cache()
+        length = len(self.ids) + self._unread
         if self._hybrid is not None:
-            self._hybrid.before_pass(self.cache, len(self.ids))
-        out = self._pass(new_ids, n_logits, outputs=self.hidden is not None)
-        self.ids.extend(new_ids)
+            self._hybrid.before_pass(self.cache, length)
+        out = self._pass(input_ids, n_logits, outputs=self.hidden is not None)
         if self.hidden is not None:
-            self._keep_outputs(out)
+            self._keep_outputs(out, length + input_ids.shape[1])
         return out.logits[0, -n_logits:].float()
 
     def _new_cache(self) -> None:
@@ -246,9 +278,9 @@ class TransformersRunner(Runner):
         if self._hybrid is None and (layers := linear_layers(self.cache)):
             self._hybrid = HybridRollback(layers)
 
-    def _pass(self, new_ids: list[int], n_logits: int, *, outputs: bool):
-        """One pass of the model over `new_ids` into the cache (`outputs`: with what record_outputs keeps)."""
-        input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
+    def _pass(self, input_ids: torch.Tensor, n_logits: int, *, outputs: bool):
+        """One pass of the model over `input_ids` (1, n) into the cache (`outputs`: with what record_outputs
+        keeps)."""
         kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
         if self._takes_logits_to_keep:
             kwargs["logits_to_keep"] = n_logits
@@ -262,10 +294,11 @@ class TransformersRunner(Runner):
             self.reset()  # the cache may hold part of this pass: start clean next time
             raise
 
-    def _keep_outputs(self, out) -> None:
-        self.hidden.append(out.hidden_states[-1][0], len(self.ids))
+    def _keep_outputs(self, out, length: int) -> None:
+        """Keep a pass's outputs; `length`: the cached positions after it."""
+        self.hidden.append(out.hidden_states[-1][0], length)
         if self._keep_shared_kv:
-            self._shared_kv = (dict(out.shared_kv_states), len(self.ids))
+            self._shared_kv = (dict(out.shared_kv_states), length)
 
 
 # ---------------------------------------------------------------- GGUF, dequantized once

@@ -106,9 +106,14 @@ class MtpLayers:
     def begin(self) -> None:
         pass  # the target runner keeps its states from the drafter's start on
 
+    def prefill(self, context_ids: list[int]) -> None:
+        pass  # the first draft() runs over what it needs of the target's states
+
     def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
               ) -> tuple[list[int], list["torch.Tensor"]]:
         import torch
+
+        from engine.backends.device import device_ids
         k = min(k, self.n_layers)
         n_cached = len(context_ids) - 1  # the target holds every id but the last (its own token)
         if k < 1 or n_cached < 1:
@@ -122,8 +127,7 @@ class MtpLayers:
         draft_ids, rows = [], []
         for layer in range(k):
             # layer `layer` at position p reads the token layer+1 ahead, at RoPE position p+layer+1
-            tokens = torch.tensor([sequence[start + layer + 1:n_cached + layer + 1]], dtype=torch.long,
-                                  device=self.device)
+            tokens = device_ids(sequence[start + layer + 1:n_cached + layer + 1], self.device)
             positions = torch.arange(start + layer + 1, n_cached + layer + 1, device=self.device).unsqueeze(0)
             hidden = self.mtp.forward_layer(layer, hidden, positions, self.cache, input_ids=tokens)
             logits = self.mtp._project_to_logits(hidden[:, -1:, :])[0, -1].float()  # (vocab,)
@@ -166,15 +170,20 @@ class AssistantStates:
     def begin(self) -> None:
         pass  # the target runner keeps its states from the drafter's start on
 
+    def prefill(self, context_ids: list[int]) -> None:
+        pass  # the first draft() runs over what it needs of the target's states
+
     def draft(self, context_ids: list[int], k: int, choose: Callable[["torch.Tensor"], int]
               ) -> tuple[list[int], list["torch.Tensor"]]:
         import torch
+
+        from engine.backends.device import device_ids
         hidden, shared_kv = self._inputs(context_ids)
-        position = torch.tensor([[len(context_ids) - 1]], device=self.device)
+        position = torch.full((1, 1), len(context_ids) - 1, device=self.device)  # no copy from the host
         token = context_ids[-1]
         draft_ids, rows = [], []
         for _ in range(k):
-            embedding = self.embed(torch.tensor([[token]], device=self.device))
+            embedding = self.embed(device_ids([token], self.device))
             out = self.assistant(inputs_embeds=torch.cat([embedding, hidden], dim=-1), position_ids=position,
                                  shared_kv_states=shared_kv, use_cache=False)
             logits = out.logits[0, -1].float()  # (vocab,)

@@ -30,6 +30,7 @@ from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
 from engine.backends import Note
+from engine.backends.device import device_ids
 from engine.backends.transformers import TransformersRunner
 from engine.core.config import MAX_K
 from engine.core.errors import PromptTooLongError
@@ -135,37 +136,37 @@ class StaticRunner(TransformersRunner):
 
     # ---- the Runner
 
-    def forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
-        """Feed `new_ids` after the cached ones; float32 logits of the last `n_logits` positions (on the device)."""
+    def _feed(self, input_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
+        """A pass over `input_ids` (1, n) after the cached positions (forward, forward_unread); float32 logits of
+        the last `n_logits` positions (on the device)."""
         if self.eager_reason:
-            return super().forward(new_ids, n_logits)
-        n = len(new_ids)
-        if len(self.ids) + n > self.context_length:
-            raise PromptTooLongError(f"{len(self.ids) + n} tokens do not fit in the {self.context_length:,}-token "
+            return super()._feed(input_ids, n_logits)
+        n, length = input_ids.shape[1], len(self.ids) + self._unread
+        if length + n > self.context_length:
+            raise PromptTooLongError(f"{length + n} tokens do not fit in the {self.context_length:,}-token "
                                      "static cache of --compile; shorten the conversation")
         with torch.inference_mode():
             if self.static_cache is None:
                 self.static_cache = StaticCache(config=self.config, max_cache_len=self.context_length)
-            if self._warm_up_to:
+            if self._warm_up_to and not self._unread:
                 self._warm_up()
-            input_ids = self._device_ids(new_ids)
             try:
                 logits = None
                 if self.compiled is not None and n <= self.widths and self._allocated():
                     logits = self.compiled(input_ids, self.static_cache)
                 if logits is None:
-                    self._set_length(len(self.ids))  # a failed compile may have run part of the pass
-                    logits = self._eager(input_ids, n_logits)
+                    self._set_length(length)  # a failed compile may have run part of the pass
+                    logits = self._eager(input_ids, n_logits, length)
             except BaseException:
-                self._set_length(len(self.ids))  # some layers may have moved on: back to what `ids` says
+                self._set_length(length)  # some layers may have moved on: back to what `ids` says
                 raise
-        self.ids.extend(new_ids)
         return logits[-n_logits:].float()
 
     def rollback(self, length: int) -> None:
         """Keep the first `length` cached positions: only the cache's length moves."""
         if self.eager_reason:
             return super().rollback(length)
+        self._check_read()
         if length < len(self.ids):
             del self.ids[length:]
             self._set_length(length)
@@ -173,13 +174,13 @@ class StaticRunner(TransformersRunner):
     def reset(self) -> None:
         if self.eager_reason:
             return super().reset()
-        self.ids = []
+        self.ids, self._unread = [], 0
         self._set_length(0)
 
     def release(self) -> None:
         if self.eager_reason:
             return super().release()
-        self.static_cache, self.ids = None, []
+        self.static_cache, self.ids, self._unread = None, [], 0
 
     def reserve_rollback(self, depth: int) -> None:
         """Before a speculative generation (engine.core.engine): verify passes are up to `depth` wide, so
@@ -206,7 +207,7 @@ class StaticRunner(TransformersRunner):
                 self.forward([0], 1)  # the buffers are allocated by an eager pass, at fixed addresses
                 self.rollback(length)
             for width in range(1, min(depth, self.context_length - length) + 1):
-                if self.compiled(self._device_ids([0] * width), self.static_cache) is None:
+                if self.compiled(device_ids([0] * width, self.device), self.static_cache) is None:
                     break
                 self._set_length(length)
 
@@ -221,14 +222,20 @@ class StaticRunner(TransformersRunner):
             for layer in self.static_cache.layers:
                 layer.cumulative_length.fill_(length)
 
-    def _device_ids(self, ids: list[int]) -> torch.Tensor:
-        if self.device.type == "cuda":  # from pinned memory, copied without waiting for the queued passes
-            return torch.tensor([ids], dtype=torch.long, pin_memory=True).to(self.device, non_blocking=True)
-        return torch.tensor([ids], dtype=torch.long, device=self.device)
-
-    def _eager(self, input_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
+    def _eager(self, input_ids: torch.Tensor, n_logits: int, length: int) -> torch.Tensor:
+        """An uncompiled pass of n positions after `length` cached ones on the static cache."""
         kwargs = {"logits_to_keep": n_logits} if self._takes_logits_to_keep else {}
+        if length and input_ids.shape[1] > 1 and self.config._attn_implementation == "sdpa":
+            kwargs["attention_mask"] = self._causal_mask(length, input_ids.shape[1])
         return self.model(input_ids=input_ids, cache=self.static_cache, use_cache=True, **kwargs).logits[0]
+
+    def _causal_mask(self, length: int, n: int) -> torch.Tensor:
+        """The causal mask (1, 1, n, cache length) sdpa gets for n positions after `length` cached ones: position
+        length + i sees the cache's positions ≤ length + i. Made from the host's length, it is the very mask
+        transformers makes from the cache's length tensor after comparing that tensor on the host (a sync)."""
+        keys = torch.arange(self.context_length, device=self.device)
+        queries = torch.arange(length, length + n, device=self.device)
+        return (keys[None, :] <= queries[:, None])[None, None]
 
 
 def static_runner_factory(model, device: torch.device, context_length: int, label: str,

@@ -22,7 +22,7 @@ from engine.core.recording import record_round
 from engine.core.runner import Runner
 from engine.core.sampling import probabilities
 from engine.core.stats import StatsAccumulator
-from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy, verify_greedy_probs
+from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy_drafted
 
 
 @dataclass(slots=True)
@@ -95,14 +95,10 @@ def verify_pass(runner: Runner, feed: list[int], proposal: Proposal, sampling: S
     logits = runner.forward(feed + draft_ids, m + 1)
     draws = p_draft_rows = None
     if sampling.greedy:
-        if piece is None:
-            p_target_rows = None
-            n_accepted, target_id, p_target, p_own = verify_greedy(logits, draft_ids)
-        else:  # the round's tree reads the very softmax the decision used
-            rows = torch.softmax(logits, dim=-1)
-            n_accepted, target_id, p_target, p_own = verify_greedy_probs(rows, draft_ids)
-            p_target_rows = rows.float()
-        p_draft = drafted_probabilities(proposal)
+        # the round's tree (piece) reads the very softmax the decision used
+        rows = torch.softmax(logits, dim=-1)
+        n_accepted, target_id, p_target, p_own, p_draft = verify_greedy_drafted(rows, draft_ids, proposal.p_draft)
+        p_target_rows = rows.float() if piece is not None else None
     else:
         p_target_rows = probabilities(logits, sampling)
         p_draft_rows = None if proposal.p_draft is None else \
@@ -120,16 +116,6 @@ def verify_pass(runner: Runner, feed: list[int], proposal: Proposal, sampling: S
     t_rollback = time.perf_counter()
     runner.rollback(len(runner.ids) - (m - n_accepted))
     return Checked(n_accepted, target_id, p_target, p_draft, p_own, time.perf_counter() - t_rollback, detail)
-
-
-def drafted_probabilities(proposal: Proposal) -> list[float | None]:
-    """The drafter's probability of each of the m tokens it drafted, read from p_draft (m, V) (None where it
-    has no distribution)."""
-    if proposal.p_draft is None:
-        return [None] * len(proposal.ids)
-    rows = torch.arange(len(proposal.ids), device=proposal.p_draft.device)
-    drafted = torch.tensor(proposal.ids, dtype=torch.long, device=proposal.p_draft.device)
-    return proposal.p_draft[rows, drafted].tolist()
 
 
 def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: int, max_new_tokens: int,

@@ -8,6 +8,15 @@ import torch
 from engine.core.config import SamplingConfig
 
 
+def device_ids(ids: list[int], device) -> torch.Tensor:
+    """`ids` as a (1, n) long tensor on `device`. On a GPU it is copied from pinned memory without waiting: a tensor
+    built from a list straight on the device is copied from pageable memory, which first waits for every queued
+    kernel (a host sync)."""
+    if device.type == "cuda":
+        return torch.tensor([ids], dtype=torch.long, pin_memory=True).to(device, non_blocking=True)
+    return torch.tensor([ids], dtype=torch.long).to(device)
+
+
 def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
     generator = torch.Generator(device=device)
     if seed is None:

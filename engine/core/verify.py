@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.core.sampling import residual, sample
+from engine.core.sampling import device_ids, residual, sample
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
@@ -29,18 +29,33 @@ def verify_greedy(target_logits: torch.Tensor, draft_ids: list[int]) -> tuple[in
 def verify_greedy_probs(probs: torch.Tensor, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
     """verify_greedy on probs (m+1, V), the softmax of the target's logits computed by the caller (a recorded
     round keeps it)."""
+    return verify_greedy_drafted(probs, draft_ids, None)[:4]
+
+
+def verify_greedy_drafted(probs: torch.Tensor, draft_ids: list[int], p_draft: torch.Tensor | None
+                          ) -> tuple[int, int, list[float], float, list[float | None]]:
+    """verify_greedy_probs, and the drafter's probability of each drafted token read from its rows p_draft (m, V)
+    (None each where it has none), all in the one device → host transfer of the round."""
     m = len(draft_ids)
     if probs.device.type == "cpu" and probs.dtype == torch.float32:
-        return _verify_greedy_on_host(probs.detach().numpy(), draft_ids)
+        verdict = _verify_greedy_on_host(probs.detach().numpy(), draft_ids)
+        if p_draft is None:
+            return (*verdict, [None] * m)
+        rows = p_draft.detach()
+        rows = (rows if rows.device.type == "cpu" else rows.cpu()).float().numpy()
+        return (*verdict, [float(rows[i, x]) for i, x in enumerate(draft_ids)])
     top_p, top_id = probs.max(dim=-1)
-    p_drafted = _gather_drafted(probs, draft_ids)
+    parts = [top_id.float(), top_p, _gather_drafted(probs, draft_ids)]
+    if p_draft is not None:
+        parts.append(_gather_drafted(p_draft.to(probs.device, torch.float32), draft_ids))
     # one device → host transfer per round: ids are exact in float32 (< 2**24)
-    values = torch.cat([top_id.float(), top_p, p_drafted]).tolist()
+    values = torch.cat(parts).tolist()
     argmax = [int(v) for v in values[: m + 1]]
     n_accepted = 0
     while n_accepted < m and draft_ids[n_accepted] == argmax[n_accepted]:
         n_accepted += 1
-    return n_accepted, argmax[n_accepted], values[2 * m + 2:], values[m + 1 + n_accepted]
+    drafted = values[3 * m + 2:] if p_draft is not None else [None] * m
+    return n_accepted, argmax[n_accepted], values[2 * m + 2:3 * m + 2], values[m + 1 + n_accepted], drafted
 
 
 def _verify_greedy_on_host(probs: np.ndarray, draft_ids: list[int]) -> tuple[int, int, list[float], float]:
@@ -108,7 +123,7 @@ def _gather_drafted(rows: torch.Tensor, draft_ids: list[int], outside: float = 0
     """rows[i, draft_ids[i]] (m,) from rows (≥ m, V); a draft id beyond the target's vocabulary (vocabularies may
     differ by up to 128 padding ids) has target probability 0, so it is always rejected."""
     vocab = rows.shape[-1]
-    drafted = torch.tensor(draft_ids, dtype=torch.long, device=rows.device)
+    drafted = device_ids(draft_ids, rows.device)[0]  # no host sync on a GPU
     picked = rows[torch.arange(len(draft_ids), device=rows.device), drafted.clamp(max=vocab - 1)]
     return torch.where(drafted < vocab, picked, torch.full_like(picked, outside))
 

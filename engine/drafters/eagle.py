@@ -127,6 +127,7 @@ class EagleDrafter(Drafter):
         import torch
         from transformers import DynamicCache
 
+        from engine.backends.device import device_ids
         from engine.backends.transformers import crop_cache
         runner, n = self.target_runner, len(context_ids)
         if runner is None or runner.ids != context_ids[:n - 1] or n < 2:
@@ -141,15 +142,16 @@ class EagleDrafter(Drafter):
             self.cache = DynamicCache(config=self.head.config)
         crop_cache(self.cache, keep)
         device = self.readout.device
-        tokens = torch.tensor([context_ids[keep + 1:n]], dtype=torch.long, device=device)
+        tokens = device_ids(context_ids[keep + 1:n], device)
         positions = torch.arange(keep, n - 1, device=device)[None]
         mask = causal_mask(n - 1 - keep, keep, device) if n - 1 - keep > 1 else None
         predicted = self.head(features[None].to(self.readout.dtype), self.embed(tokens), positions, self.cache, mask)
         self.ids = list(context_ids)
         return predicted[:, -1:]
 
-    def _pick(self, predicted: torch.Tensor) -> tuple[int, torch.Tensor]:
-        """The drafted id and its distribution over the target's vocabulary (0 outside the draft vocabulary)."""
+    def _pick(self, predicted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The drafted id (a 0-d tensor on the device, not read on the host) and its distribution over the target's
+        vocabulary (0 outside the draft vocabulary)."""
         import torch
 
         from engine.core.sampling import probabilities, sample
@@ -157,10 +159,12 @@ class EagleDrafter(Drafter):
         logits[self.head.draft_vocab] = (predicted[0, -1] @ self.readout.T).float()
         probs = probabilities(logits, self._sampling)
         if self._sampling.greedy:
-            return int(torch.argmax(logits)), probs
-        return int(sample(probs, self._generator)), probs
+            return torch.argmax(logits), probs
+        return sample(probs, self._generator), probs
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """Up to k drafted ids. Each step takes the token the step before drafted as a device tensor, so the host
+        reads the k ids once, at the end (one sync a round, not one a token)."""
         import torch
 
         from engine.backends.transformers import crop_cache
@@ -168,18 +172,18 @@ class EagleDrafter(Drafter):
         if predicted is None or k < 1:
             return Proposal.empty()
         n = len(context_ids)
-        draft_ids: list[int] = []
+        positions = torch.arange(n - 1, n - 2 + k, device=self.readout.device)[None]  # of steps 2…k's inputs
+        tokens: list[torch.Tensor] = []
         rows: list[torch.Tensor] = []
         for step in range(k):
             token, probs = self._pick(predicted)
-            draft_ids.append(token)
+            tokens.append(token)
             rows.append(probs)
             if step + 1 < k:  # the next step reads the predicted features and the drafted token
-                tokens = torch.tensor([[token]], device=self.readout.device)
-                positions = torch.tensor([[n - 1 + step]], device=self.readout.device)
-                predicted = self.head(predicted, self.embed(tokens), positions, self.cache)
+                predicted = self.head(predicted, self.embed(token.view(1, 1)), positions[:, step:step + 1],
+                                      self.cache)
         crop_cache(self.cache, n - 1)  # keep only the entries read from the target's own features
-        return Proposal(draft_ids, torch.stack(rows))
+        return Proposal(torch.stack(tokens).tolist(), torch.stack(rows))
 
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() syncs by common prefix with the target's kept features

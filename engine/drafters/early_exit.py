@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from engine.backends import LoadedModel
 from engine.core.config import check_backend
+from engine.core.drafting import Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec, ModelFacts, ParamSpec
 from engine.drafters.draft_model import RunnerDrafter
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 NAME = "early-exit"
@@ -70,8 +72,44 @@ class EarlyExitDrafter(RunnerDrafter):
         check_backend(NAME, target.backend)  # a view of torch modules: transformers only
         check_layers(layers, target.n_layers)
         view, config = shallow_view(target.model, layers)
-        super().__init__(TransformersRunner(view, config), name=NAME)
+        super().__init__(TransformersRunner(view, config), name=NAME)  # forward_unread: its own ability
         self.layers = layers
+
+    def propose(self, context_ids: list[int], k: int) -> Proposal:
+        """RunnerDrafter.propose with the drafted tokens left on the device: each pass takes the token the pass
+        before chose as a tensor (TransformersRunner.forward_unread), and the host reads the k ids once, at the
+        end: one sync a round instead of one a drafted token."""
+        import torch
+        runner = self.runner
+        feed = runner.sync(context_ids)
+        if k < 1:
+            return Proposal.empty()
+        tokens: list[torch.Tensor] = []
+        rows: list[torch.Tensor] = []
+        try:
+            logits = runner.forward(feed, 1)[-1]  # a new tensor each pass: kept without a copy
+            for step in range(k):
+                token, row = self.choose(logits)
+                tokens.append(token)
+                rows.append(row)
+                if step + 1 < k:
+                    logits = runner.forward_unread(token.view(1), 1)[-1]
+            draft_ids = torch.stack(tokens).tolist()
+        except BaseException:
+            runner.reset()  # its cache holds positions `ids` can't name
+            raise
+        runner.read_unread(draft_ids[:-1])
+        return self.proposal(draft_ids, rows)
+
+    def choose(self, logits: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+        """pick() with the token left on the device (a 0-d tensor): the argmax when greedy, else a draw."""
+        import torch
+
+        from engine.core.sampling import probabilities, sample
+        if self._sampling.greedy:
+            return torch.argmax(logits), logits
+        probs = probabilities(logits, self._sampling)
+        return sample(probs, self._generator), probs
 
 
 def check_facts(spec, facts: ModelFacts) -> None:
