@@ -76,8 +76,8 @@ class Timers:
                 continue
             if isinstance(original, staticmethod):  # Engine._propose: stays a static method
                 setattr(owner, attribute, staticmethod(self._timed(label, original.__func__)))
-            else:
-                setattr(owner, attribute, self._timed(label, original))
+            else:  # a runner's methods: the target runner's calls only (a draft model's count in the draft)
+                setattr(owner, attribute, self._timed(label, original, owner_name == "LlamaCppRunner"))
             self._undo.append((owner, attribute, original))
         decode, runner, seconds, calls = llama_cpp.llama_decode, self._runner, self.seconds, self.calls
 
@@ -97,10 +97,12 @@ class Timers:
         llama_cpp.llama_decode = timed_decode
         self._undo.append((llama_cpp, "llama_decode", decode))
 
-    def _timed(self, label, original):
-        seconds, calls, clock = self.seconds, self.calls, time.perf_counter
+    def _timed(self, label, original, target_only: bool = False):
+        seconds, calls, clock, runner = self.seconds, self.calls, time.perf_counter, self._runner
 
         def timed(*args, **kwargs):
+            if target_only and args[0] is not runner:
+                return original(*args, **kwargs)
             started = clock()
             try:
                 return original(*args, **kwargs)
