@@ -189,3 +189,21 @@ def test_a_method_the_backend_cannot_serve_is_refused_before_the_first_round(tin
     on_llama = dataclasses.replace(tiny_model, backend="llama.cpp")
     with pytest.raises(ConfigError, match="method early-exit needs the transformers backend"):
         local_engine(on_llama).generate("hello", spec=SpecConfig("early-exit", k=2))
+
+
+def test_python_collections_leave_what_the_process_held_out_during_the_rounds(tiny_engine):
+    """During a reply's rounds what the process held before it is frozen out of Python's collections (a full
+    collection of a long session's objects took 50–100 ms, counted as a round's time where it landed); it is
+    collectable again after the reply, or when the reply is abandoned."""
+    import gc
+    events = tiny_engine.generate("Hello", max_new_tokens=4)
+    next(events)  # started
+    next(events)  # the first round
+    assert gc.get_freeze_count() > 0
+    for _ in events:
+        pass
+    assert gc.get_freeze_count() == 0
+    events = tiny_engine.generate("Hello", max_new_tokens=4)
+    next(events), next(events)
+    events.close()
+    assert gc.get_freeze_count() == 0
