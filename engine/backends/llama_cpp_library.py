@@ -1,6 +1,6 @@
 """llama-cpp-python itself, for every llama.cpp module here: the library started once (backend initialised,
 its logger replaced by one that keeps errors for our messages), the errors it logged, the bindings of its MTP
-calls, and the one way weights loaded from a file are freed.
+calls, the one way weights loaded from a file are freed, and numpy views of its output buffers made once each.
 
 Touches llama.cpp's global state (its backend and logger) and nothing else; imports llama_cpp only when a
 model loads. No torch, no Qt.
@@ -12,6 +12,8 @@ import collections
 import ctypes
 import os
 import threading
+
+import numpy as np
 
 from engine.backends import LLAMA_CPP, backend_named
 from engine.core.errors import ConfigError, ModelLoadError
@@ -75,6 +77,26 @@ def mtp_bindings():
                           f"pip install llama-cpp-python=={EXT_VERSION}") from None
     _bindings = llama_cpp_ext
     return _bindings
+
+
+class BufferViews:
+    """numpy views of llama.cpp's output buffers (logits, hidden states), each made once per address and shape:
+    llama.cpp keeps a buffer in place until it grows it, and np.ctypeslib.as_array costs ~10 µs a call."""
+
+    def __init__(self) -> None:
+        self._views: dict[tuple, np.ndarray] = {}
+
+    def of(self, pointer, shape: tuple[int, ...]) -> np.ndarray:
+        key = (ctypes.addressof(pointer.contents), shape)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 64:  # llama.cpp moved its buffers: forget the old addresses' views
+                self._views.clear()
+            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=shape)
+        return view
+
+    def clear(self) -> None:
+        self._views.clear()
 
 
 def clear_errors() -> None:

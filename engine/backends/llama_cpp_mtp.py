@@ -7,7 +7,8 @@ stored inside the target's GGUF (`blk.N.nextn.*`, `<arch>.nextn_predict_layers`)
 through `ctx_other`) with a KV cache of its own: its entry at position p reads the token at p and the
 target's last hidden state at p − 1, and its logits predict the token at p + 1. The target's context hands
 over every pass's hidden states (llama.cpp's nextn embeddings, `LlamaCppRunner.record_nextn`); the head's
-cache is caught up lazily, when a draft is asked for, from what the target kept.
+cache takes in the prompt's entries in the prefill round (`prefill`, as llama-server's draft-mtp does in its prompt
+processing) and is caught up, when a draft is asked for, from what the target kept.
 
 Drafting k tokens: one head re-applies itself (its own output state in place of the target's, as llama.cpp
 does); chained heads run one each (k ≤ heads), each over the chain so far.
@@ -28,7 +29,8 @@ import torch
 from engine.backends import common_prefix_length
 from engine.backends.gguf_file import (MTP_ARCHITECTURES, ONE_HEAD_ARCHITECTURES, fitting_sidecar, mtp_mismatch,
                                        mtp_shape, read_header)
-from engine.backends.llama_cpp_library import HeldWeights, clear_errors, last_error, memory_check_on, mtp_bindings
+from engine.backends.llama_cpp_library import (BufferViews, HeldWeights, clear_errors, last_error, memory_check_on,
+                                               mtp_bindings)
 from engine.backends.llama_cpp_runner import N_BATCH, LlamaCppRunner
 from engine.core.errors import ConfigError, ModelLoadError, OutOfMemoryError, SpecScopeError
 
@@ -163,7 +165,7 @@ class MtpContext:
         self._ctx = None
         self._seen: list[int] = []  # the tokens of the entries the head's cache holds (position = index)
         self._zero = np.zeros((1, self.width), np.float32)  # the state before position 0
-        self._views: dict[tuple[int, int], np.ndarray] = {}  # llama.cpp's output buffers by (address, size)
+        self._views = BufferViews()  # of llama.cpp's output buffers
         self.clears = 0  # cuts its cache could not make (emptied instead): 0 where llama.cpp cuts it
         target_runner.record_nextn(self)
 
@@ -210,7 +212,7 @@ class MtpContext:
         for i in range(self._n_batch):
             batch.seq_id[i][0] = 0
         self._seen = []
-        self._views = {}
+        self._views.clear()
 
     def _free(self) -> None:
         ctx, self._ctx = self._ctx, None
@@ -322,26 +324,17 @@ class MtpContext:
             self._seen.append(context_ids[-1])
         return self._draft_reapplied(context_ids, k, pick)
 
-    def _view(self, pointer, size: int) -> np.ndarray:
-        """A numpy view of `size` floats of llama.cpp's at `pointer`, made once per address (llama.cpp keeps its
-        output buffers in place until it grows them)."""
-        key = (ctypes.addressof(pointer.contents), size)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=(size,))
-        return view
-
     def _logits(self) -> torch.Tensor:
         """The last pass's logits (its one row with logits), a copy: the caller may keep it."""
         pointer = self.lib.llama_get_logits_ith(self._ctx, -1)
-        return torch.from_numpy(self._view(pointer, self.head.target.vocab_size).copy())
+        return torch.from_numpy(self._views.of(pointer, (self.head.target.vocab_size,)).copy())
 
     def _output_state(self, index: int) -> np.ndarray:
         """(1, width): the head's output state at batch row `index` of the last pass, a view valid until the next."""
         state = self.ext.llama_get_embeddings_nextn_ith(self._ctx, index)
         if not state:
             raise SpecScopeError("llama.cpp gave no output state for the MTP head")
-        return self._view(state, self.width).reshape(1, self.width)
+        return self._views.of(state, (1, self.width))
 
     def _draft_reapplied(self, context_ids, k, pick):
         """One head: its entry at the last position has drafted; it runs again on its own guess and state."""

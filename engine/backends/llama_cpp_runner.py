@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from engine.backends import Runner, common_prefix_length
-from engine.backends.llama_cpp_library import clear_errors, last_error, mtp_bindings
+from engine.backends.llama_cpp_library import BufferViews, clear_errors, last_error, mtp_bindings
 from engine.backends.llama_cpp_rollback import RecurrentRollback, RollbackCost, TailRollback
 from engine.core.errors import OutOfMemoryError, PromptTooLongError, SpecScopeError
 
@@ -75,7 +75,7 @@ class LlamaCppRunner(Runner):
         self._positions = np.ctypeslib.as_array(batch.pos, shape=(self._n_batch,))
         self._flags = np.ctypeslib.as_array(batch.logits, shape=(self._n_batch,))
         self._steps = np.arange(self._n_batch, dtype=np.int32)  # a batch's positions after its first
-        self._logits_address, self._logits_views, self._row_views = None, {}, {}
+        self._logits_address, self._logits_views, self._row_views = None, {}, BufferViews()
         np.ctypeslib.as_array(batch.n_seq_id, shape=(self._n_batch,))[:] = 1
         for i in range(self._n_batch):
             batch.seq_id[i][0] = 0  # one sequence
@@ -142,16 +142,6 @@ class LlamaCppRunner(Runner):
         self.ids.extend(map(int, new_ids))
         return self._logits(n_logits)
 
-    def _rows_view(self, pointer, n_rows: int) -> np.ndarray:
-        """llama.cpp's hidden-state rows (n_rows, n_embd) at `pointer`, a view made once per address and row count."""
-        key = (ctypes.addressof(pointer.contents), n_rows)
-        view = self._row_views.get(key)
-        if view is None:
-            if len(self._row_views) > 64:  # llama.cpp moved its buffer: forget the old addresses' views
-                self._row_views.clear()
-            view = self._row_views[key] = np.ctypeslib.as_array(pointer, shape=(n_rows, self.model.n_embd))
-        return view
-
     def _logits(self, n_rows: int) -> torch.Tensor:
         """llama.cpp's logits buffer as an (n_rows, vocab) tensor. The view is made once per buffer and row count
         (llama.cpp moves the buffer only when it grows it), not on every pass."""
@@ -208,7 +198,7 @@ class LlamaCppRunner(Runner):
             rows = mtp_bindings().llama_get_embeddings_nextn(self._ctx)
             if not rows:
                 raise SpecScopeError(f"llama.cpp gave no hidden states for {self.model.label}'s MTP head")
-            self._listener.on_rows(position, ids, self._rows_view(rows, m))
+            self._listener.on_rows(position, ids, self._row_views.of(rows, (m, self.model.n_embd)))
 
     def _forget_from(self, length: int) -> None:
         """After a failed pass: drop whatever part of it reached the cache."""
@@ -258,7 +248,8 @@ class LlamaCppRunner(Runner):
         ctx, self._ctx = self._ctx, None
         self.ids = []
         self._rollback.emptied()
-        self._logits_address, self._logits_views, self._row_views = None, {}, {}
+        self._logits_address, self._logits_views = None, {}
+        self._row_views.clear()
         if ctx:
             if self._listener is not None:
                 self._listener.on_close()

@@ -220,14 +220,11 @@ class Engine:
         done = time.perf_counter()
         draft_seconds = t_verify - t_draft
         drafter.observe(checked.n_accepted)
-        if not state.index:
-            if spec.speculative and room > 1 and checked.target_id not in self.eos_ids:
-                # the drafter takes in the prompt now (a draft model's prefill, an MTP head's states): it counts
-                # in the time to the first token, as in llama.cpp's server, not in the first decoding round
-                self._prefill(drafter, state.ids + [checked.target_id])
-                draft_seconds += time.perf_counter() - done
-            return Verdict(proposal, 0, checked.target_id, checked.p_target, checked.p_draft, checked.p_own,
-                           draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail)
+        if not state.index and spec.speculative and room > 1 and checked.target_id not in self.eos_ids:
+            # the drafter takes in the prompt now (a draft model's prefill, an MTP head's states): it counts in the
+            # time to the first token, as in llama.cpp's server, not in the first decoding round
+            self._prefill(drafter, state.ids + [checked.target_id])
+            draft_seconds += time.perf_counter() - done
         if policy is not None:
             policy.record(proposal.bucket, len(proposal.ids), checked.n_accepted, draft_seconds, done - t_verify)
         return Verdict(proposal, checked.n_accepted, checked.target_id, checked.p_target, checked.p_draft,
