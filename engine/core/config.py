@@ -36,6 +36,16 @@ def check_k(k) -> int:
     return k
 
 
+MAX_TREE = 128  # nodes a round's tree may have (EAGLE-2's default is 60)
+
+
+def check_tree(tree) -> int:
+    """tree (a round's node budget; 0: a chain of k) is an integer from 0 to MAX_TREE."""
+    if not isinstance(tree, int) or isinstance(tree, bool) or not 0 <= tree <= MAX_TREE:
+        raise ConfigError(f"tree must be a whole number of nodes from 0 (a chain) to {MAX_TREE}, got {tree!r}")
+    return tree
+
+
 def check_backend(method: str, backend: str) -> None:
     """Refuse a method the backend can't serve (early exit needs the transformers backend), with the reason."""
     info = method_spec(method)
@@ -115,6 +125,7 @@ class SpecConfig:
     draft: str | None = None  # a draft model (name, path or "default"), or a head folder (reads_head)
     params: tuple[tuple[str, object], ...] = ()
     adaptive: bool = False  # draft only as many tokens (≤ k) as pay for their verification
+    tree: int = 0  # a round drafts a tree of up to this many nodes, k deep (0: a chain of k); branching methods only
     backend: str | None = None  # the backend (BACKENDS) to run on, or remote:url=… (a server); None: as loaded
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
@@ -132,6 +143,10 @@ class SpecConfig:
             notes.append(f"a draft model is ignored by method {self.method}")
             object.__setattr__(self, "draft", None)
         object.__setattr__(self, "adaptive", bool(self.adaptive))
+        if check_tree(self.tree) and not info.branches:
+            if info.speculative:
+                notes.append(f"tree={self.tree} is ignored by method {self.method}: it drafts one chain a round")
+            object.__setattr__(self, "tree", 0)
         object.__setattr__(self, "warnings", tuple(dict.fromkeys(notes)))
 
     def _check_backend(self, info: MethodSpec) -> None:
@@ -189,6 +204,8 @@ class SpecConfig:
         if self.draft:
             parts.append(f"draft={self.draft}")
         parts += [f"{name}={info.param(name).format(value)}" for name, value in self.params]
+        if self.tree:
+            parts.append(f"tree={self.tree}")
         if self.adaptive:
             parts.append("adaptive=1")
         if on:
@@ -197,6 +214,9 @@ class SpecConfig:
 
     def with_k(self, k: int) -> "SpecConfig":
         return replace(self, k=k, warnings=())
+
+    def with_tree(self, tree: int) -> "SpecConfig":
+        return replace(self, tree=tree, warnings=())
 
     def with_params(self, **values) -> "SpecConfig":
         """This config with some of its method's parameters set (None: back to the default)."""
@@ -225,11 +245,11 @@ def _own_params(info: MethodSpec, given, notes: list[str]) -> tuple[tuple[str, o
 
 
 # the SpecConfig fields every method has, as SPEC keys (the method's parameters come from its ParamSpecs)
-_FIXED_KEYS = ("k", "draft", "adaptive", "backend")
+_FIXED_KEYS = ("k", "draft", "tree", "adaptive", "backend")
 
 
 def _spec_keys(info: MethodSpec) -> str:
-    return ", ".join(("k", "draft", *(p.name for p in info.params), "adaptive", "backend"))
+    return ", ".join(("k", "draft", *(p.name for p in info.params), "tree", "adaptive", "backend"))
 
 
 def _parse_fixed(key: str, value: str, text: str):

@@ -27,18 +27,54 @@ class Proposal:
     bucket: int = 0
     # For each id, the drafter's own pieces that spelled it (a draft model of another tokenizer), else None.
     sources: tuple[str, ...] | None = None
+    # A tree (engine.core.tree): parents[i] is the index in `ids` of node i's parent, −1 for a child of the last
+    # committed token; parents come before their children. None: a chain (parents −1, 0, 1, …). In a tree, row i
+    # of p_draft is the distribution node i was drawn from given its ancestors and its earlier siblings (None:
+    # every node was picked deterministically, verified as one-hot: EAGLE's rule for top-k drafts).
+    parents: tuple[int, ...] | None = None
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+    def depths(self) -> list[int]:
+        """Each node's depth: 0 for a child of the last committed token (a chain: 0, 1, 2, …)."""
+        from engine.core.tree_shape import node_depths
+        return list(range(len(self.ids))) if self.parents is None else node_depths(self.parents)
 
     def trimmed(self, length: int) -> "Proposal":
+        """At most `length` drafted tokens can be committed: a chain keeps its first `length` ids, a tree its nodes
+        of depth < length."""
+        if self.parents is not None:
+            return self.kept([i for i, depth in enumerate(self.depths()) if depth < length])
         if length >= len(self.ids):
             return self
         return Proposal(self.ids[:length], None if self.p_draft is None else self.p_draft[:length], self.bucket,
                         None if self.sources is None else self.sources[:length])
 
     def ended(self, eos_ids) -> "Proposal":
-        """Cut after the first end-of-sequence id: nothing drafted past the reply's end can be committed, so it
-        is neither verified nor counted as drafted."""
+        """Cut after the first end-of-sequence id (in a tree, every node below one): nothing drafted past the
+        reply's end can be committed, so it is neither verified nor counted as drafted."""
+        if self.parents is not None:
+            ended: set[int] = set()
+            for i, parent in enumerate(self.parents):
+                if parent in ended or (parent >= 0 and self.ids[parent] in eos_ids):
+                    ended.add(i)
+            return self.kept([i for i in range(len(self.ids)) if i not in ended]) if ended else self
         end = next((i + 1 for i, token in enumerate(self.ids) if token in eos_ids), None)
         return self if end is None else self.trimmed(end)
+
+    def kept(self, nodes: list[int]) -> "Proposal":
+        """A tree of the given nodes only, in the given order (each node's parent among them, before it), with
+        the parents renumbered."""
+        if self.parents is None:
+            raise ValueError("kept() renumbers a tree; a chain is trimmed")
+        if len(nodes) == len(self.ids) and nodes == sorted(nodes):
+            return self
+        from engine.core.tree_shape import renumbered
+        return Proposal([self.ids[i] for i in nodes], None if self.p_draft is None else self.p_draft[nodes],
+                        self.bucket, None if self.sources is None else tuple(self.sources[i] for i in nodes),
+                        renumbered(self.parents, nodes))
 
     @staticmethod
     def empty() -> "Proposal":
@@ -67,6 +103,12 @@ class Drafter(Protocol):
 
     def propose(self, context_ids: list[int], k: int) -> Proposal:
         """Up to k tokens that should follow `context_ids` (prompt + everything committed)."""
+
+    def propose_tree(self, context_ids: list[int], k: int, budget: int) -> Proposal:
+        """A tree of at most `budget` nodes and depth k (Proposal.parents) of continuations of `context_ids`, for
+        a target that verifies trees in one pass; only a method whose MethodSpec says `branches` is asked. By
+        default, the chain of propose()."""
+        return self.propose(context_ids, min(k, budget))
 
     def observe(self, n_accepted: int) -> None:
         """How many of the last proposal the target kept."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Iterator, Protocol
 
 import torch
@@ -23,7 +24,7 @@ from engine.core.draft_length import DraftLengthPolicy
 from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError, PromptTooLongError
 from engine.core.events import Event, GenerationFinished, GenerationStarted
-from engine.core.loop import Checked, Generation, Verdict, commit_round, room_left, verify_pass
+from engine.core.loop import Checked, Generation, Verdict, commit_round, room_left, verify_pass, verify_tree_pass
 from engine.core.runner import Runner
 from engine.core.sampling import make_generator
 from engine.core.stats import StatsAccumulator, VerifyCost, describe_rollback
@@ -139,6 +140,10 @@ class Engine:
         if self._active is not None:
             self._active.close()
         self.validate(spec)
+        why_chains = self.runner.tree_refusal() if spec.tree else None
+        if why_chains:  # a tree asked of a target that verifies chains only (a recurrent state): said, and chains
+            spec = replace(spec.with_tree(0), warnings=spec.warnings + (
+                f"tree={spec.tree} is not used: {why_chains}; this reply drafts one chain a round",))
         # a recurrent state keeps per-token snapshots for this (a KV cache: nothing to do); plain decoding cuts
         # nothing off its passes, so it keeps no checkpoint either
         self.runner.reserve_rollback(spec.k + 1 if spec.speculative else 1)
@@ -210,13 +215,14 @@ class Engine:
             # below by the kind of guess it turned out to be.
             k = k if drafter.free_to_propose else policy.best_length(limit=k)
         t_draft = time.perf_counter()
-        proposal = self._propose(drafter, state.ids, k).trimmed(k).ended(self.eos_ids) if k > 0 else Proposal.empty()
-        if policy is not None and proposal.ids:
+        proposal = self._propose(drafter, state.ids, k, spec.tree).trimmed(k).ended(self.eos_ids) if k > 0 \
+            else Proposal.empty()
+        if policy is not None and proposal.ids and not proposal.is_tree:
             proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
         t_verify = time.perf_counter()
         # normally the last committed id; everything again if a rollback had to empty the cache
         feed = state.feed if state.index == 0 else self.runner.sync(state.ids)
-        checked = self._verify(feed, proposal, sampling, state.generator, state.piece)
+        checked, proposal = self._verify(feed, proposal, sampling, state.generator, state.piece)
         done = time.perf_counter()
         draft_seconds = t_verify - t_draft
         drafter.observe(checked.n_accepted)
@@ -231,10 +237,13 @@ class Engine:
                        checked.p_own, draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail)
 
     def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig, generator: torch.Generator,
-                piece=None) -> Checked:
+                piece=None) -> tuple[Checked, Proposal]:
         """The target's pass over `feed` + the m drafted ids (logits (m+1, V); `proposal.p_draft` (m, V_draft) or
-        None), accepted and rolled back (engine.core.loop.verify_pass)."""
-        return verify_pass(self.runner, feed, proposal, sampling, generator, piece)
+        None), accepted and rolled back (engine.core.loop.verify_pass); a tree's over all its nodes, the kept
+        path first in the proposal returned (verify_tree_pass)."""
+        if proposal.is_tree:
+            return verify_tree_pass(self.runner, feed, proposal, sampling, generator, piece)
+        return verify_pass(self.runner, feed, proposal, sampling, generator, piece), proposal
 
     def _out_of_memory(self, state: Generation) -> None:
         """The device ran out of memory mid-reply: free the caches, keep what was generated, say so."""
@@ -247,8 +256,8 @@ class Engine:
 
     @staticmethod
     @torch.inference_mode()
-    def _propose(drafter: Drafter, ids: list[int], k: int) -> Proposal:
-        return drafter.propose(ids, k)
+    def _propose(drafter: Drafter, ids: list[int], k: int, tree: int = 0) -> Proposal:
+        return drafter.propose_tree(ids, k, tree) if tree else drafter.propose(ids, k)
 
     @staticmethod
     @torch.inference_mode()

@@ -5,7 +5,7 @@ A round drafts `draft_ids`, the target keeps the first `n_accepted` of them and 
 (BONUS), or a plain decoding step when nothing was drafted (PLAIN). Stops (EOS, stop strings, the token
 budget) may cut what a round commits: `committed_ids` is always what was really appended to the output.
 
-Plain data: imports only engine.core.stats (the figures a finished event carries). How a round is drawn, token
+Plain data: imports only engine.core.stats (the figures a finished event carries) and engine.core.tree_shape. How a round is drawn, token
 by token, is engine.core.tokens' fold.
 """
 
@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from engine.core.stats import GenerationStats, ServerStats
+from engine.core.tree_shape import node_depths
 
 
 class TokenStatus(enum.Enum):
@@ -141,6 +142,21 @@ class RoundVerified:
     detail: RoundDetail | None = None  # recorded only when asked (generate(record=True))
     draft_sources: tuple[str, ...] = ()  # per drafted token, the draft model's own pieces that spelled it
     # (a draft of another tokenizer: engine.drafters.cross_tokenizer); empty for every other drafter
+    tree_parents: tuple[int, ...] = ()  # a tree round (engine.core.tree): per drafted node, its parent's index
+    # in draft_ids (−1: a child of the last committed token). draft_ids then lists the kept path first (its
+    # n_accepted nodes, root to tip), then every other node; p_target/p_draft/draft_pieces follow that order.
+    # Empty for a chain.
+
+    @property
+    def is_tree(self) -> bool:
+        return bool(self.tree_parents)
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        """Each drafted node's depth (a chain: 0, 1, 2, …)."""
+        if not self.tree_parents:
+            return tuple(range(len(self.draft_ids)))
+        return tuple(node_depths(self.tree_parents))
 
     @property
     def accepted_ids(self) -> tuple[int, ...]:

@@ -22,6 +22,8 @@ from engine.core.recording import record_round
 from engine.core.runner import Runner
 from engine.core.sampling import probabilities
 from engine.core.stats import StatsAccumulator
+from engine.core.tree import rejection_sample_tree, verify_tree_greedy
+from engine.core.tree_shape import path_first
 from engine.core.verify import align_vocab, rejection_sample, uniform_draws, verify_greedy_drafted
 
 
@@ -118,6 +120,45 @@ def verify_pass(runner: Runner, feed: list[int], proposal: Proposal, sampling: S
     return Checked(n_accepted, target_id, p_target, p_draft, p_own, time.perf_counter() - t_rollback, detail)
 
 
+@torch.inference_mode()
+def verify_tree_pass(runner: Runner, feed: list[int], proposal: Proposal, sampling: SamplingConfig,
+                     generator: torch.Generator, piece: Callable[[int], str] | None = None
+                     ) -> tuple[Checked, Proposal]:
+    """verify_pass for a tree (Proposal.parents): one target pass over `feed` and every node
+    (Runner.forward_tree), the kept path chosen (engine.core.tree), the cache cut to it (Runner.keep_path).
+    Returns what was decided and the proposal re-ordered with the kept path first, as a round event lists it."""
+    ids, parents = proposal.ids, proposal.parents
+    logits = runner.forward_tree(feed, ids, parents)
+    if sampling.greedy:
+        rows = torch.softmax(logits, dim=-1)
+        path, target_id, p_target, p_own = verify_tree_greedy(rows, ids, parents)
+        p_draft = _drafted_probabilities(proposal)
+    else:
+        rows = probabilities(logits, sampling)
+        q = None if proposal.p_draft is None else proposal.p_draft.to(rows.device)
+        path, target_id, p_target, p_draft, p_own = rejection_sample_tree(rows, q, ids, parents, generator)
+    order = path_first(parents, path)
+    detail = None
+    if piece is not None:  # the kept path's positions, as a chain's are recorded
+        kept = order[:len(path)]
+        q_rows = None if proposal.p_draft is None else proposal.p_draft[kept]
+        detail = record_round(rows[[0] + [i + 1 for i in kept]].float(), q_rows, [ids[i] for i in kept], len(path),
+                              None, piece, logits=logits[[0] + [i + 1 for i in kept]] if sampling.greedy else None)
+    t_rollback = time.perf_counter()
+    runner.keep_path(path)
+    checked = Checked(len(path), target_id, [p_target[i] for i in order], [p_draft[i] for i in order], p_own,
+                      time.perf_counter() - t_rollback, detail)
+    return checked, proposal.kept(order)
+
+
+def _drafted_probabilities(proposal: Proposal) -> list[float | None]:
+    """The drafter's probability of each node's token, from its rows (None each where it has none)."""
+    if proposal.p_draft is None:
+        return [None] * len(proposal.ids)
+    rows = proposal.p_draft.detach().float().cpu().numpy()
+    return [float(rows[i, x]) if x < rows.shape[-1] else 0.0 for i, x in enumerate(proposal.ids)]
+
+
 def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: int, max_new_tokens: int,
                  stop_strings: tuple[str, ...], eos_ids) -> RoundVerified:
     """Append what the round keeps (cut at EOS, the room, a stop string) and describe it as an event."""
@@ -130,8 +171,15 @@ def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: i
         committed = committed[:room]
         state.stop_reason = state.stop_reason or (
             "max-new-tokens" if len(state.output) + len(committed) >= max_new_tokens else "context-full")
-    # Rejected tokens are decoded after the accepted ones (their text may finish a character)
-    rejected_pieces = state.detok.peek(draft_ids)[n_accepted:] if n_accepted < len(draft_ids) else []
+    tree_parents = verdict.proposal.parents or ()
+    # Rejected tokens are decoded after the accepted ones (their text may finish a character); a tree's other
+    # branches are no continuation of the kept path: each of their tokens is decoded alone
+    if n_accepted >= len(draft_ids):
+        rejected_pieces = []
+    elif tree_parents:
+        rejected_pieces = [state.detok.text_of(token) for token in draft_ids[n_accepted:]]
+    else:
+        rejected_pieces = state.detok.peek(draft_ids)[n_accepted:]
     pieces = state.detok.add(committed)
     state.ids.extend(committed)
     state.output.extend(committed)
@@ -150,7 +198,7 @@ def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: i
         draft_seconds=verdict.draft_seconds, verify_seconds=verdict.verify_seconds,
         elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output),
         rollback_seconds=verdict.rollback_seconds, detail=verdict.detail,
-        draft_sources=verdict.proposal.sources or ())
+        draft_sources=verdict.proposal.sources or (), tree_parents=tuple(tree_parents))
 
 
 def apply_stop(text: str, pieces: list[str], stop_strings, stop_reason):

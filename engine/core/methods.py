@@ -118,6 +118,7 @@ class MethodSpec:
     head_file: str = ""  # a reads_head method whose head is one file: its name pattern (mtp: "mtp-*.gguf");
     # "": a head folder
     backends: tuple[str, ...] = ("transformers", "llama.cpp")  # the backends that can serve it
+    branches: bool = False  # drafts a tree of continuations when asked (SpecConfig.tree; Drafter.propose_tree)
     why_not: str = ""  # why the other backends can't, said when one is refused
     cache_params: tuple[str, ...] = ()  # the parameters whose change needs a new drafter (draft always does)
     check: Callable | None = None  # (spec, target, draft) -> None; ConfigError for what only it knows

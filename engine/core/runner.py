@@ -71,6 +71,25 @@ class Runner(Protocol):
         """The last pass's shared key/value states cut to `length` positions; None where none are kept."""
         return None
 
+    # ---- token trees (engine.core.tree): one pass over every node of a drafted tree
+
+    def tree_refusal(self) -> str | None:
+        """Why this runner can't verify a tree in one pass (said to the user, who then gets chains), or None
+        where it can."""
+        return f"{type(self).__name__} verifies chains only"
+
+    def forward_tree(self, feed: list[int], ids: list[int], parents) -> "torch.Tensor":
+        """Feed the chain `feed` after the cached ids and then every node of a tree (`ids`, `parents` as in
+        engine.core.tree: node i at position len(cache) + len(feed) + its depth, seeing the context and its own
+        ancestors only); float32 logits (n + 1, vocab): row 0 after the last id of `feed`, row i + 1 after node
+        i. The cache then holds the nodes until keep_path() says which to keep."""
+        raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
+
+    def keep_path(self, path: list[int]) -> None:
+        """After forward_tree: keep the context, the fed chain and the nodes of `path` (root to tip, node
+        indices), as if they had been fed as a chain; drop every other node."""
+        raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
+
 
 def take_in(runner: Runner, context_ids: list[int]) -> None:
     """Feed `runner` the ids of `context_ids` it lacks, but the last (a drafter's prefill: its first draft pass then

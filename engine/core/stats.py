@@ -256,11 +256,13 @@ class StatsAccumulator:
             mine[0] += 1
             mine[1] += n_drafted
             mine[2] += event.n_accepted
-            grow = n_drafted - len(self._drafted_at)
+            # per position: a tree counts its depths (drafted at depth d: some node there), as a chain its positions
+            n_levels = max(event.depths) + 1 if event.tree_parents else n_drafted
+            grow = n_levels - len(self._drafted_at)
             if grow > 0:
                 self._drafted_at += [0] * grow
                 self._accepted_at += [0] * grow
-            for i in range(n_drafted):
+            for i in range(n_levels):
                 self._drafted_at[i] += 1
             for i in range(event.n_accepted):
                 self._accepted_at[i] += 1

@@ -20,6 +20,7 @@ VARIED = {
     "draft": lambda m: "some-draft" if m.needs_draft or m.reads_head else None,
     "params": lambda m: tuple((p.name, other_value(p)) for p in m.params) or None,
     "adaptive": lambda m: True,
+    "tree": lambda m: 8 if m.branches else None,
     "backend": lambda m: m.backends[-1],
 }
 NOT_IN_SPEC_TEXT = {"k", "adaptive"}  # plain decoding's SPEC says neither: it drafts nothing
