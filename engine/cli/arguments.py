@@ -25,7 +25,7 @@ from typing import Iterable
 
 import engine.drafters  # noqa: F401  (registers the methods)
 from engine.backends.device import DTYPE_NAMES
-from engine.core.config import BACKENDS, MAX_K, SAMPLING_FIELDS, SamplingConfig, SpecConfig
+from engine.core.config import BACKENDS, MAX_K, MAX_TREE, SAMPLING_FIELDS, SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
 from engine.core.methods import (ParamSpec, all_params, foreign_param_words, implied_method, method_names,
                                  method_spec, methods, plain_method)
@@ -119,6 +119,10 @@ def add_spec_args(parser: argparse.ArgumentParser, *, unset: bool = False) -> No
                         help=_help(f"tokens drafted per round, 1…{MAX_K}", unset))
     for param in all_params():
         _add_param(parser, param, unset)
+    branching = ", ".join(m.name for m in methods() if m.branches)
+    parser.add_argument("--tree", type=parse_int, default=_default(0, unset), metavar="N",
+                        help=_help(f"draft a tree of up to N nodes, k deep, verified in one pass (0: a chain of k; "
+                                   f"{MAX_TREE} at most; methods {branching or 'none yet'})", unset))
     parser.add_argument("--adaptive", action="store_true", default=_default(False, unset),
                         help="draft only as many tokens (≤ k) as pay for their verification, learnt as it runs")
 
@@ -192,7 +196,7 @@ def spec_from_args(args: argparse.Namespace, base: SpecConfig | None = None, *,
         check_own_params(method, given_params(args))
     params = {**(dict(base.params) if method == base.method else {}), **given_params(args)}
     return SpecConfig(method=method_spec(method).name, k=_given(args, "k", base), draft=_given(args, "draft", base),
-                      params=params, adaptive=bool(_given(args, "adaptive", base)))
+                      params=params, adaptive=bool(_given(args, "adaptive", base)), tree=_given(args, "tree", base))
 
 
 def sampling_from_args(args: argparse.Namespace, base: SamplingConfig = _SAMPLING_DEFAULTS) -> SamplingConfig:

@@ -140,14 +140,14 @@ class Engine:
         if self._active is not None:
             self._active.close()
         self.validate(spec)
-        why_chains = self.runner.tree_refusal() if spec.tree else None
-        if why_chains:  # a tree asked of a target that verifies chains only (a recurrent state): said, and chains
-            spec = replace(spec.with_tree(0), warnings=spec.warnings + (
-                f"tree={spec.tree} is not used: {why_chains}; this reply drafts one chain a round",))
         # a recurrent state keeps per-token snapshots for this (a KV cache: nothing to do); plain decoding cuts
         # nothing off its passes, so it keeps no checkpoint either
         self.runner.reserve_rollback(spec.k + 1 if spec.speculative else 1)
         drafter = self.drafter(spec)
+        why_chains = self.runner.tree_refusal() if spec.tree else None  # asked once the drafter has set it up
+        if why_chains:  # a tree asked of a target that verifies chains only (a recurrent state): said, and chains
+            spec = replace(spec.with_tree(0), warnings=spec.warnings + (
+                f"tree={spec.tree} is not used: {why_chains}; this reply drafts one chain a round",))
         self._active = self._loop(list(prompt), spec, sampling, max_new_tokens, tuple(stop_strings),
                                   cancel or threading.Event(), drafter, record)
         return self._active

@@ -82,7 +82,14 @@ class Runner(Protocol):
         """Feed the chain `feed` after the cached ids and then every node of a tree (`ids`, `parents` as in
         engine.core.tree: node i at position len(cache) + len(feed) + its depth, seeing the context and its own
         ancestors only); float32 logits (n + 1, vocab): row 0 after the last id of `feed`, row i + 1 after node
-        i. The cache then holds the nodes until keep_path() says which to keep."""
+        i (`ids` may be empty: the row after `feed` alone). The cache then holds the nodes until keep_path() says
+        which to keep; nothing else may be called in between but grow_tree()."""
+        raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
+
+    def grow_tree(self, ids: list[int], parents) -> "torch.Tensor":
+        """After forward_tree: add nodes to the tree the cache holds (a drafter growing a tree level by level,
+        EAGLE-2's dynamic tree). `parents[i]` indexes every node so far, the earlier ones first and then these
+        (−1: a child of the fed chain's last id); float32 logits (len(ids), vocab), row i after new node i."""
         raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
 
     def keep_path(self, path: list[int]) -> None:

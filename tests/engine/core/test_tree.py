@@ -1,0 +1,174 @@
+"""Token trees in the core: their shape, greedy verification, recursive rejection sampling (lossless, with a
+chi-square check that a wrong rule fails), and an Engine round trip on a runner with no model (tree_testkit):
+greedy trees give plain decoding's text, events list the kept path first."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from engine.core.config import SamplingConfig, SpecConfig
+from engine.core.drafting import Drafter, Proposal
+from engine.core.engine import Engine
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.tree import ancestor_mask, rejection_sample_tree, verify_tree_greedy
+from engine.core.tree_shape import children_of, leaves, node_depths, path_first, renumbered
+from tree_testkit import TableRunner, TableTarget
+
+CHI2_CRITICAL_DF5 = 35.89  # p = 1e-6, 5 degrees of freedom (scipy.stats.chi2.isf(1e-6, 5))
+
+
+def test_shape_helpers():
+    parents = (-1, 0, 0, 1, -1)
+    assert node_depths(parents) == [0, 1, 1, 2, 0]
+    assert children_of(parents) == {-1: [0, 4], 0: [1, 2], 1: [3]}
+    assert leaves(parents) == [2, 3, 4]
+    assert renumbered(parents, [0, 2, 4]) == (-1, 0, -1)
+    assert path_first(parents, [0, 1, 3]) == [0, 1, 3, 2, 4]
+    assert ancestor_mask(parents)[3].tolist() == [True, True, False, True, False]
+    with pytest.raises(ValueError):
+        node_depths((0,))  # a node can't be its own parent
+
+
+def test_proposal_trimmed_and_ended_keep_a_tree():
+    tree = Proposal([5, 6, 7, 8, 9], torch.eye(10)[[5, 6, 7, 8, 9]], parents=(-1, 0, 0, 1, -1))
+    short = tree.trimmed(2)
+    assert short.ids == [5, 6, 7, 9] and short.parents == (-1, 0, 0, -1)
+    assert short.p_draft.argmax(-1).tolist() == [5, 6, 7, 9]
+    ended = tree.ended({6})
+    assert ended.ids == [5, 6, 7, 9] and ended.parents == (-1, 0, 0, -1)  # 8 was below the end
+    assert tree.ended({1}) is tree
+
+
+def test_greedy_keeps_the_longest_agreeing_path():
+    vocab = 6
+    rows = torch.full((5, vocab), 0.01)
+    argmax = [2, 4, 3, 1, 5]  # row 0 (root), then after nodes 0…3
+    for row, top in enumerate(argmax):
+        rows[row, top] = 1.0
+    # root's children: 1 (wrong), 2 (right); 2's children: 3 (right) → 3's row says 1; node 3 is id 0 (wrong)
+    ids, parents = [1, 2, 3, 0], (-1, -1, 1, 2)
+    path, target_id, p_target, p_own = verify_tree_greedy(rows, ids, parents)
+    assert path == [1, 2] and target_id == argmax[3] and len(p_target) == 4
+    assert p_target[1] == pytest.approx(float(rows[0, 2])) and p_own == pytest.approx(float(rows[3, 1]))
+
+
+def tree_draws(sampler, p_target, p_draft, ids, parents, n_draws=12000, seed=0, drawn_first=False):
+    """Counts of the first committed token, and of the second where the first was kept through node 0.
+    `drawn_first`: node 0's id is drawn anew each time from p_draft's row 0."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = p_target.shape[-1]
+    first, second = torch.zeros(vocab), torch.zeros(vocab)
+    for _ in range(n_draws):
+        if drawn_first:
+            ids = [int(torch.multinomial(p_draft[0], 1, generator=generator))] + list(ids[1:])
+        path, target_id, *_ = sampler(p_target, p_draft, ids, parents, generator)
+        committed = [ids[i] for i in path] + [target_id]
+        first[committed[0]] += 1
+        if path and path[0] == 0:
+            second[committed[1]] += 1
+    return first, second
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    n = float(counts.sum())
+    assert torch.all(counts[probs == 0] == 0), "a token the target gives probability 0 was emitted"
+    mask = probs > 0
+    return float(((counts[mask] - probs[mask] * n) ** 2 / (probs[mask] * n)).sum())
+
+
+P_TARGET = torch.tensor([[0.40, 0.30, 0.10, 0.10, 0.05, 0.05],   # root
+                         [0.05, 0.05, 0.20, 0.20, 0.30, 0.20],   # after node 0
+                         [0.10, 0.10, 0.10, 0.10, 0.10, 0.50],   # after node 1
+                         [0.30, 0.10, 0.10, 0.10, 0.10, 0.30]])  # after node 2
+Q_ROOT = torch.tensor([0.10, 0.10, 0.40, 0.30, 0.05, 0.05])
+
+
+@pytest.mark.parametrize("drawn", [False, True], ids=["top-k one-hot", "first child drawn from q"])
+def test_recursive_rejection_sampling_is_lossless(drawn):
+    """Root children: node 0 (id 2; from q, or picked as the draft's top), node 1 (id 3, picked: one-hot), and
+    node 2 under node 0 (id 4, one-hot). Every committed first token follows the root's row, and the token after
+    a kept node 0 follows node 0's row."""
+    ids, parents = [2, 3, 4], (-1, -1, 0)
+    p_draft = torch.stack([Q_ROOT, torch.eye(6)[3], torch.eye(6)[4]]) if drawn else None
+    first, second = tree_draws(rejection_sample_tree, P_TARGET, p_draft, ids, parents, drawn_first=drawn)
+    assert chi_square(first, P_TARGET[0]) < CHI2_CRITICAL_DF5
+    assert second.sum() > 500 and chi_square(second, P_TARGET[1]) < CHI2_CRITICAL_DF5
+
+
+def test_a_rule_that_forgets_the_residual_between_siblings_is_caught():
+    """The same check has power: trying the second sibling against the untouched row is not lossless."""
+    def forgetful(p_target, p_draft, ids, parents, generator):
+        for child in children_of(parents)[-1]:
+            if float(torch.rand((), generator=generator)) < float(p_target[0, ids[child]]):
+                return [child], int(torch.multinomial(p_target[child + 1], 1, generator=generator)), [], [], 0.0
+        return [], int(torch.multinomial(p_target[0], 1, generator=generator)), [], [], 0.0
+    first, _ = tree_draws(forgetful, P_TARGET, None, [2, 3], (-1, -1))
+    assert chi_square(first, P_TARGET[0]) > CHI2_CRITICAL_DF5
+
+
+class TopTwoTree(Drafter):
+    """Drafts from the runner's own table (a perfect first choice) but puts a wrong sibling FIRST at every
+    level, so that greedy verification must take the second child each time."""
+
+    name = "top-two"
+    free_to_propose = True
+
+    def __init__(self, runner: TableRunner) -> None:
+        self.runner = runner
+
+    def propose(self, context_ids, k):
+        return Proposal.empty()
+
+    def propose_tree(self, context_ids, k, budget):
+        ids, parents, context, parent = [], [], list(context_ids), -1
+        for _ in range(min(k, budget // 2)):
+            ranked = self.runner.row(context).argsort(descending=True).tolist()
+            ids += [ranked[1], ranked[0]]
+            parents += [parent, parent]
+            parent = len(ids) - 1
+            context.append(ranked[0])
+        return Proposal(ids, None, parents=tuple(parents))
+
+
+def run(engine, prompt, spec, sampling=SamplingConfig(), n=20):
+    events = list(engine.generate_ids(prompt, spec=spec, sampling=sampling, max_new_tokens=n,
+                                      cancel=threading.Event()))
+    assert isinstance(events[0], GenerationStarted) and isinstance(events[-1], GenerationFinished)
+    return events
+
+
+def engine_with_tree_drafter():
+    runner = TableRunner(vocab=12, seed=3)
+    drafter = TopTwoTree(runner)
+
+    class Source:
+        def validate(self, spec): pass
+        def drafter(self, spec, target_runner): return drafter
+        def verify_curve(self, k): return None
+        def release(self): pass
+    return Engine(TableTarget(runner), Source()), runner
+
+
+def test_greedy_tree_rounds_equal_plain_decoding_and_list_the_kept_path_first():
+    engine, runner = engine_with_tree_drafter()
+    plain = run(engine, [1, 2, 3], SpecConfig())[-1].output_ids
+    events = run(engine, [1, 2, 3], _tree_spec(SpecConfig(method="prompt-lookup", k=3), 6))
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    assert events[-1].output_ids == plain
+    drafting = [r for r in rounds if r.draft_ids]
+    assert drafting and all(r.is_tree and r.n_accepted >= 1 for r in drafting)
+    for r in drafting:
+        depths = r.depths
+        assert list(depths[: r.n_accepted]) == list(range(r.n_accepted))  # the kept path first, root to tip
+        assert r.committed_statuses[0] is TokenStatus.ACCEPTED
+    assert runner.nodes_verified > 0
+
+
+def _tree_spec(spec: SpecConfig, tree: int) -> SpecConfig:
+    """`spec` with a tree budget, whatever its method declares (the drafter here is the test's own)."""
+    done = SpecConfig(method=spec.method, k=spec.k)
+    object.__setattr__(done, "tree", tree)
+    return done
