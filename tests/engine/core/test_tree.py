@@ -172,3 +172,61 @@ def _tree_spec(spec: SpecConfig, tree: int) -> SpecConfig:
     done = SpecConfig(method=spec.method, k=spec.k)
     object.__setattr__(done, "tree", tree)
     return done
+
+
+def test_sampled_tree_rounds_keep_the_targets_distribution():
+    """An Engine drafting top-two trees (picked, so one-hot) under sampling: the first two tokens of a reply
+    follow the target's exact joint distribution (chi-square over the cells with enough mass)."""
+    engine, runner = engine_with_tree_drafter()
+    sampling = SamplingConfig(temperature=1.0)
+    prompt = [1, 2, 3]
+    p1 = torch.softmax(runner.row(prompt), -1)
+    joint = {(a, b): float(p1[a] * torch.softmax(runner.row(prompt + [a]), -1)[b])
+             for a in range(runner.vocab) for b in range(runner.vocab)}
+    counts: dict = {}
+    n = 3000
+    spec = _tree_spec(SpecConfig(method="prompt-lookup", k=2), 4)
+    for seed in range(n):
+        events = run(engine, prompt, spec, SamplingConfig(temperature=1.0, seed=seed), n=4)
+        cell = tuple(events[-1].output_ids[:2])
+        counts[cell] = counts.get(cell, 0) + 1
+    big = {cell: p for cell, p in joint.items() if p * n >= 5}
+    rest = 1.0 - sum(big.values())
+    statistic = sum((counts.get(c, 0) - p * n) ** 2 / (p * n) for c, p in big.items())
+    other = n - sum(counts.get(c, 0) for c in big)
+    statistic += (other - rest * n) ** 2 / (rest * n) if rest * n >= 5 else 0.0
+    # chi-square critical value at p = 1e-6 grows with the cells: ~ df + 5.3·sqrt(2·df) is above it for df ≥ 10
+    df = len(big)
+    assert statistic < df + 5.3 * (2 * df) ** 0.5 + 20, (statistic, df)
+    assert runner.nodes_verified > 0 and sampling.temperature == 1.0
+
+
+class ChainsOnly(TableRunner):
+    def tree_refusal(self):
+        return "this runner keeps a recurrent state"
+
+
+def test_a_target_that_verifies_chains_only_says_so_and_drafts_chains():
+    runner = ChainsOnly(vocab=12, seed=3)
+    drafter = TopTwoTree(runner)
+
+    class Source:
+        def validate(self, spec): pass
+        def drafter(self, spec, target_runner): return drafter
+        def verify_curve(self, k): return None
+        def release(self): pass
+    engine = Engine(TableTarget(runner), Source())
+    events = run(engine, [1, 2, 3], _tree_spec(SpecConfig(method="prompt-lookup", k=3), 6), n=6)
+    assert any("recurrent state" in w and "one chain" in w for w in events[0].warnings)
+    assert runner.nodes_verified == 0 and not any(isinstance(e, RoundVerified) and e.is_tree for e in events)
+
+
+def test_a_recorded_tree_round_details_its_kept_path():
+    engine, _ = engine_with_tree_drafter()
+    events = list(engine.generate_ids([1, 2, 3], spec=_tree_spec(SpecConfig(method="prompt-lookup", k=3), 6),
+                                      max_new_tokens=8, record=True))
+    tree_rounds = [e for e in events if isinstance(e, RoundVerified) and e.is_tree]
+    assert tree_rounds
+    for event in tree_rounds:
+        assert len(event.detail.positions) == event.n_accepted + 1
+        assert event.detail.positions[0].target.ids[0] == event.committed_ids[0]
