@@ -20,7 +20,7 @@ EXIT_BAD_INPUT = 2
 
 
 class Parser(argparse.ArgumentParser):
-    """The engine's commands' parser (and, as parser_class, their subparsers'): no abbreviated options (`--tree`
+    """The engine's commands' parser (and, as parser_class, their subparsers'): no abbreviated options (`--tree-dep`
     is not `--tree-depth`), argparse's own errors in one line."""
 
     def __init__(self, *args, **kwargs) -> None:

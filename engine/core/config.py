@@ -249,7 +249,8 @@ _FIXED_KEYS = ("k", "draft", "tree", "adaptive", "backend")
 
 
 def _spec_keys(info: MethodSpec) -> str:
-    return ", ".join(("k", "draft", *(p.name for p in info.params), "tree", "adaptive", "backend"))
+    tree = ("tree",) if info.branches else ()  # accepted from any method (with a warning); offered where it branches
+    return ", ".join(("k", "draft", *(p.name for p in info.params), *tree, "adaptive", "backend"))
 
 
 def _parse_fixed(key: str, value: str, text: str):

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from engine.core.stats import GenerationStats, ServerStats
-from engine.core.tree_shape import node_depths
+from engine.core.tree_shape import ghost_line, node_depths
 
 
 class TokenStatus(enum.Enum):
@@ -33,6 +33,14 @@ def target_status(n_drafted: int, n_accepted: int) -> TokenStatus:
     if not n_drafted:
         return TokenStatus.PLAIN
     return TokenStatus.BONUS if n_accepted == n_drafted else TokenStatus.SUBSTITUTED
+
+
+def tree_target_status(tree_parents, n_accepted: int) -> TokenStatus:
+    """target_status for a tree listed kept path first (RoundVerified.tree_parents): a bonus where the kept
+    path ends on a leaf (everything drafted along it was kept), else the correction of the tip's children."""
+    if not tree_parents:
+        return TokenStatus.PLAIN
+    return TokenStatus.SUBSTITUTED if n_accepted - 1 in set(tree_parents) else TokenStatus.BONUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,15 @@ class RoundVerified:
         if not self.tree_parents:
             return tuple(range(len(self.draft_ids)))
         return tuple(node_depths(self.tree_parents))
+
+    @property
+    def ghost_nodes(self) -> tuple[int, ...]:
+        """The drafted nodes a reply shows as rejected after the kept ones: a chain's rest; in a tree the line the
+        drafter put first below the kept tip (its first child, that one's first child, …), as a chain's rejected
+        tail. A tree's other branches are the round tree view's."""
+        if not self.tree_parents:
+            return tuple(range(self.n_accepted, len(self.draft_ids)))
+        return tuple(ghost_line(self.tree_parents, self.n_accepted))
 
     @property
     def accepted_ids(self) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ import torch
 from engine.core.chat import IncrementalDetokenizer, find_stop
 from engine.core.config import SamplingConfig
 from engine.core.drafting import Proposal
-from engine.core.events import RoundDetail, RoundVerified, target_status
+from engine.core.events import RoundDetail, RoundVerified, target_status, tree_target_status
 from engine.core.recording import record_round
 from engine.core.runner import Runner
 from engine.core.sampling import probabilities
@@ -191,7 +191,8 @@ def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: i
     return RoundVerified(
         index=state.index, drafter=drafter_name if draft_ids else "target", draft_ids=tuple(draft_ids),
         draft_pieces=draft_pieces, n_accepted=n_accepted, target_id=verdict.target_id,
-        target_status=target_status(len(draft_ids), n_accepted),
+        target_status=tree_target_status(tree_parents, n_accepted) if tree_parents else target_status(
+            len(draft_ids), n_accepted),
         target_piece=pieces[n_accepted] if len(pieces) > n_accepted else "",
         p_target=tuple(verdict.p_target), p_draft=tuple(verdict.p_draft),
         p_target_of_target_id=verdict.p_own, committed_ids=tuple(committed), committed_pieces=tuple(pieces),

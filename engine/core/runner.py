@@ -82,19 +82,25 @@ class Runner(Protocol):
         """Feed the chain `feed` after the cached ids and then every node of a tree (`ids`, `parents` as in
         engine.core.tree: node i at position len(cache) + len(feed) + its depth, seeing the context and its own
         ancestors only); float32 logits (n + 1, vocab): row 0 after the last id of `feed`, row i + 1 after node
-        i (`ids` may be empty: the row after `feed` alone). The cache then holds the nodes until keep_path() says
-        which to keep; nothing else may be called in between but grow_tree()."""
+        i (`ids` may be empty: the row after `feed` alone; `feed` never is: it holds at least the last committed
+        id). The cache then holds the nodes until keep_path() says which to keep; nothing else may be called in
+        between but grow_tree()."""
         raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
 
     def grow_tree(self, ids: list[int], parents) -> "torch.Tensor":
         """After forward_tree: add nodes to the tree the cache holds (a drafter growing a tree level by level,
         EAGLE-2's dynamic tree). `parents[i]` indexes every node so far, the earlier ones first and then these
-        (−1: a child of the fed chain's last id); float32 logits (len(ids), vocab), row i after new node i."""
+        (−1: a child of the fed chain's last id); `parents` has one entry per new node. Float32 logits
+        (len(ids), vocab), row i after new node i. Rows (here and forward_tree's) may be views of the runner's
+        buffers, valid until its next pass. List each node's children best first: a runner may compute the
+        first-child line exactly as a chain and other branches with slightly different rounding."""
         raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
 
     def keep_path(self, path: list[int]) -> None:
         """After forward_tree: keep the context, the fed chain and the nodes of `path` (root to tip, node
-        indices), as if they had been fed as a chain; drop every other node."""
+        indices), as if they had been fed as a chain; drop every other node. A runner may keep only the path's
+        first nodes (llama.cpp keeps those whose cells lie in line: engine.backends.llama_cpp_tree): `ids` says
+        what it holds, and the next sync() gives the rest to feed again."""
         raise ConfigError(self.tree_refusal() or f"{type(self).__name__} verifies chains only")
 
 

@@ -10,6 +10,8 @@
   prompt-lookup miss) are plain steps: with f the share of rounds that drafted, the tokens are
   f·E + (1 − f) at a cost of f·(cost(k+1) + k·d) + (1 − f)·cost(1). k is the mean draft length of the
   drafting rounds (a fractional k reads the curve between its neighbours).
+  A token tree's round is the same formula: k its nodes per pass, cost(n) a tree pass's over n − 1 nodes,
+  the tokens per pass measured (or the adaptive budget's estimate); `tree_ceiling` is its best case.
   Fallback where no curve has been measured: verification is assumed free (cost(n) = cost(1)), with
   c = draft cost per drafted token / target cost per pass, which gives arXiv 2211.17192 §3.4's
   (1 − α^(k+1)) / ((1 − α)(1 + k·c)).
@@ -76,12 +78,23 @@ def speedup_on_curve(tokens_per_pass: float, k: float, curve, draft_cost_per_tok
                      drafting_share: float = 1.0) -> float:
     """The one formula: tokens_per_pass × cost(1) / (f·(cost(k+1) + k·d) + (1 − f)·cost(1)), where
     tokens_per_pass already counts the plain rounds. `curve` has cost(n) (engine.core.stats.VerifyCost, or
-    FLAT); d is in the curve's units (seconds for a measured one, target passes for FLAT)."""
+    FLAT); d is in the curve's units (seconds for a measured one, target passes for FLAT).
+    A token tree is the same formula with k its nodes verified per pass, d the draft cost per node and `curve`
+    the cost of a tree pass (engine.measure.verify_cost.tree_verify_cost: cost(n + 1) a pass over the fed id
+    and n nodes): the tokens a pass commits against what the pass and its draft cost, relative to plain
+    decoding's one token a pass. A tree of N nodes with a path of at most k kept pays at most
+    (k + 1) · cost(1) / cost(N + 1) (tree_ceiling), however well it is drafted."""
     if k <= 0 or drafting_share <= 0:
         return tokens_per_pass
     base = curve.cost(1)
     pass_cost = drafting_share * (curve.cost(k + 1) + k * draft_cost_per_token) + (1.0 - drafting_share) * base
     return tokens_per_pass * base / pass_cost
+
+
+def tree_ceiling(depth: int, nodes: int, curve) -> float:
+    """The most a pass over `nodes` drafted nodes can gain when at most `depth` of them are kept (every round's
+    path kept whole, drafting free): (depth + 1) · cost(1) / cost(nodes + 1). Below 1, that size never pays."""
+    return speedup_on_curve(min(depth, nodes) + 1.0, nodes, curve, 0.0)
 
 
 def speedup_from_acceptance(alpha: float, k: float, cost_ratio: float, drafting_share: float = 1.0,
@@ -150,8 +163,16 @@ class _Rates:
     @property
     def theoretical_speedup(self) -> float:
         """On the measured verify-cost curve when these figures carry one (verify_cost_seconds), else on
-        the free-verification fallback."""
+        the free-verification fallback. Token trees (tree_rounds): no per-token acceptance describes a tree's
+        yield, so its tokens per pass are the measured ones, at the cost of passing its nodes (the chain's
+        curve: a pass over n nodes costs about what a chain of n does; bench --sweep-tree measures trees')."""
         seconds = self.verify_cost_seconds
+        if getattr(self, "tree_rounds", 0):
+            curve = VerifyCost(tuple(seconds)) if seconds else FLAT
+            draft = (self.draft_seconds / self.drafted_tokens if self.drafted_tokens else 0.0) if seconds \
+                else self.cost_ratio
+            return speedup_on_curve(self.mean_accepted_length, self.mean_draft_length, curve, draft,
+                                    self.drafting_share)
         if not seconds:
             return speedup_from_acceptance(self.acceptance_rate, self.mean_draft_length, self.cost_ratio,
                                        self.drafting_share)
@@ -183,6 +204,7 @@ class GenerationStats(_Rates):
     rollback_refills: int = 0
     # per drafter that drafted (a combined method has two): (name, drafting rounds, drafted, accepted)
     by_drafter: tuple[tuple[str, int, int, int], ...] = ()
+    tree_rounds: int = 0  # rounds that drafted a token tree (engine.core.tree)
 
     def drafter_acceptance(self) -> tuple[tuple[str, int, int, float], ...]:
         """(name, drafted, accepted, acceptance rate) of each drafter that drafted, in the order they first did."""
@@ -236,6 +258,7 @@ class StatsAccumulator:
         self._histogram: list[int] = []
         self.rollback_restores, self.rollback_seconds, self.rollback_refills = 0, 0.0, 0
         self._by_drafter: dict[str, list[int]] = {}  # name → [drafting rounds, drafted, accepted]
+        self.tree_rounds = 0
 
     def add_round(self, event) -> None:
         """Take one RoundVerified (duck-typed so that stats need not import events)."""
@@ -258,6 +281,7 @@ class StatsAccumulator:
             mine[2] += event.n_accepted
             # per position: a tree counts its depths (drafted at depth d: some node there), as a chain its positions
             n_levels = max(event.depths) + 1 if event.tree_parents else n_drafted
+            self.tree_rounds += bool(event.tree_parents)
             grow = n_levels - len(self._drafted_at)
             if grow > 0:
                 self._drafted_at += [0] * grow
@@ -288,7 +312,8 @@ class StatsAccumulator:
             accept_length_histogram=tuple(histogram) if self.drafting_rounds else (),
             verify_cost_seconds=self.verify_cost_seconds, rollback_restores=self.rollback_restores,
             rollback_seconds=self.rollback_seconds, rollback_refills=self.rollback_refills,
-            by_drafter=tuple((name, *counts) for name, counts in self._by_drafter.items()))
+            by_drafter=tuple((name, *counts) for name, counts in self._by_drafter.items()),
+            tree_rounds=self.tree_rounds)
 
 
 def describe_rollback(cost: dict | None) -> str:
@@ -320,6 +345,7 @@ class AggregateStats(_Rates):
     decode_rounds: int
     draft_seconds: float
     verify_seconds: float
+    tree_rounds: int = 0
 
 
 def aggregate(runs: list[GenerationStats]) -> AggregateStats:
@@ -335,7 +361,8 @@ def aggregate(runs: list[GenerationStats]) -> AggregateStats:
         drafting_rounds=sum(s.drafting_rounds for s in runs),
         decode_rounds=sum(s.decode_rounds for s in runs),
         draft_seconds=sum(s.draft_seconds for s in runs),
-        verify_seconds=sum(s.verify_seconds for s in runs))
+        verify_seconds=sum(s.verify_seconds for s in runs),
+        tree_rounds=sum(s.tree_rounds for s in runs))
 
 
 @dataclass(frozen=True, slots=True)

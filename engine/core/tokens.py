@@ -13,7 +13,9 @@ Position convention (one, everywhere, stored as is in the history database):
   `position` is the 0-based index in the round's draft, the index into `draft_ids`, `p_target` and
   `p_draft`: accepted and rejected drafts have their own index, a correction has the index of the draft
   token it replaced (= n_accepted), a bonus has len(draft_ids) (one past the last drafted token), a plain
-  decoding step has None. Words for a person count from 1: `draft_position_words` says "draft position
+  decoding step has None. A tree round (RoundVerified.tree_parents) lists the kept path first: its ghosts are
+  the line below the kept tip (RoundVerified.ghost_nodes), each at its node's index, and its correction has
+  the index of the first of them. Words for a person count from 1: `draft_position_words` says "draft position
   {position + 1} of {draft_length}", in one place.
 """
 
@@ -76,10 +78,12 @@ def fold_round(event: RoundVerified) -> list[DisplayToken]:
     if n_committed > n_accepted:  # the round reached the target's own token
         tokens += [token(_at(event.draft_pieces, i) or "", TokenStatus.REJECTED, i, event.draft_ids[i],
                          _at(event.p_target, i), _at(event.p_draft, i))
-                   for i in range(n_accepted, n_drafted)]
+                   for i in event.ghost_nodes]
         status = event.target_status
-        tokens.append(token(event.committed_pieces[n_accepted], status,
-                            None if status is TokenStatus.PLAIN else n_accepted,
+        ghosts = event.ghost_nodes
+        position = (None if status is TokenStatus.PLAIN else n_accepted if not event.is_tree
+                    else ghosts[0] if status is TokenStatus.SUBSTITUTED and ghosts else n_drafted)
+        tokens.append(token(event.committed_pieces[n_accepted], status, position,
                             event.committed_ids[n_accepted], event.p_target_of_target_id, None))
     return fill_replacements(tokens)
 

@@ -47,3 +47,21 @@ def leaves(parents) -> list[int]:
     """The nodes with no child, in index order."""
     has_child = {parent for parent in parents if parent >= 0}
     return [i for i in range(len(parents)) if i not in has_child]
+
+
+def ghost_line(parents, n_accepted: int) -> list[int]:
+    """A round's drafted line below its kept path's tip (the path listed first: nodes 0 … n_accepted − 1): the
+    tip's first child, that one's first child, … — what a reply shows as rejected after the kept tokens, as a
+    chain's rejected tail.
+
+    >>> ghost_line((-1, 0, 1, 1, -1, 2), 2)
+    [2, 5]
+    """
+    first_child: dict[int, int] = {}
+    for node, parent in enumerate(parents):
+        first_child.setdefault(parent, node)
+    line, node = [], n_accepted - 1
+    while node in first_child:
+        node = first_child[node]
+        line.append(node)
+    return line

@@ -31,7 +31,8 @@ def run_cli(capsys, *argv):
      "specscope: error: --layers is early-exit's parameter; none takes no parameter of its own"),
     (["generate", "--draft", "default", "--ngram-max", "4", "hi"],  # --draft alone asks for draft-model
      "specscope: error: --ngram-max is prompt-lookup's parameter; draft-model takes no parameter of its own"),
-    (["generate", "--method", "suffix", "--tree", "8", "hi"], "unrecognized arguments: --tree"),
+    (["generate", "--method", "suffix", "--tree", "200", "hi"],
+         "specscope: error: tree must be a whole number of nodes from 0 (a chain) to 128, got 200"),
     (["generate", "--method", "early-exit", "--lay", "8", "hi"], "unrecognized arguments: --lay"),
     (["bench", "--prompts", "p.jsonl", "--conf", "none"], "unrecognized arguments: --conf"),
     (["models", "list", "--pat", "x"], "unrecognized arguments: --pat"),

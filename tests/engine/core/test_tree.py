@@ -230,3 +230,53 @@ def test_a_recorded_tree_round_details_its_kept_path():
     for event in tree_rounds:
         assert len(event.detail.positions) == event.n_accepted + 1
         assert event.detail.positions[0].target.ids[0] == event.committed_ids[0]
+
+
+def tree_round(n_accepted: int, parents: tuple[int, ...], status: TokenStatus) -> RoundVerified:
+    """A tree round as commit_round lists it: the kept path first (nodes 0 … n_accepted − 1)."""
+    n = len(parents)
+    ids = tuple(range(10, 10 + n))
+    return RoundVerified(
+        index=1, drafter="d", draft_ids=ids, draft_pieces=tuple(f"<{i}>" for i in ids), n_accepted=n_accepted,
+        target_id=99, target_status=status, target_piece="T", p_target=tuple(0.1 * i for i in range(n)),
+        p_draft=(None,) * n, p_target_of_target_id=1.0, committed_ids=ids[:n_accepted] + (99,),
+        committed_pieces=tuple(f"<{i}>" for i in ids[:n_accepted]) + ("T",), draft_seconds=0.0,
+        verify_seconds=0.0, elapsed_seconds=0.0, n_committed_total=n_accepted + 1, tree_parents=parents)
+
+
+def test_a_tree_rounds_target_token_ghosts_and_positions():
+    """Kept path 0 → 1; node 1 has children 3 (listed first) and 4, node 3 has child 5; node 2 is another root
+    branch. The target's token corrects node 3, the ghosts are the line 3, 5 (not every other node), and the
+    correction sits at node 3's index. A path ending on a leaf earns a bonus, not a correction."""
+    from engine.core.events import tree_target_status
+    from engine.core.tokens import fold_round
+    parents = (-1, 0, -1, 1, 1, 3)
+    assert tree_target_status(parents, 2) is TokenStatus.SUBSTITUTED
+    assert tree_target_status(parents, 0) is TokenStatus.SUBSTITUTED  # the root's children all turned down
+    assert tree_target_status((-1, 0, -1), 2) is TokenStatus.BONUS  # the kept tip is a leaf
+    event = tree_round(2, parents, TokenStatus.SUBSTITUTED)
+    assert event.ghost_nodes == (3, 5)
+    tokens = fold_round(event)
+    assert [(t.status, t.position, t.text) for t in tokens] == [
+        (TokenStatus.ACCEPTED, 0, "<10>"), (TokenStatus.ACCEPTED, 1, "<11>"), (TokenStatus.REJECTED, 3, "<13>"),
+        (TokenStatus.REJECTED, 5, "<15>"), (TokenStatus.SUBSTITUTED, 3, "T")]
+    assert tokens[-1].replaced == "<13>"
+    bonus = fold_round(tree_round(2, (-1, 0, -1), TokenStatus.BONUS))
+    assert [(t.status, t.position) for t in bonus] == [
+        (TokenStatus.ACCEPTED, 0), (TokenStatus.ACCEPTED, 1), (TokenStatus.BONUS, 3)]
+    assert tree_round(0, (-1, -1, 0), TokenStatus.SUBSTITUTED).ghost_nodes == (0, 2)
+
+
+def test_a_tree_generations_theoretical_speed_up_counts_its_measured_tokens_per_pass():
+    """12 nodes a round keeping 4 (5 tokens a pass): a per-token acceptance of 4/12 would say ~1.5 tokens a
+    pass and a theoretical speed-up far below what the rounds did; a tree's is from its measured yield."""
+    from engine.core.stats import StatsAccumulator
+    stats = StatsAccumulator(k=4)
+    parents = (-1, 0, 1, 2) + (-1,) * 4 + (0,) * 4
+    for index in range(11):
+        event = tree_round(4, parents, TokenStatus.BONUS) if index else tree_round(0, (), TokenStatus.PLAIN)
+        stats.add_round(event)
+    s = stats.snapshot()
+    assert s.tree_rounds == 10 and s.mean_draft_length == 12
+    assert s.theoretical_speedup == pytest.approx(s.mean_accepted_length)  # drafting and verifying free here
+    assert s.theoretical_speedup > 4.5

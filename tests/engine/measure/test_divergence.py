@@ -166,7 +166,7 @@ class WrongAfterVerification(Engine):
             target_id = int(logits[n_accepted].argmin())
         self.rounds_seen += 1
         self.runner.rollback(len(self.runner.ids) - (m - n_accepted))
-        return Checked(n_accepted, target_id, p_target, [None] * m, p_own, 0.0)
+        return Checked(n_accepted, target_id, p_target, [None] * m, p_own, 0.0), proposal
 
 
 class ShiftedVerification(Engine):
@@ -183,7 +183,7 @@ class ShiftedVerification(Engine):
         shifted = torch.cat([logits[1:], logits[-1:]]) if m else logits
         n_accepted, target_id, p_target, p_own = verify_greedy(shifted, draft_ids)
         self.runner.rollback(len(self.runner.ids) - (m - n_accepted))
-        return Checked(n_accepted, target_id, p_target, [None] * m, p_own, 0.0)
+        return Checked(n_accepted, target_id, p_target, [None] * m, p_own, 0.0), proposal
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bf16"])
