@@ -33,6 +33,7 @@ from engine.backends.device import device_ids, dtype_label
 from engine.backends.hybrid_cache import HybridRollback, linear_layers, restore
 from engine.backends.source import ModelSource, check_gguf, converted_folder, weight_files
 from engine.backends.transformers_heads import TRANSFORMERS_HEADS
+from engine.backends.transformers_tree import TreeVerification
 from engine.core.chat import eos_ids
 from engine.core.errors import ModelLoadError, OutOfMemoryError
 
@@ -107,8 +108,9 @@ class HiddenRows:
         return self.buffer[start - self.start:self.end - self.start]
 
 
-class TransformersRunner(Runner):
-    """A causal LM, its KV cache and the ids in it (engine.backends.Runner). One generation at a time.
+class TransformersRunner(TreeVerification, Runner):
+    """A causal LM, its KV cache and the ids in it (engine.backends.Runner), trees verified in one pass
+    (engine.backends.transformers_tree). One generation at a time.
 
     On request (`record_outputs`) it also keeps what MTP heads and Gemma 4 assistants draft from: the last
     layer's hidden state of every cached position (`hidden`) and the last pass's shared key/value states.
@@ -278,10 +280,10 @@ class TransformersRunner(Runner):
         if self._hybrid is None and (layers := linear_layers(self.cache)):
             self._hybrid = HybridRollback(layers)
 
-    def _pass(self, input_ids: torch.Tensor, n_logits: int, *, outputs: bool):
+    def _pass(self, input_ids: torch.Tensor, n_logits: int, *, outputs: bool, **inputs):
         """One pass of the model over `input_ids` (1, n) into the cache (`outputs`: with what record_outputs
-        keeps)."""
-        kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
+        keeps; `inputs`: more of the model's inputs, a tree's attention mask and positions)."""
+        kwargs = {self._cache_kwarg: self.cache, "use_cache": True, **inputs}
         if self._takes_logits_to_keep:
             kwargs["logits_to_keep"] = n_logits
         if outputs:

@@ -15,6 +15,7 @@ prompt, a long catch-up) and a fresh cache's first pass run eager on the same bu
 Models whose cache can't be a static one of full-attention layers (sliding windows, linear attention), or
 whose code transformers doesn't mark compilable, keep the eager runner, with the reason on `progress`;
 a runner asked for hidden states (`record_outputs`: MTP, EAGLE, assistant drafters) serves them eagerly.
+Token trees are verified by the eager runner only (`tree_refusal` says so while the cache is static).
 
 Touches torch and transformers only; imported by engine.backends.transformers_entry.load when compile is on.
 """
@@ -133,6 +134,12 @@ class StaticRunner(TransformersRunner):
             self.progress(f"--compile: the target runs eager from now on ({self.eager_reason})")
             self.static_cache, self.ids = None, []
         super().record_outputs(shared_kv=shared_kv)
+
+    def tree_refusal(self) -> str | None:
+        if self.eager_reason:
+            return super().tree_refusal()
+        return ("--compile's static cache verifies chains only (its fixed pass shapes for a tree budget are not "
+                "built yet)")
 
     # ---- the Runner
 
