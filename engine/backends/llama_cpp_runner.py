@@ -1,7 +1,8 @@
 """The llama.cpp Runner: one llama.cpp context on a GgufModel, its KV cache and the ids in it, fed through the
 low-level API (`llama_decode` over a batch with a logits flag per position, logits read in place, only the
 rows asked for), rolled back by the strategy its model's memory needs (engine.backends.llama_cpp_rollback),
-and, for a head that drafts from the target's own states, handing every pass's hidden states to a listener.
+verifying a drafted token tree in one pass (engine.backends.llama_cpp_tree), and, for a head that drafts from
+the target's own states, handing every pass's hidden states to a listener.
 
 Touches the llama.cpp context it creates (and frees), its batch, and llama.cpp's logits buffer. No Qt.
 """
@@ -17,7 +18,8 @@ import torch
 from engine.backends import Runner, common_prefix_length
 from engine.backends.llama_cpp_library import BufferViews, clear_errors, last_error, mtp_bindings
 from engine.backends.llama_cpp_rollback import RecurrentRollback, RollbackCost, TailRollback
-from engine.core.errors import OutOfMemoryError, PromptTooLongError, SpecScopeError
+from engine.backends.llama_cpp_tree import LlamaCppTrees, make_tree_capable
+from engine.core.errors import ConfigError, OutOfMemoryError, PromptTooLongError, SpecScopeError
 
 N_BATCH = 512  # tokens per llama_decode call; more than the longest verification (MAX_K + 1)
 
@@ -51,6 +53,7 @@ class LlamaCppRunner(Runner):
             RecurrentRollback(model, rollback_depth or 0) if model.recurrent else TailRollback()
         self._listener: NextnListener | None = None
         self._last_prompt = (0, 0)  # positions first…end − 1 of the last ids fed with a head before the rows asked for
+        self._trees = LlamaCppTrees(self)  # a drafted tree's sequences (forward_tree … keep_path)
         self._open()
 
     def _open(self) -> None:
@@ -62,6 +65,8 @@ class LlamaCppRunner(Runner):
         params.n_threads = params.n_threads_batch = model.n_threads
         params.no_perf = True
         params.n_rs_seq = self._rollback.snapshots_wanted
+        if self.tree_refusal() is None:
+            make_tree_capable(params)
         clear_errors()
         ctx = lib.llama_init_from_model(model.handle, params)
         if not ctx:
@@ -156,6 +161,11 @@ class LlamaCppRunner(Runner):
             self._logits_views[n_rows] = view
         return view
 
+    @property
+    def batch_size(self) -> int:
+        """The most tokens one llama_decode takes here."""
+        return self._n_batch if self._ctx is not None else min(N_BATCH, self.context_length)
+
     def decode(self, ids: np.ndarray, n_logits: int) -> None:
         """Decode `ids` after the cached positions, logits for the last `n_logits` (self.ids is not changed
         here; the rollback strategies recompute kept tokens with it)."""
@@ -185,20 +195,68 @@ class LlamaCppRunner(Runner):
             self._flags[:m] = 0
             self._flags[m - n_outputs:m] = 1 if n_outputs else 0
         self._batch.n_tokens = m
+        self.run_batch(self._batch, m)
+        if self._listener is not None:
+            rows = mtp_bindings().llama_get_embeddings_nextn(self._ctx)
+            if not rows:
+                raise SpecScopeError(f"llama.cpp gave no hidden states for {self.model.label}'s MTP head")
+            self._listener.on_rows(position, ids, self._row_views.of(rows, (m, self.model.n_embd)))
+
+    def run_batch(self, batch, n_tokens: int) -> None:
+        """llama_decode of `batch` (this runner's own or a tree's) holding `n_tokens`; llama.cpp's failures raised."""
         clear_errors()
-        status = self.model.lib.llama_decode(self._ctx, self._batch)
+        status = self.model.lib.llama_decode(self._ctx, batch)
         if status == 1:
             raise OutOfMemoryError(f"llama.cpp found no room in the KV cache of {self.model.label} "
                                    f"({self.context_length:,} tokens); start a new chat")
         if status != 0:
             raise SpecScopeError(f"llama.cpp failed to decode a batch (status {status}: "
                                  f"{last_error('no reason given')})")
-        self._rollback.passed(m)
+        self._rollback.passed(n_tokens)
+
+    # ---- token trees (engine.backends.llama_cpp_tree): each leaf a sequence of the context's unified KV cache
+
+    def tree_refusal(self) -> str | None:
+        """Why this runner verifies chains only (a recurrent state; an MTP head's listener), or None."""
+        if self.model.recurrent:
+            return (f"{self.model.label} keeps a recurrent state, which llama.cpp can't share among the sequences "
+                    "of a tree's branches")
         if self._listener is not None:
-            rows = mtp_bindings().llama_get_embeddings_nextn(self._ctx)
-            if not rows:
-                raise SpecScopeError(f"llama.cpp gave no hidden states for {self.model.label}'s MTP head")
-            self._listener.on_rows(position, ids, self._row_views.of(rows, (m, self.model.n_embd)))
+            return f"a head reading {self.model.label}'s hidden states follows one chain"
+        return None
+
+    def forward_tree(self, feed: list[int], ids: list[int], parents) -> torch.Tensor:
+        """Feed `feed` and every node of a tree in one pass (engine.core.runner); logits (n + 1, vocab), a view
+        of llama.cpp's buffer valid until this runner's next pass where the nodes are in depth-first order."""
+        self._check_tree(feed + list(ids), len(feed) + len(ids))
+        return self._rows(self._trees.forward(list(feed), list(ids), parents), len(ids) + 1)
+
+    def grow_tree(self, ids: list[int], parents) -> torch.Tensor:
+        """More nodes for the pending tree in one pass (engine.core.runner); logits (len(ids), vocab)."""
+        pending = self._trees.pending
+        self._check_tree(list(ids), len(ids) + (len(pending.feed) + len(pending.ids) if pending else 0))
+        return self._rows(self._trees.grow(list(ids), parents), len(ids))
+
+    def _rows(self, rows: list[int] | None, n_rows: int) -> torch.Tensor:
+        """The last pass's logits in the order of `rows` (where llama.cpp holds each; None: in its order)."""
+        return self._logits(n_rows) if rows is None else self._logits(n_rows)[rows]
+
+    def keep_path(self, path: list[int]) -> None:
+        """Keep the context, the fed chain and the nodes of `path` that lie in line (LlamaCppTrees.keep_path; the
+        next sync feeds the rest again); drop the other nodes."""
+        self.ids.extend(self._trees.keep_path(list(path)))
+
+    def _check_tree(self, new_ids: list[int], n_cells: int) -> None:
+        why = self.tree_refusal()
+        if why:
+            raise ConfigError(why)
+        if len(self.ids) + n_cells > self.context_length:
+            raise PromptTooLongError(f"a tree of {n_cells} tokens does not fit in the {self.context_length:,}-token "
+                                     f"context of {self.model.label}; shorten the conversation")
+        if new_ids and (min(new_ids) < 0 or max(new_ids) >= self.model.vocab_size):
+            raise ValueError(f"token ids must be from 0 to {self.model.vocab_size - 1}")
+        if self._ctx is None:
+            self._open()
 
     def _forget_from(self, length: int) -> None:
         """After a failed pass: drop whatever part of it reached the cache."""
@@ -238,6 +296,7 @@ class LlamaCppRunner(Runner):
 
     def reset(self) -> None:
         """Empty the cache (its memory stays allocated for the next generation)."""
+        self._trees.pending = None
         if self._ctx is not None:
             self.model.lib.llama_memory_clear(self.memory, False)
         self.ids = []
@@ -247,6 +306,7 @@ class LlamaCppRunner(Runner):
         """Free the context and its KV cache; the next forward() makes a new one."""
         ctx, self._ctx = self._ctx, None
         self.ids = []
+        self._trees.close()
         self._rollback.emptied()
         self._logits_address, self._logits_views = None, {}
         self._row_views.clear()
