@@ -1,13 +1,15 @@
 """Method `draft-model`: a smaller model drafts autoregressively, with its own KV cache (Leviathan et al.,
 arXiv 2211.17192; Chen et al., arXiv 2302.01318).
 
-`RunnerDrafter` drafts with any engine.backends Runner (early exit reuses it with a view of the target);
+`RunnerDrafter` drafts with any engine.backends Runner (early exit reuses it with a view of the target), a chain
+or, for a target that verifies trees, EAGLE-2's dynamic tree (engine.drafters.tree_shapes);
 `ModelDrafter` is that with a runner of the draft model. A draft of another tokenizer drafts through text
 (engine.drafters.cross_tokenizer). Touches only its runner.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,13 +19,15 @@ from engine.core.drafting import PickingDrafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.runner import take_in
 from engine.core.methods import MethodSpec
+from engine.drafters.tree_shapes import DynamicTree, default_width
 
 if TYPE_CHECKING:
     import torch
 
 
 class RunnerDrafter(PickingDrafter):
-    """Drafts k tokens one forward pass at a time with its own runner (cache synced by common prefix)."""
+    """Drafts k tokens one forward pass at a time with its own runner (cache synced by common prefix), or, asked
+    for a tree, EAGLE-2's dynamic tree with one draft pass a level."""
 
     name = "draft-model"
     free_to_propose = False  # every drafted token is a forward pass
@@ -51,6 +55,69 @@ class RunnerDrafter(PickingDrafter):
             rows.append(row)
             feed = [token]
         return self.proposal(draft_ids, rows)
+
+    def propose_tree(self, context_ids: list[int], k: int, budget: int) -> Proposal:
+        """EAGLE-2's dynamic tree (arXiv 2406.16858; engine.drafters.tree_shapes.DynamicTree): k levels, each
+        one draft pass over its frontier (Runner.grow_tree), `default_width(budget, k)` children a node and
+        frontier nodes a level, reranked to `budget` nodes by cumulative draft probability, the greedy chain
+        kept. A draft runner that can't hold a tree (a recurrent state) drafts the chain and offers the best
+        siblings from the same rows, at no extra pass. Children are picked (top-w), never drawn: under sampling
+        p_draft is None (one-hot, EAGLE's rule), under greedy each node's row is the draft's softmax it was
+        picked from."""
+        import torch
+        if k < 1 or budget < 1:
+            return Proposal.empty()
+        tree = DynamicTree(default_width(budget, k))
+        rows: list[torch.Tensor] = []
+        if self.runner.tree_refusal() is None:
+            self._grow_levels(tree, rows, context_ids, k)
+        else:
+            self._grow_chain(tree, rows, context_ids, k)
+        shape = tree.reranked(budget)
+        if not shape:
+            return Proposal.empty()
+        p_draft = torch.stack([rows[tree.rows[i]] for i in shape.nodes]) if self._sampling.greedy else None
+        return Proposal(shape.ids, p_draft, parents=shape.parents)
+
+    def _grow_levels(self, tree: DynamicTree, rows: list, context_ids: list[int], k: int) -> None:
+        """The tree level by level on the runner's own tree cache, which then keeps the context only."""
+        runner = self.runner
+        self._branch(tree, -1, runner.forward_tree(runner.sync(context_ids), [], [])[0], rows)
+        expanded: dict[int, int] = {}  # tree node → its index in the runner's tree
+        try:
+            for depth in range(k - 1):
+                frontier = tree.frontier(depth)
+                if not frontier:
+                    break
+                logits = runner.grow_tree([tree.ids[i] for i in frontier],
+                                          [expanded.get(tree.parents[i], -1) for i in frontier])
+                for node, row in zip(frontier, logits):
+                    expanded[node] = len(expanded)
+                    self._branch(tree, node, row, rows)
+        except BaseException:
+            with contextlib.suppress(Exception):  # leave no tree pending, where the runner still holds it
+                runner.keep_path([])
+            raise
+        runner.keep_path([])
+
+    def _grow_chain(self, tree: DynamicTree, rows: list, context_ids: list[int], k: int) -> None:
+        """The greedy chain, one forward pass a token; each pass's row offers the chain's siblings too."""
+        feed = self.runner.sync(context_ids)
+        for _ in range(k):
+            self._branch(tree, tree.chain[-1] if tree.chain else -1, self.runner.forward(feed, 1)[-1], rows)
+            feed = [tree.ids[tree.chain[-1]]]
+
+    def _branch(self, tree: DynamicTree, parent: int, logits: torch.Tensor, rows: list) -> None:
+        """`parent`'s children: the top `width` tokens of the draft's distribution after it (under the sampling
+        settings; those it gives probability 0 are left out)."""
+        import torch
+
+        from engine.core.sampling import probabilities
+        probs = probabilities(logits, self._sampling)
+        top = torch.topk(probs, min(tree.width, probs.shape[-1]))
+        ranked = [(token, prob) for token, prob in zip(top.indices.tolist(), top.values.tolist()) if prob > 0]
+        tree.add_children(parent, ranked, len(rows))
+        rows.append(probs)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() syncs the cache by common prefix, rolling back rejected positions
@@ -118,5 +185,5 @@ METHOD = MethodSpec(
     description="A smaller model drafts k tokens (through text where its tokenizer differs); the target verifies "
                 "them in one pass.",
     build=build, needs_draft=True, cross_tokenizer=True, implied_by_draft=True, hf_generate_kwargs=hf_kwargs,
-    llama_server_args=llama_server_args, sweep_rank=2,
+    llama_server_args=llama_server_args, sweep_rank=2, branches=True,
     draft_help="a draft model: a name, a path or 'default'")

@@ -23,6 +23,7 @@ from engine.core.config import SamplingConfig, SpecConfig, check_backend
 from engine.core.drafting import Drafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.methods import MethodSpec
+from engine.drafters.tree_shapes import DynamicTree, default_width
 
 if TYPE_CHECKING:  # the drafter's own modules import torch: they are imported where a head is used
     import torch
@@ -185,6 +186,71 @@ class EagleDrafter(Drafter):
         crop_cache(self.cache, n - 1)  # keep only the entries read from the target's own features
         return Proposal(torch.stack(tokens).tolist(), torch.stack(rows))
 
+    def propose_tree(self, context_ids: list[int], k: int, budget: int) -> Proposal:
+        """EAGLE-2's dynamic tree (arXiv 2406.16858; engine.drafters.tree_shapes.DynamicTree) from the head: k
+        levels, each one pass of the head over the level's frontier nodes, a node at the position of its depth
+        seeing the target's positions and its own ancestors only (a 4D mask); `default_width(budget, k)` children
+        a node, reranked to `budget` nodes with the greedy chain kept. Children are picked, never drawn: under
+        sampling p_draft is None (one-hot), under greedy each node's row is the distribution it was picked from."""
+        import torch
+
+        from engine.backends.transformers import crop_cache
+        predicted = self._catch_up(context_ids)
+        if predicted is None or k < 1 or budget < 1:
+            return Proposal.empty()
+        tree, rows = DynamicTree(default_width(budget, k)), []
+        features = {-1: predicted[0, -1]}  # node → the head's predicted features after it
+        self._offer(tree, -1, features[-1], rows)
+        expanded: list[int] = []  # the tree's nodes in the head's cache, in its order
+        for depth in range(k - 1):
+            frontier = tree.frontier(depth)
+            if not frontier:
+                break
+            out = self._head_pass(tree, expanded, frontier, features, len(context_ids) - 1 + depth)
+            for i, node in enumerate(frontier):
+                features[node] = out[0, i]
+                self._offer(tree, node, features[node], rows)
+            expanded += frontier
+        crop_cache(self.cache, len(context_ids) - 1)  # keep only the entries read from the target's own features
+        shape = tree.reranked(budget)
+        p_draft = torch.stack([rows[tree.rows[i]] for i in shape.nodes]) if self._sampling.greedy else None
+        return Proposal(shape.ids, p_draft, parents=shape.parents) if shape else Proposal.empty()
+
+    def _head_pass(self, tree: DynamicTree, expanded: list[int], frontier: list[int], features: dict,
+                   position: int) -> torch.Tensor:
+        """One pass of the head over `frontier` (after the `expanded` nodes in its cache): each node reads its
+        parent's predicted features and its own token, at `position`, and sees the cache's target positions and
+        its ancestors; the predicted features (1, len(frontier), H)."""
+        import torch
+
+        from engine.backends.device import device_ids
+        from engine.core.tree import ancestor_mask
+        device = self.readout.device
+        nodes = expanded + frontier
+        index = {node: i for i, node in enumerate(nodes)}
+        ancestors = ancestor_mask([index.get(tree.parents[node], -1) for node in nodes])[len(expanded):]
+        n_past = self.cache.get_seq_length() - len(expanded)
+        allowed = torch.ones((len(frontier), n_past + len(nodes)), dtype=torch.bool, device=device)
+        allowed[:, n_past:] = ancestors.to(device)
+        inputs = torch.stack([features[tree.parents[node]] for node in frontier])[None]
+        tokens = device_ids([tree.ids[node] for node in frontier], device)
+        positions = torch.full((1, len(frontier)), position, dtype=torch.long, device=device)
+        return self.head(inputs, self.embed(tokens), positions, self.cache, allowed[None, None])
+
+    def _offer(self, tree: DynamicTree, parent: int, predicted: torch.Tensor, rows: list) -> None:
+        """`parent`'s children: the top tokens of the head's distribution read from its predicted features
+        (H,), under the sampling settings."""
+        import torch
+
+        from engine.core.sampling import probabilities
+        logits = torch.full((self.vocab_size,), float("-inf"), device=self.readout.device)
+        logits[self.head.draft_vocab] = (predicted @ self.readout.T).float()
+        probs = probabilities(logits, self._sampling)
+        top = torch.topk(probs, min(tree.width, probs.shape[-1]))
+        tree.add_children(parent, [(token, prob) for token, prob in zip(top.indices.tolist(), top.values.tolist())
+                                   if prob > 0], len(rows))
+        rows.append(probs)
+
     def observe(self, n_accepted: int) -> None:
         pass  # the next propose() syncs by common prefix with the target's kept features
 
@@ -206,5 +272,5 @@ METHOD = MethodSpec(
     reads_head=True, backends=("transformers",),
     why_not="the head reads the target's hidden states and torch modules (embedding, output head), which only "
             "the transformers backend exposes",
-    check=lambda spec, target, draft: check_eagle(spec, target), build=build, needs_target_runner=True,
+    check=lambda spec, target, draft: check_eagle(spec, target), build=build, needs_target_runner=True, branches=True,
     draft_help="a head folder (default: the one trained for the model)")

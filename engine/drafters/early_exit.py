@@ -153,5 +153,5 @@ METHOD = MethodSpec(
     params=(ParamSpec("layers", int, None, "early-exit: target layers that draft (default: the method's own "
                       "choice)", min=1),),
     backends=("transformers",), cache_params=("layers",), check=check, check_facts=check_facts, build=build,
-    hf_generate_kwargs=hf_kwargs,
+    hf_generate_kwargs=hf_kwargs, branches=True,
     sweep_rank=1)

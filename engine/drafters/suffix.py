@@ -6,7 +6,8 @@ frequent continuations of the context's tail, at most k long and no longer than 
 cut where its probability (the product of the frequencies) falls below min_token_prob; the higher-scoring one
 drafts. No model, no distribution: the draft is verified one-hot, so sampling stays lossless.
 
-Simplified from the paper: the draft is the best single path, not a tree of paths (our verifier checks a chain).
+Asked for a tree (a target that verifies trees), each tree offers its continuations best first by probability
+(Arctic Inference's tree speculation), merged as a trie around the chain.
 A finished reply is learned when the engine hands it over (`learn`), one store transaction each.
 Touches no model; with learning on, its store's file.
 """
@@ -18,7 +19,8 @@ from pathlib import Path
 from engine.backends import common_prefix_length
 from engine.core.drafting import Drafter, Proposal
 from engine.core.methods import MethodSpec, ParamSpec
-from engine.drafters.suffix_tree import SpeculationLimits, SuffixTree, best_of
+from engine.drafters.suffix_tree import Candidate, SpeculationLimits, SuffixTree, best_of
+from engine.drafters.tree_shapes import TokenTrie
 
 
 class LearnedReplies:
@@ -86,12 +88,43 @@ class SuffixDrafter(Drafter):
         >>> drafter.propose([1, 2, 3, 4, 1, 2], k=4).ids
         [3, 4]
         """
+        best, _ = self._speculate(context_ids, k)
+        return Proposal(list(best.ids), None, bucket=min(best.match_length, 8))
+
+    def propose_tree(self, context_ids: list[int], k: int, budget: int) -> Proposal:
+        """The chain (propose's) and, around it, each tree's continuations of its own best match best first by
+        probability (SuffixTree.branches, no deeper than that match allows), merged as a trie (a node shared by
+        both trees keeps the higher probability), cut to `budget` nodes with the chain kept.
+
+        >>> drafter = SuffixDrafter()
+        >>> tree = drafter.propose_tree([1, 2, 3, 1, 2, 4, 1, 2], k=2, budget=4)
+        >>> tree.ids, tree.parents
+        ([4, 3, 1, 1], (-1, -1, 0, 1))
+        """
+        best, candidates = self._speculate(context_ids, k)
+        if not best.ids or budget < 1:
+            return Proposal.empty()
+        trie = TokenTrie()
+        keep = trie.add(best.ids, best.probs)
+        for tree, candidate in candidates:
+            if candidate.ids:
+                length = min(k, int(candidate.match_length * self.limits.spec_factor + self.limits.spec_offset
+                                    + 1e-6))
+                trie.add_tree(*tree.branches(context_ids, candidate.match_length, length, budget,
+                                             self.limits.min_token_prob))
+        shape = trie.selected(budget, keep)
+        return Proposal(shape.ids, None, bucket=min(best.match_length, 8), parents=shape.parents)
+
+    def _speculate(self, context_ids: list[int], k: int) -> tuple[Candidate, list[tuple[SuffixTree, Candidate]]]:
+        """The best path of the two trees (the conversation's first), and each tree with its own best path."""
         self._sync(context_ids)
         local = self._local.speculate(context_ids, k, self.limits)
-        learned = self.learned.tree.speculate(context_ids, k, self.limits) if self.learned is not None else local
-        best = best_of(local, learned)
+        candidates = [(self._local, local)]
+        if self.learned is not None:
+            candidates.append((self.learned.tree, self.learned.tree.speculate(context_ids, k, self.limits)))
+        best = best_of(*(candidate for _, candidate in candidates))
         self.last_source = "" if not best.ids else "conversation" if best is local else "learned"
-        return Proposal(list(best.ids), None, bucket=min(best.match_length, 8))
+        return best, candidates
 
     def observe(self, n_accepted: int) -> None:
         pass
@@ -151,4 +184,4 @@ METHOD = MethodSpec(
             ParamSpec("max_learned", int, 1000, "suffix: most past replies kept per model", min=1, max=100000,
                       label="replies kept")),
     cache_params=("tree_depth", "spec_factor", "min_token_prob", "learn", "max_learned"),
-    build=build, sweep_rank=3, lookup=True, learns=lambda spec: bool(spec.param("learn")))
+    build=build, sweep_rank=3, lookup=True, branches=True, learns=lambda spec: bool(spec.param("learn")))

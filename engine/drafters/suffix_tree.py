@@ -161,6 +161,45 @@ class SuffixTree:
                     best = candidate
         return best
 
+    def branches(self, context, match_length: int, length: int, budget: int, min_token_prob: float
+                 ) -> tuple[list[int], list[int], list[float]]:
+        """Arctic Inference's tree speculation: the continuations of the occurrences of `context`'s last
+        `match_length` tokens, best first by probability (a node's: its parent's × the share of the parent's
+        occurrences its token followed), at most `budget` nodes and `length` deep, none below min_token_prob.
+        Returns ids, parents (engine.core.tree_shape's) and probabilities; parents come first.
+
+        In [1, 2, 3, 1, 2, 4, 1, 2] from the tail [1, 2]: 3 and 4 followed it once each (1/2), then 1 followed each:
+
+        >>> tree = SuffixTree()
+        >>> tree.extend([1, 2, 3, 1, 2, 4, 1, 2])
+        >>> tree.branches([1, 2], match_length=2, length=2, budget=4, min_token_prob=0.1)
+        ([3, 4, 1, 1], [-1, -1, 0, 1], [0.5, 0.5, 0.5, 0.5])
+        """
+        import heapq
+        import itertools
+        order = itertools.count()  # ties: the earlier offered first
+        tokens, n = self.tokens, len(self.tokens)
+        ids: list[int] = []
+        parents: list[int] = []
+        probs: list[float] = []
+        waiting: list[tuple] = []  # (−probability, order, token, parent node, the parent's occurrences, depth)
+
+        def offer(node: int, ends: list[int], prob: float, depth: int) -> None:
+            if depth < length and ends:
+                for token, count in self.continuations(ends).items():
+                    if prob * count / len(ends) >= min_token_prob:
+                        heapq.heappush(waiting, (-prob * count / len(ends), next(order), token, node,
+                                                 ends, depth))
+
+        offer(-1, self.occurrences(list(context[-match_length:])), 1.0, 0)
+        while waiting and len(ids) < budget:
+            neg_prob, _, token, parent, ends, depth = heapq.heappop(waiting)
+            ids.append(token)
+            parents.append(parent)
+            probs.append(-neg_prob)
+            offer(len(ids) - 1, [p + 1 for p in ends if p + 1 < n and tokens[p + 1] == token], -neg_prob, depth + 1)
+        return ids, parents, probs
+
     def _follow(self, ends: list[int], length: int, min_token_prob: float, match_length: int) -> Candidate:
         """The most frequent continuation of the occurrences `ends`, up to `length` tokens, while its probability
         stays at or above min_token_prob. Equal counts go to the token that followed most recently.

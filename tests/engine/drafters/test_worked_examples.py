@@ -1,5 +1,5 @@
 """The worked examples in the lookup drafters' docstrings (ids in, ids out: prompt-lookup, ngram-map, ngram-mod,
-suffix and its tree) run as doctests, so an example that no longer tells what the code does fails here."""
+suffix and its tree, the tree shapes) run as doctests, so an example that no longer tells what the code does fails here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-MODULES = ("prompt_lookup", "ngram_map", "ngram_mod", "suffix_tree", "suffix")
+MODULES = ("prompt_lookup", "ngram_map", "ngram_mod", "suffix_tree", "suffix", "tree_shapes")
 
 
 @pytest.mark.parametrize("name", MODULES)
