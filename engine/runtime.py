@@ -48,8 +48,8 @@ class DraftProvider:
     """What a target's methods need, for one Engine (engine.core.engine.DraftSource): the draft model (loaded
     once, after the user's safety answers, on the target's backend and device, its tokenizer checked), the
     drafter of a setting (built from the method registry, rebuilt when a key of it changes) and the target's
-    verify-cost curve from its cache. `consent` gives the user's answers as they stand when a draft loads;
-    `draft_loader` and `drafter_factory` are the real ones unless a test scripts them."""
+    verify-cost curves (chains, tree passes) from its cache. `consent` gives the user's answers as they stand when
+    a draft loads; `draft_loader` and `drafter_factory` are the real ones unless a test scripts them."""
 
     def __init__(self, target: LoadedModel, *, consent: Consent | None = None, on_status: Progress | None = None,
                  draft_loader=load_model, drafter_factory=make_drafter) -> None:
@@ -61,6 +61,7 @@ class DraftProvider:
         self._drafter: Drafter | None = None
         self._drafter_key: tuple | None = None
         self._curves: dict[int, VerifyCost] = {}
+        self._tree_curves: dict[int, VerifyCost] = {}
 
     def _status(self, message: str) -> None:
         if self.on_status is not None:
@@ -126,6 +127,16 @@ class DraftProvider:
                 return None
             self._curves[k] = curve
         return self._curves[k]
+
+    def tree_curve(self, budget: int) -> VerifyCost | None:
+        """The target's measured cost of a tree pass over 0…budget nodes (seconds[n − 1]: n − 1 nodes), read from
+        its cache like verify_curve; None where not measured (`specscope bench --sweep-tree` measures it)."""
+        if budget not in self._tree_curves:
+            curve = cached_verify_cost(self.target, budget + 1, threads=engine_threads(), tree=True)
+            if curve is None:
+                return None
+            self._tree_curves[budget] = curve
+        return self._tree_curves[budget]
 
     def release(self) -> None:
         if self._drafter is not None:

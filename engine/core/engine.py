@@ -45,6 +45,10 @@ class DraftSource(Protocol):
     def verify_curve(self, k: int) -> VerifyCost | None:
         """The target's cost of verifying 1…k+1 tokens, where measured; None otherwise (never measures)."""
 
+    def tree_curve(self, budget: int) -> VerifyCost | None:
+        """The target's cost of a tree pass over 0…budget nodes (seconds[n − 1]: n − 1 nodes), where measured;
+        None otherwise (never measures)."""
+
     def release(self) -> None:
         """Free the drafters' caches."""
 
@@ -95,8 +99,9 @@ class Engine:
         drafter = self.drafts.drafter(spec, self.runner)
         if drafter is not self._drafter:
             self._drafter, self._policy = drafter, None
-        if spec.adaptive and (self._policy is None or self._policy.k != spec.k):
-            self._policy = DraftLengthPolicy(spec.k, self.verify_curve(spec.k))
+        if spec.adaptive and (self._policy is None or (self._policy.k, self._policy.budget) != (spec.k, spec.tree)):
+            self._policy = DraftLengthPolicy(spec.k, self.verify_curve(spec.k),
+                                             self.drafts.tree_curve(spec.tree) if spec.tree else None, spec.tree)
         return drafter
 
     def verify_curve(self, k: int) -> VerifyCost | None:
@@ -210,18 +215,21 @@ class Engine:
         """Draft (no more than the room can take: the last token is the target's), then verify in one pass."""
         k = min(spec.k, room - 1) if state.index and spec.speculative else 0  # plain decoding asks no drafter
         policy = self._policy if spec.adaptive and state.index else None
+        tree = spec.tree
         if policy is not None:
+            tree = policy.best_budget(limit=tree) if tree else 0  # a tree's budget that pays, or 0: a chain
             # A costly drafter drafts no more than pays; a free one (a lookup) proposes k and is trimmed
             # below by the kind of guess it turned out to be.
-            k = k if drafter.free_to_propose else policy.best_length(limit=k)
+            k = k if drafter.free_to_propose or tree else policy.best_length(limit=k)
         t_draft = time.perf_counter()
-        proposal = self._propose(drafter, state.ids, k, spec.tree).trimmed(k).ended(self.eos_ids) if k > 0 \
+        proposal = self._propose(drafter, state.ids, k, tree).trimmed(k).ended(self.eos_ids) if k > 0 \
             else Proposal.empty()
         if policy is not None and proposal.ids and not proposal.is_tree:
             proposal = proposal.trimmed(policy.best_length(proposal.bucket, len(proposal.ids)))
         t_verify = time.perf_counter()
         # normally the last committed id; everything again if a rollback had to empty the cache
         feed = state.feed if state.index == 0 else self.runner.sync(state.ids)
+        drafted = proposal
         checked, proposal = self._verify(feed, proposal, sampling, state.generator, state.piece)
         done = time.perf_counter()
         draft_seconds = t_verify - t_draft
@@ -232,7 +240,7 @@ class Engine:
             self._prefill(drafter, state.ids + [checked.target_id])
             draft_seconds += time.perf_counter() - done
         if policy is not None:
-            policy.record(proposal.bucket, len(proposal.ids), checked.n_accepted, draft_seconds, done - t_verify)
+            policy.learn(drafted, proposal.ids[:checked.n_accepted], draft_seconds, done - t_verify)
         return Verdict(proposal, checked.n_accepted, checked.target_id, checked.p_target, checked.p_draft,
                        checked.p_own, draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail)
 

@@ -41,6 +41,7 @@ from engine.measure.fastest import sweep_methods
 from engine.measure.hf_reference import hf_generate
 from engine.measure.prompts import Prompt, load_prompts
 from engine.measure.report import print_divergences, print_sources, print_sweep, print_table, table_console
+from engine.measure.tree_sweep import measure_tree_cost, parse_budgets, print_tree_sweep, sweep_rows, tree_specs
 from engine.measure.verify_cost import verify_cost
 
 __all__ = ["add_bench_args", "ConfigResult", "ServerResult", "run_benchmark", "summarise", "learning_pass",
@@ -56,6 +57,10 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                              "draft-model:k=4,draft=default (repeatable; none always runs)")
     parser.add_argument("--sweep-k", default=None, metavar="A-B",
                         help="run every config's method for k = A…B (e.g. 1-8) and print the sweep")
+    parser.add_argument("--sweep-tree", default=None, metavar="N,…",
+                        help="run every config (a method that drafts trees) at these tree budgets, 0 its chain of k "
+                             "(e.g. 0,4,8,16), and print per budget the tokens and nodes per pass, what a tree pass "
+                             "of N nodes costs against one token, the theory on it and the measured speed-up")
     parser.add_argument("--compare-hf", action="store_true",
                         help="also time transformers' own generate() with the equivalent setting")
     parser.add_argument("--remeasure-cost", action="store_true",
@@ -215,9 +220,14 @@ def _warm_up(engine, specs: list[SpecConfig], sampling, comparisons: dict, remot
 
 
 def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
-    """The configs to run after plain decoding, and the sweep's ks (None without --sweep-k)."""
+    """The configs to run after plain decoding, and the sweep's ks (None without --sweep-k); under --sweep-tree,
+    every config at every budget (engine.measure.tree_sweep)."""
     specs = [parse_spec(text) for text in args.config if parse_remote(text) is None]
     sweep = parse_sweep(args.sweep_k) if args.sweep_k else None
+    if args.sweep_tree:
+        if sweep:
+            raise ConfigError("--sweep-k and --sweep-tree sweep one thing each: run them apart")
+        specs = tree_specs(specs, parse_budgets(args.sweep_tree))
     if sweep:
         specs = sweep_specs([s for s in specs if s.speculative] or [SpecConfig(method=sweep_methods()[0].name)], sweep)
     for spec in specs:
@@ -227,7 +237,7 @@ def _specs(args) -> tuple[list[SpecConfig], list[int] | None]:
 
 
 def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, seconds: float,
-                cost=None, strict: dict | None = None) -> None:
+                cost=None, strict: dict | None = None, tree_sweep: dict | None = None) -> None:
     document = {
         "model": engine.target.label, "device": str(engine.target.device),
         "dtype": engine.target.dtype_label, "max_new_tokens": args.max_new_tokens,
@@ -239,6 +249,8 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
     }
     if strict is not None:
         document["strict"] = strict
+    if tree_sweep is not None:
+        document["tree_sweep"] = tree_sweep
     write_text_atomic(path, json.dumps(document, indent=2))
 
 
@@ -285,7 +297,7 @@ def run(args) -> int:
             err.print(escape(f"configs that learn from past replies learn into a store of this run's own ({store}), "
                              + ("after one untimed pass over the prompts" if args.learn_pass else
                                 "starting empty and learning as the run goes")))
-        summary, cost, server_notes = _measure(engine, args, prompts, specs, sampling, err, remotes)
+        summary, cost, server_notes, tree_cost = _measure(engine, args, prompts, specs, sampling, err, remotes)
         print_table(summary, args.compare_hf)
         if args.compare_llama_server:
             print_server_table(summary, server_notes)
@@ -293,11 +305,22 @@ def run(args) -> int:
         print_divergences(summary)
         if sweep:
             print_sweep(summary, cost)
+        tree_sweep = _tree_sweep(summary, specs, cost, tree_cost, args.sweep_tree)
         strict = _strict(engine, prompts, specs, args, sampling) if args.strict else None
     if args.json_out:
-        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict)
+        _write_json(args.json_out, engine, args, prompts, summary, time.perf_counter() - started, cost, strict,
+                    tree_sweep)
         err.print(escape(f"figures written to {args.json_out}"))
     return 0
+
+
+def _tree_sweep(summary: dict, specs: list[SpecConfig], cost, tree_cost, budgets_text: str | None) -> dict | None:
+    """--sweep-tree: its table printed, its figures for the JSON (None without it)."""
+    if tree_cost is None:
+        return None
+    rows = sweep_rows(summary, specs, cost, tree_cost)
+    print_tree_sweep(rows, table_console())
+    return {"budgets": parse_budgets(budgets_text), "tree_cost": tree_cost.as_dict(), "rows": rows}
 
 
 def auto_method(specs: list[SpecConfig]) -> str | None:
@@ -339,12 +362,15 @@ def _remotes(args) -> tuple:
 def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampling, err, remotes=()):
     """The verify-cost curve (printed first), then every run, llama-cpp-python's beside ours under
     --compare-llama, llama-server's after ours under --compare-llama-server. Returns the summary, the curve
-    (None for a remote target) and why configs were left out of the llama-server comparison."""
+    (None for a remote target), why configs were left out of the llama-server comparison and, under --sweep-tree,
+    the tree passes' cost curve (printed with the chain's, before the runs)."""
     from rich.markup import escape
     backend = engine.target.backend
     others = {b: [s for s in specs if s.backend == b] for b in BACKENDS if b != backend}
     specs = [s for s in specs if s.backend in (None, backend)]
     cost = _verify_cost(engine, specs, args.remeasure_cost)
+    tree_cost = measure_tree_cost(engine, specs, cost, parse_budgets(args.sweep_tree), args.remeasure_cost) \
+        if args.sweep_tree else None
     comparisons = make_comparisons(engine, with_plain_first(specs)) if args.compare_llama else {}
 
     def progress(done, total, label):
@@ -366,7 +392,7 @@ def _measure(engine, args, prompts: list[Prompt], specs: list[SpecConfig], sampl
     add_vs_fastest_plain(summary)
     if err.is_terminal:
         err.print(" " * 60, end="\r")
-    return summary, cost, server_notes
+    return summary, cost, server_notes, tree_cost
 
 
 def _measure_on(backend: str, specs: list[SpecConfig], args, prompts: list[Prompt], sampling, progress,

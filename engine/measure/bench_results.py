@@ -180,6 +180,8 @@ def _row(result: RunTally, key: str, pooled: AggregateStats, base: AggregateStat
         "verify_seconds": pooled.verify_seconds,
         "drafted_tokens": pooled.drafted_tokens,
         "accepted_tokens": pooled.accepted_tokens,
+        "decode_tokens": pooled.decode_tokens,
+        "decode_rounds": pooled.decode_rounds,
         "cost_ratio": pooled.cost_ratio,
     }
     if cost is not None:

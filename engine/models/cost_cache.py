@@ -1,6 +1,7 @@
-"""Where a target's measured verify-cost curve (engine.core.stats.VerifyCost) is kept: one small JSON file per
-model file, backend, device, dtype and thread count, under the app's cache folder (…/verify-cost). Reading
-never measures (engine.measure.verify_cost measures and stores). Touches that folder only; no Qt."""
+"""Where a target's measured verify-cost curves (engine.core.stats.VerifyCost) are kept: one small JSON file per
+model file, backend, device, dtype, thread count and kind of pass (a chain of n tokens, or a token tree's pass
+over the fed id and n − 1 nodes), under the app's cache folder (…/verify-cost). Reading never measures
+(engine.measure.verify_cost measures and stores). Touches that folder only; no Qt."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def device_key(model) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "_", where).strip("_") or device.type
 
 
-def cache_file(model, threads: int) -> Path:
-    """Where the curve of `model` (a LoadedModel) on this backend, device, dtype and thread count is kept."""
+def cache_file(model, threads: int, tree: bool = False) -> Path:
+    """Where the curve of `model` (a LoadedModel) on this backend, device, dtype and thread count is kept (`tree`:
+    the curve of its tree passes)."""
     stamp = file_stamp(model.source.file)
     name = (f"{model.source.file.stem}-{stamp}-{model.backend}-{device_key(model)}-{model.dtype_label}-"
-            f"{threads}t.json")
+            f"{threads}t{'-tree' if tree else ''}.json")
     return cache_root() / "verify-cost" / name
 
 
@@ -50,12 +52,12 @@ def read_curve(path: Path, n_max: int) -> VerifyCost | None:
     return None
 
 
-def cached_verify_cost(model, n_max: int, *, threads: int) -> VerifyCost | None:
+def cached_verify_cost(model, n_max: int, *, threads: int, tree: bool = False) -> VerifyCost | None:
     """The curve of `model` from the cache only (one small file read, never a measurement): None where it
     has not been measured up to n_max tokens (`specscope bench` measures and caches it), or where the model
-    has no file of its own to key the cache on."""
+    has no file of its own to key the cache on. `tree`: the curve of its tree passes (n − 1 nodes)."""
     try:
-        path = cache_file(model, threads)
+        path = cache_file(model, threads, tree)
     except (AttributeError, OSError, TypeError, ValueError):
         return None
     return read_curve(path, n_max)
