@@ -47,7 +47,7 @@ EXIT_USAGE = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs) -> None:  # no abbreviated options: `--tree` is not `--tree-depth`
+    def __init__(self, *args, **kwargs) -> None:  # no abbreviated options: `--tree-dep` is not `--tree-depth`
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str):  # argparse's own errors: one line, exit 2 (as the engine's commands)
@@ -182,7 +182,8 @@ def compare_specs(args: argparse.Namespace) -> list[SpecConfig]:
 def apply_args(window, args: argparse.Namespace) -> None:
     """Put the command line's settings into the window's settings panel."""
     window.controls.apply(model=args.model, method=args.method, draft=args.draft, k=args.k, adaptive=args.adaptive,
-                          **given_params(args), **{field.name: getattr(args, field.name) for field in SAMPLING_FIELDS},
+                          tree=args.tree, **given_params(args),
+                          **{field.name: getattr(args, field.name) for field in SAMPLING_FIELDS},
                           max_new_tokens=args.max_new_tokens, system_prompt=args.system)
     if args.backend is not None:  # --backend: the panel's choice, so the first load runs on it
         window.set_backend(args.backend)
@@ -204,7 +205,7 @@ def held_problem(window, args: argparse.Namespace) -> str | None:
     except ConfigError as exc:
         return str(exc)
     numbers = [p.name for p in all_params() if p.type in (int, float)]
-    for name in ("k", *numbers, *(field.name for field in SAMPLING_FIELDS), "max_new_tokens"):
+    for name in ("k", "tree", *numbers, *(field.name for field in SAMPLING_FIELDS), "max_new_tokens"):
         asked = getattr(args, name)
         if asked is not None and abs(held[name] - asked) > 1e-9:
             option = "--" + name.replace("_", "-")

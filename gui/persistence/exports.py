@@ -23,6 +23,7 @@ from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STATUS_CODE, 
                                      StoredRound)
 from gui.persistence.private_files import PRIVATE
 from gui.persistence.store import HistoryError
+from gui.sessions.round_branches import proposed_in_place
 
 EXPORT_FORMAT = "specscope.conversation"
 EXPORT_FORMAT_VERSION = 2
@@ -117,7 +118,7 @@ def conversation_markdown(conversation: ConversationRecord, *, show_rejected: bo
         lines.append(f"## {heading}" + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else ""))
         lines.append("")
         if m.role == "assistant" and show_rejected and m.rounds:
-            body = "".join(f"~~{t.text}~~" if t.status is TokenStatus.REJECTED else t.text for t in m.tokens)
+            body = "".join(_marked_text(r) for r in m.rounds)
         else:
             body = m.content
         lines += [body, ""]
@@ -128,10 +129,20 @@ def conversation_markdown(conversation: ConversationRecord, *, show_rejected: bo
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _marked_text(stored: StoredRound) -> str:
+    """A round's text with its rejected drafts struck through where they were drafted (a tree round's: only those
+    turned down where the reply goes on, gui.sessions.round_branches.proposed_in_place)."""
+    parents = tuple(stored.meta.get("tree_parents") or ())
+    n_accepted = int(stored.meta.get("n_accepted", 0))
+    return "".join(t.text if t.status is not TokenStatus.REJECTED else
+                   f"~~{t.text}~~" if proposed_in_place(parents, n_accepted, t.position) else ""
+                   for t in stored.tokens)
+
+
 def _settings_words(settings: dict[str, Any]) -> str:
     parts = []
-    for key in ("model", "draft", "method", "k"):
-        if settings.get(key) not in (None, ""):
+    for key in ("model", "draft", "method", "k", "tree"):
+        if settings.get(key) not in (None, "") and not (key == "tree" and not settings[key]):  # tree 0: a chain
             parts.append(f"{key} {settings[key]}")
     sampling = settings.get("sampling")
     if isinstance(sampling, dict) and sampling:

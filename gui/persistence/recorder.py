@@ -44,6 +44,7 @@ def stats_from_dict(data: dict | None) -> GenerationStats | None:
         values["by_drafter"] = tuple((str(n), int(r), int(d), int(a)) for n, r, d, a in data.get("by_drafter") or ())
     except (TypeError, ValueError):
         values["by_drafter"] = ()
+    values["tree_rounds"] = int(data.get("tree_rounds") or 0)  # absent in older histories
     return GenerationStats(**values)
 
 

@@ -5,7 +5,8 @@ token is stored as. No SQL, no Qt; used by the store, the exports, the recorder,
 A token is stored as a row `[text, status code, position, p_target, p_draft, token id]`, and a token drafted by a
 draft of another tokenizer (engine.drafters.cross_tokenizer) adds its `draft_source` (the draft model's own
 pieces) as a seventh element; a row without it (every other token's, and every row of an older history) reads
-back with None. Its round's index, drafter and draft length are the round's (its row and its meta), so a stored
+back with None. Its round's index, drafter and draft length are the round's (its row and its meta; a token tree's
+round also its `tree_parents`, a round stored before trees reading back as a chain), so a stored
 round reads back as the very DisplayTokens the fold made: p's rounded to 4 places, each correction told its
 ghost (`fill_replacements`), positions in engine.core.tokens' 0-based convention, as they are.
 """
@@ -18,6 +19,7 @@ from typing import Sequence
 from engine.core.events import RoundDetail, RoundVerified, TokenStatus
 from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, fill_replacements
+from engine.core.tree_shape import node_depths
 
 STREAMING, COMPLETE, INTERRUPTED = "streaming", "complete", "interrupted"
 ROLES = ("system", "user", "assistant")
@@ -65,8 +67,8 @@ class StoredRound:
 
 
 def round_meta(event) -> dict:
-    """What a round keeps besides its tokens (`engine.core.events.RoundVerified`'s counts and times, and its
-    tree where it was recorded: `detail`, RoundDetail.as_dict)."""
+    """What a round keeps besides its tokens (`engine.core.events.RoundVerified`'s counts and times, its recorded
+    detail where it was recorded: `detail`, RoundDetail.as_dict, and a token tree's shape: `tree_parents`)."""
     meta = {"drafter": event.drafter, "n_drafted": len(event.draft_ids), "n_accepted": event.n_accepted,
             "draft_seconds": round(event.draft_seconds, 6), "verify_seconds": round(event.verify_seconds, 6),
             "elapsed_seconds": round(event.elapsed_seconds, 6)}
@@ -74,7 +76,35 @@ def round_meta(event) -> dict:
         meta["rollback_seconds"] = round(event.rollback_seconds, 6)
     if getattr(event, "detail", None) is not None:
         meta["detail"] = event.detail.as_dict()
+    if event.tree_parents:
+        meta["tree_parents"] = list(event.tree_parents)
+        # the nodes its tokens don't show (the fold shows the kept path and the line below its tip): [node, id,
+        # piece, p_target, p_draft] each, so that the round reads back as the whole tree it drafted (a stop that
+        # cut the round before the target's token left no ghost: it reads back as the nodes it kept)
+        shown = set(range(event.n_accepted)) | set(event.ghost_nodes)
+        if len(event.committed_ids) > event.n_accepted:
+            meta["tree_nodes"] = [[i, event.draft_ids[i], _at(event.draft_pieces, i) or "",
+                                   _round_p(_at(event.p_target, i)), _round_p(_at(event.p_draft, i))]
+                                  for i in range(len(event.draft_ids)) if i not in shown]
     return meta
+
+
+def _at(values, i: int):
+    return values[i] if i < len(values) else None
+
+
+def _tree_nodes(meta: dict, stored: StoredRound) -> list[DisplayToken]:
+    """A tree round's nodes kept in its meta (round_meta), as the rejected tokens they would have been."""
+    nodes = []
+    for row in meta.get("tree_nodes") or ():
+        try:
+            index, token_id, text, p_target, p_draft = row
+            nodes.append(DisplayToken(text=str(text), status=TokenStatus.REJECTED, round_index=stored.index,
+                                      position=int(index), draft_length=0, p_target=p_target, p_draft=p_draft,
+                                      drafter="", token_id=None if token_id is None else int(token_id)))
+        except (TypeError, ValueError):
+            return []  # a shape that does not read: the round reads back with what its tokens show
+    return nodes
 
 
 _TARGET_STATUSES = (TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.PLAIN)
@@ -83,8 +113,8 @@ _TARGET_STATUSES = (TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.PLAI
 def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
     """A stored round as the RoundVerified it was made from (ids of unknown tokens are -1)."""
     meta = stored.meta or {}
-    drafted = sorted((t for t in stored.tokens if t.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)),
-                     key=lambda t: (t.position if t.position is not None else 0))
+    drafted = sorted([t for t in stored.tokens if t.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)]
+                     + _tree_nodes(meta, stored), key=lambda t: (t.position if t.position is not None else 0))
     target = next((t for t in reversed(stored.tokens) if t.status in _TARGET_STATUSES), None)
     committed = [t for t in stored.tokens if t.status is not TokenStatus.REJECTED]
     n_accepted = int(meta.get("n_accepted", sum(t.status is TokenStatus.ACCEPTED for t in drafted)))
@@ -102,7 +132,19 @@ def round_event(stored: StoredRound, n_before: int) -> RoundVerified:
         draft_seconds=float(meta.get("draft_seconds", 0.0)), verify_seconds=float(meta.get("verify_seconds", 0.0)),
         elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)), n_committed_total=n_before + len(committed),
         rollback_seconds=float(meta.get("rollback_seconds", 0.0)), detail=_detail_of(meta),
-        draft_sources=_draft_sources(drafted))
+        draft_sources=_draft_sources(drafted), tree_parents=_tree_parents_of(meta, len(drafted)))
+
+
+def _tree_parents_of(meta: dict, n_drafted: int) -> tuple[int, ...]:
+    """A stored tree round's shape, for the drafted tokens it kept (a stop inside a round keeps fewer: the event
+    lists the kept path first and a parent before its child, so any first nodes are a tree); () for a chain, a
+    round stored before trees, or a shape that does not read as one."""
+    try:
+        parents = tuple(int(parent) for parent in meta.get("tree_parents") or ())[:n_drafted]
+        node_depths(parents)
+    except (TypeError, ValueError):
+        return ()
+    return parents
 
 
 def _draft_sources(drafted: Sequence[DisplayToken]) -> tuple[str, ...]:

@@ -77,10 +77,11 @@ def saved_sampling(settings: dict) -> SamplingConfig | None:
 
 
 def _spec_values(spec: SpecConfig | None) -> dict:
-    """The panel's fields of `spec`: method, k, draft, adaptive and each of the method's parameters (0: auto)."""
+    """The panel's fields of `spec`: method, k, draft, adaptive, the tree and each of the method's parameters
+    (0: auto)."""
     if spec is None:
         return {}
-    values = {"method": spec.method, "k": spec.k, "draft": spec.draft, "adaptive": spec.adaptive}
+    values = {"method": spec.method, "k": spec.k, "draft": spec.draft, "adaptive": spec.adaptive, "tree": spec.tree}
     for param in spec.info.params:
         value = spec.param(param.name)
         values[param.name] = 0 if value is None and param.type in (int, float) else value

@@ -55,9 +55,10 @@ def export_folder() -> Path:
 
 
 # the chat's settings panel as remembered between runs: name, type (keys chat/NAME); the method parameters
-# (chat_fields) come in after k; the sampling fields (engine.core.config.SAMPLING_FIELDS: their controls' numbers,
-# a random seed -1) after adaptive
-CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("adaptive", bool),
+# (chat_fields) come in after k, then the tree's node budget (a chat remembered before it has no chat/tree: the
+# panel's is left as it is); the sampling fields (engine.core.config.SAMPLING_FIELDS: their controls' numbers, a
+# random seed -1) after adaptive
+CHAT_FIELDS = (("model", str), ("method", str), ("draft", str), ("k", int), ("tree", int), ("adaptive", bool),
                *((field.name, field.type) for field in SAMPLING_FIELDS),
                ("max_new_tokens", int), ("system_prompt", str))
 

@@ -3,9 +3,10 @@
 `round_tree(record)` gives a `RoundTree`: a title, where the round's time went, in words why it ended, the
 acceptance rule it ran under, and its paths. The shape is a list of paths (`RoundTree.paths`): paths[0] is what
 the round wrote (the kept drafts, then the target's token); every further path is a branch that leaves it before
-its node `fork`. Today a round has at most one branch: the drafted tokens the target turned down, from the first
-rejection on. A method that drafts several candidates (a tree of drafts) is one more path per candidate, each with
-its fork; the drawing (gui.views.live.tree_sketch) lays out any number of them, so it needs no change, only the data.
+its node `fork`. A chain round has at most one branch: the drafted tokens the target turned down, from the first
+rejection on. A tree round (RoundVerified.tree_parents) has one path per leaf, each hanging off a drafted node
+(`TreePath.parent`) and saying why it ended: gui.sessions.round_branches builds them; the drawing puts them side by
+side (gui.views.live.tree_grid).
 
 Each node holds a drafted token's p_target, p_draft, the acceptance probability min(1, p/q) and, when sampling,
 the draw u that decided it; the target's top-5 alternatives at its position and its entropy; at a sampled
@@ -18,12 +19,16 @@ engine.core.methods' labels. Never Qt, never a widget.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from engine.core.errors import ConfigError
 from engine.core.events import Alternatives, TokenStatus
 from engine.core.methods import method_spec
 from engine.core.sampling import acceptance_probability
+from engine.core.tree_shape import children_of
+from gui.sessions.round_branches import (node_verdict, tree_branches, tree_node_figures, tree_reason,
+                                         tree_title_words)
 from gui.sessions.rounds import RoundRecord
 
 NOT_RECORDED = "Alternatives were not recorded for this round (Settings: record each round's tree)."
@@ -62,6 +67,7 @@ class TreeNode:
     entropy_bits: float | None
     alternatives: tuple[Choice, ...] = ()  # the target's top-5 here
     residual: tuple[Choice, ...] = ()  # at a sampled substitution: the top of norm(max(0, p − q))
+    depth: int | None = None  # a tree round's node: its depth (0: a child of the text so far); None in a chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,9 @@ class TreePath:
     nodes: tuple[TreeNode, ...]
     kind: str  # "committed": what the round wrote; "discarded": drafted tokens thrown away
     fork: int = 0  # a branch leaves the committed path just before its node `fork` (paths[0]: 0)
+    parent: int | None = None  # a tree round's path: the drafted node it hangs off (−1: the text so far); None: chain
+    ending: str = ""  # a tree round's path: why it ended (gui.sessions.round_branches)
+    cut: str = ""  # a tree round's path: where its drafting stopped ("" for the committed path of a correction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,7 @@ class RoundTree:
     rule: str  # the acceptance rule it ran under ("" where unknown)
     note: str  # "" or why alternatives are missing
     paths: tuple[TreePath, ...]  # paths[0]: the committed path (see the module docstring)
+    is_tree: bool = False  # a tree round: one path per leaf (gui.sessions.round_branches), drawn side by side
 
 
 def walk(paths: tuple[TreePath, ...]):
@@ -116,6 +126,8 @@ def piece_text(piece: str) -> str:
 
 
 def position_words(node: TreeNode) -> str:
+    if node.depth is not None:
+        return f"depth {node.depth + 1}"
     return "plain step" if node.position is None else f"position {node.position + 1}"
 
 
@@ -229,17 +241,56 @@ def round_tree(record: RoundRecord | None) -> RoundTree | None:
     m = record.n_drafted
     detail = record.detail
     draws = [record.position_detail(i).draw for i in range(m) if record.position_detail(i) is not None]
-    greedy = None if detail is None or not m else all(d is None for d in draws)
+    # a tree round's record keeps no draws (engine.core.loop.verify_tree_pass): greedy or sampled is not told
+    greedy = None if detail is None or not m or record.event.is_tree else all(d is None for d in draws)
     target = _target_node(record, greedy)
+    times = (("draft", record.draft_seconds), ("verify", record.verify_seconds),
+             ("rollback", record.rollback_seconds))
+    rule = "" if greedy is None else GREEDY_RULE if greedy else SAMPLED_RULE
+    note = "" if detail is not None else NOT_RECORDED
+    head = (f"Round {record.index}" + (" (prefill)" if record.index == 0 else "")
+            + f" · {drafter_label(record.drafter)}")
+    if record.event.is_tree:
+        return RoundTree(f"{head} · {tree_title_words(record)}", times, tree_reason(record, target.piece), rule,
+                         note, _tree_paths(record, _tree_target(record, target), greedy), is_tree=True)
     kept = tuple(_drafted_node(record, i, greedy) for i in range(record.n_accepted))
     paths = [TreePath(kept + (target,), "committed")]
     turned_down = tuple(_drafted_node(record, i, greedy) for i in range(record.n_accepted, m))
     if turned_down:
         paths.append(TreePath(turned_down, "discarded", fork=len(kept)))
-    title = (f"Round {record.index}" + (" (prefill)" if record.index == 0 else "")
-             + f" · {drafter_label(record.drafter)}" + (f" · drafted {m}, kept {record.n_accepted}" if m else ""))
-    times = (("draft", record.draft_seconds), ("verify", record.verify_seconds),
-             ("rollback", record.rollback_seconds))
-    rule = "" if greedy is None else GREEDY_RULE if greedy else SAMPLED_RULE
+    title = head + (f" · drafted {m}, kept {record.n_accepted}" if m else "")
     reason = _reason(record, target, turned_down[0] if turned_down else None, greedy)
-    return RoundTree(title, times, reason, rule, "" if detail is not None else NOT_RECORDED, tuple(paths))
+    return RoundTree(title, times, reason, rule, note, tuple(paths))
+
+
+def _tree_paths(record: RoundRecord, target: TreeNode, greedy: bool | None) -> tuple[TreePath, ...]:
+    """A tree round's paths (gui.sessions.round_branches.tree_branches): the kept path ending on `target`, the
+    target's token, then each other branch."""
+    nodes = [_tree_node(record, i, greedy) for i in range(record.n_drafted)]
+    return tuple(TreePath(tuple(nodes[i] for i in branch.nodes) + ((target,) if j == 0 else ()),
+                          "discarded" if j else "committed", parent=branch.parent, ending=branch.ending,
+                          cut=branch.cut)
+                 for j, branch in enumerate(tree_branches(record)))
+
+
+def _tree_node(record: RoundRecord, i: int, greedy: bool | None) -> TreeNode:
+    """Drafted node i of a tree round: its figures, its verdict and, kept, its position's alternatives."""
+    event = record.event
+    p_target, p_draft, ratio = tree_node_figures(record, i)
+    kept = i < record.n_accepted
+    at = record.position_detail(i) if kept else None
+    return TreeNode(i, event.draft_pieces[i] if i < len(event.draft_pieces) else "",
+                    TokenStatus.ACCEPTED if kept else TokenStatus.REJECTED, True, p_target, p_draft, ratio, None,
+                    node_verdict(record, i, greedy), None if at is None else at.entropy_bits,
+                    () if at is None else _choices(at.target, event.draft_ids[i]), depth=event.depths[i])
+
+
+def _tree_target(record: RoundRecord, target: TreeNode) -> TreeNode:
+    """The target's own token of a tree round, its alternatives marking the first child it turned down."""
+    event = record.event
+    at = record.position_detail(record.n_accepted)
+    turned = children_of(event.tree_parents).get(record.n_accepted - 1, [])
+    drafted = event.draft_ids[turned[0]] if turned else None
+    verdict = ("the target's correction" if turned else "the target's extra token after a leaf")
+    return dataclasses.replace(target, verdict=verdict, depth=record.n_accepted,
+                               alternatives=() if at is None else _choices(at.target, event.target_id, drafted))

@@ -46,6 +46,17 @@ class RoundRecord:
         return self.event.n_accepted
 
     @property
+    def is_tree(self) -> bool:
+        """The round drafted a token tree (RoundVerified.tree_parents)."""
+        return self.event.is_tree
+
+    @property
+    def depth(self) -> int:
+        """How deep its draft went: the tree's deepest node's depth counted from 1 (a chain: its length)."""
+        depths = self.event.depths
+        return max(depths) + 1 if depths else 0
+
+    @property
     def n_committed(self) -> int:
         return len(self.event.committed_ids)
 
@@ -81,7 +92,8 @@ class RoundRecord:
     def as_dict(self) -> dict:
         """The scripted run's JSON of a round."""
         return {"index": self.index, "drafter": self.drafter, "drafted": self.n_drafted, "accepted": self.n_accepted,
-                "committed": self.n_committed, "draft_ms": round(1000 * self.draft_seconds, 3),
+                **({"tree_depth": self.depth} if self.is_tree else {}), "committed": self.n_committed,
+                "draft_ms": round(1000 * self.draft_seconds, 3),
                 "verify_ms": round(1000 * self.verify_seconds, 3),
                 "rollback_ms": round(1000 * self.rollback_seconds, 3)}
 
@@ -106,7 +118,7 @@ def token_acceptance(token: DisplayToken) -> float | None:
 
 def token_entropy(token: DisplayToken, record: RoundRecord | None) -> float | None:
     """The target's entropy (bits) where it decided this token, when the round was recorded."""
-    if record is None:
+    if record is None or (record.is_tree and token.status is TokenStatus.REJECTED):  # a tree records its kept path
         return None
     detail = record.position_detail(token.position)
     return None if detail is None else detail.entropy_bits

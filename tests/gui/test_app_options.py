@@ -17,10 +17,11 @@ def test_dtype_auto_and_every_name_generate_takes():
     assert gui_app.parse_args(["gui", "--dtype", "auto"]).dtype == "auto"
     assert gui_app.parse_args(["--dtype", "bf16"]).dtype == "bfloat16"
     assert gui_app.parse_args([]).dtype is None  # not given: the window keeps the last one chosen
+    assert gui_app.parse_args(["--tree", "8"]).tree == 8 and gui_app.parse_args([]).tree is None
 
 
 @pytest.mark.parametrize("argv, line", [
-    (["--tree", "8"], "specscope gui: error: unrecognized arguments: --tree 8"),
+    (["--tree-dep", "8"], "specscope gui: error: unrecognized arguments: --tree-dep 8"),  # not --tree-depth
     (["--dtype", "fp8"], "specscope gui: error: argument --dtype: expected auto, float32, bf16 or fp16, got 'fp8'"),
 ])
 def test_abbreviations_and_bad_values_are_refused_by_the_parser(capsys, argv, line):

@@ -1,5 +1,5 @@
-"""The settings panel: model, method, draft model, k, the method's own parameters, adaptive draft length,
-sampling, token budget, system prompt.
+"""The settings panel: model, method, draft model, k, the tree's node budget, the method's own parameters, adaptive
+draft length, sampling, token budget, system prompt.
 
 It renders and reads its boxes, nothing more: each box (gui.views.chat.model_box.ModelBox, .spec_box.SpecBox,
 .sampling_box.SamplingBox, .boxes.SystemBox, SavedBox) keeps its own widgets and tells what changed by signals; `read()`
@@ -84,7 +84,7 @@ class ControlsPanel(QWidget):
         self.model_status = model.status
         self.method, self.own_note, self.backend_note = spec.method, spec.own_note, spec.backend_note
         self.draft, self.draft_note, self.draft_download = spec.draft, spec.draft_note, spec.draft_download
-        self.k, self.adaptive = spec.k, spec.adaptive
+        self.k, self.tree, self.adaptive = spec.k, spec.tree, spec.adaptive
         self.param_controls, self.spec_form = spec.param_controls, spec.form
         self.max_new_tokens = sampling.budget
         self.system_prompt = self.system_box.editor
@@ -199,7 +199,7 @@ class ControlsPanel(QWidget):
     # ------------------------------------------------------------------ writing
     def apply(self, *, model: str | None = None, method: str | None = None, draft: str | None = None,
               k: int | None = None, adaptive: bool | None = None, max_new_tokens: int | None = None,
-              system_prompt: str | None = None, **params) -> None:
+              system_prompt: str | None = None, tree: int | None = None, **params) -> None:
         """Set fields (the command line, a reopened chat and tests use this); `params` are sampling fields
         (SamplingConfig's, as numbers: a random seed -1) and method parameters (0: auto) by name; None leaves a
         field as it is."""
@@ -211,7 +211,7 @@ class ControlsPanel(QWidget):
             self.model_box.set_model_name(model)
         if method is not None:
             self._method_chosen = True
-        self.spec_box.set_values(method=method, draft=draft, k=k, adaptive=adaptive, params=params)
+        self.spec_box.set_values(method=method, draft=draft, k=k, adaptive=adaptive, params=params, tree=tree)
         self.sampling_box.set_values(**sampling)
         if max_new_tokens is not None:
             self.sampling_box.set_max_new_tokens(max_new_tokens)
@@ -220,9 +220,9 @@ class ControlsPanel(QWidget):
         self.revalidate()
 
     def apply_spec(self, spec: SpecConfig) -> None:
-        """Set the method, k, draft, the method's parameters and adaptive of `spec` (a compared setting)."""
+        """Set the method, k, draft, the method's parameters, the tree and adaptive of `spec` (a compared setting)."""
         self.spec_box.show_params(spec)
-        self.apply(method=spec.method, k=spec.k, draft=spec.draft, adaptive=spec.adaptive)
+        self.apply(method=spec.method, k=spec.k, draft=spec.draft, adaptive=spec.adaptive, tree=spec.tree)
 
     def set_model_state(self, text: str, n_layers: int | None = None, loaded_name: str | None = None,
                         backend: str | None = None) -> None:

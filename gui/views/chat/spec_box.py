@@ -1,10 +1,12 @@
 """The settings panel's Speculation box (gui.views.chat.controls.ControlsPanel): the method (with its notes), the
-draft, k, one control per method parameter, adaptive draft length and the method's help. It keeps its widgets
+draft, k, the tree's node budget (gui.views.chat.tree_control), one control per method parameter, adaptive draft
+length and the method's help. It keeps its widgets
 and what it was told of the drafts on offer (the target's own names, another tokenizer's drafts, the one to
 download), reads them back as a SpecConfig and tells what changed by signals. Which methods the loaded target
 can use is the panel's to say (`mark_methods`, `offer_methods`).
 
-May touch: its own widgets, the method registry (read), gui.views.chat.methods, .params and .draft_list.
+May touch: its own widgets, the method registry (read), gui.views.chat.methods, .params, .tree_control and
+.draft_list.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from gui.views.chat.boxes import narrow_combo, note_label, set_combo_text
 from gui.views.chat.draft_list import cross_draft_note, fill_drafts
 from gui.views.chat.methods import add_method_items, draft_placeholder, draft_tooltip, is_head, mark_methods
 from gui.views.chat.params import SPIN_CEILING, changed_signal, param_widget, read_param, shown_value, write_param
+from gui.views.chat.tree_control import show_tree_for, tree_of, tree_spin
 
 
 class SpecBox(QGroupBox):
     """How the next reply speculates: the method, its draft, k and the method's own parameters."""
 
-    changed = Signal()  # the method, the draft, k, a parameter or adaptive
+    changed = Signal()  # the method, the draft, k, the tree, a parameter or adaptive
     method_picked = Signal(str)  # the user picked a method in the list (not set by the panel)
     download_requested = Signal(str)  # a known-good draft's hub id
 
@@ -62,6 +65,8 @@ class SpecBox(QGroupBox):
         self.k.setValue(4)
         self.k.setToolTip(f"How many tokens the drafter proposes per round (1 to {MAX_K})")
         form.addRow("k (draft length)", self.k)
+        self.tree = tree_spin()
+        form.addRow("Tree (nodes)", self.tree)
         self.param_controls = {}  # one per method parameter (ParamSpec), by name
         for param in all_params():
             self.param_controls[param.name] = param_widget(param)
@@ -76,7 +81,8 @@ class SpecBox(QGroupBox):
         self._connect()
 
     def _connect(self) -> None:
-        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.adaptive.toggled,
+        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.tree.valueChanged,
+                       self.adaptive.toggled,
                        *(changed_signal(w) for w in self.param_controls.values()), self.draft.currentTextChanged):
             signal.connect(self.changed)
         self.method.activated.connect(lambda _index: self.method_picked.emit(self.method_name()))
@@ -91,7 +97,8 @@ class SpecBox(QGroupBox):
         method = method_spec(self.method_name())
         params = {p.name: read_param(p, self.param_controls[p.name]) for p in method.params}
         return SpecConfig(method=method.name, k=self.k.value(), draft=self.draft_name(), params=params,
-                          adaptive=self.adaptive.isChecked() and method.speculative, backend=backend)
+                          tree=tree_of(self.tree, method), adaptive=self.adaptive.isChecked() and method.speculative,
+                          backend=backend)
 
     def draft_name(self) -> str | None:
         """The draft model, when the method uses one; for a method that reads a head, the head typed there when
@@ -108,14 +115,15 @@ class SpecBox(QGroupBox):
         return name if name and name not in self._target_aliases else None
 
     def values(self) -> dict:
-        """The method, draft, k, each parameter as its control shows it (0: auto) and adaptive, by name."""
+        """The method, draft, k, each parameter as its control shows it (0: auto), the tree's node budget and adaptive,
+        by name."""
         return {"method": self.method_name(), "draft": self.draft.currentText().strip(), "k": self.k.value(),
-                **{name: shown_value(w) for name, w in self.param_controls.items()},
+                **{name: shown_value(w) for name, w in self.param_controls.items()}, "tree": self.tree.value(),
                 "adaptive": self.adaptive.isChecked()}
 
     # ------------------------------------------------------------------ writing
     def set_values(self, *, method: str | None = None, draft: str | None = None, k: int | None = None,
-                   adaptive: bool | None = None, params: dict | None = None) -> None:
+                   adaptive: bool | None = None, params: dict | None = None, tree: int | None = None) -> None:
         """Show the fields given (None leaves a field as it is; `params` by name, 0: auto)."""
         if method is not None:
             self.method.setCurrentIndex(self.method.findData(method_spec(method).name))
@@ -123,6 +131,8 @@ class SpecBox(QGroupBox):
             set_combo_text(self.draft, draft)
         if k is not None:
             self.k.setValue(k)
+        if tree is not None:
+            self.tree.setValue(tree)
         for name, value in (params or {}).items():
             if value is not None:
                 write_param(next(p for p in all_params() if p.name == name), self.param_controls[name], value)
@@ -191,6 +201,7 @@ class SpecBox(QGroupBox):
         self.draft.setToolTip(draft_tooltip(method))
         self.k.setEnabled(method.speculative)
         self.adaptive.setEnabled(method.speculative)
+        show_tree_for(self.tree, method)
         for name, widget in self.param_controls.items():  # only the method's own parameters show
             own = method.param(name) is not None
             widget.setEnabled(own)

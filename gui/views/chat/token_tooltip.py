@@ -1,10 +1,11 @@
-"""A token's tooltip in the transcript (rich text): its status, round and draft position, p_target and p_draft,
+"""A token's tooltip in the transcript (rich text): its status, round and draft position (in a tree round: which
+branch, how deep, how many siblings were drafted beside it: gui.sessions.round_branches), p_target and p_draft,
 min(1, p_target/p_draft) for a drafted token, who proposed it (and, from a draft of another tokenizer,
 the draft's own tokens that spelled it), what a correction replaced, and, where its round's
 tree was recorded, the target's top 3 alternatives at its position and the entropy there.
 
-May touch: gui.theme's labels, gui.sessions.rounds (a round's recorded detail, the per-token figures),
-engine.core.tokens' wording. Pure: a token (and its round) in, a string out.
+May touch: gui.theme's labels, gui.sessions.rounds and .round_branches (a round's recorded detail, the per-token
+figures, a tree round's branches), engine.core.tokens' wording. Pure: a token (and its round) in, a string out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from engine.core.events import TokenStatus
 from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, draft_position_words
 from gui import theme
+from gui.sessions.round_branches import branch_words
 from gui.sessions.rounds import RoundRecord, token_acceptance, token_entropy
 from gui.views.chat.colouring import RoundLookup
 
@@ -36,7 +38,9 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
     record = round_of(token.serial) if round_of is not None and token.serial is not None else None
     lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{_piece(token.text)}” &nbsp;(id {token.token_id})",
              f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
-    lines.append(draft_position_words(token))
+    drafted = token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)
+    lines.append((branch_words(record, token.position, drafted) if record is not None else None)
+                 or draft_position_words(token))
     if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
         p_draft = "one-hot (n-gram)" if token.p_draft is None else _prob(token.p_draft)
         lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")
@@ -50,7 +54,10 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
         lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft — (not drafted)")
         lines.append("proposed by: the target model" + (f" (round drafter: {escape(token.drafter)})"
                                                         if token.drafter not in ("", plain_method().name) else ""))
-    if token.replaced is not None:
+    turned_down = turned_down_words(record) if token.status is TokenStatus.SUBSTITUTED else None
+    if turned_down:
+        lines.append(turned_down)
+    elif token.replaced is not None:
         p_draft = "one-hot" if token.replaced_p_draft is None else _prob(token.replaced_p_draft)
         lines.append(f"replaced the draft “{_piece(token.replaced)}” "
                      f"(p_target {_prob(token.replaced_p_target)}, p_draft {p_draft})")
@@ -58,8 +65,23 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
     return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
 
 
+def turned_down_words(record: RoundRecord | None) -> str | None:
+    """A tree round's correction: the drafted children it replaced, those the target turned down under the kept
+    path's tip (None: a chain round, whose correction names its one replaced draft)."""
+    if record is None or not record.is_tree:
+        return None
+    event = record.event
+    turned = [i for i, parent in enumerate(event.tree_parents) if parent == record.n_accepted - 1
+              and i >= record.n_accepted]
+    pieces = ", ".join(f"“{_piece(event.draft_pieces[i])}” (p_target {_prob(event.p_target[i])})" for i in turned)
+    children = "child" if len(turned) == 1 else "children"
+    return f"replaced the {len(turned)} drafted {children} turned down here: {pieces}"
+
+
 def alternatives_lines(token: DisplayToken, record: RoundRecord | None) -> list[str]:
     """The target's top alternatives at the token's position (the token itself in bold) and the entropy there."""
+    if record is not None and record.is_tree and token.status is TokenStatus.REJECTED:
+        return ["target's alternatives: recorded along the kept path only"]
     detail = record.position_detail(token.position) if record is not None else None
     if detail is None and record is not None and record.detail is not None:
         return ["nothing decided here: a draft before it was turned down"]

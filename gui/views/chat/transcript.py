@@ -27,6 +27,7 @@ from PySide6.QtWidgets import QTextEdit, QToolButton, QToolTip
 from engine.core.events import TokenStatus
 from engine.core.tokens import DisplayToken
 from gui import theme
+from gui.sessions.round_branches import ghost_in_place
 from gui.sessions.session_model import Turn
 from gui.views.chat import colouring
 from gui.views.chat.legend import LegendBar, LegendChip  # noqa: F401  (imported from here too)
@@ -50,7 +51,8 @@ class TranscriptView(QTextEdit):
     beyond the write cursor. With `actions`, each turn has links (Copy, Regenerate under a reply, Edit on a
     message) that emit `action_requested(action, turn index)`. A code block shows a Copy button on hover; text
     copied from a selection (Ctrl+C) leaves the rejected drafts out. `round_of` (a serial → its RoundRecord) gives
-    the tooltips the target's alternatives and the colourings by figure their rounds."""
+    the tooltips the target's alternatives and the colourings by figure their rounds, and leaves out of the text a
+    tree round's drafts that were proposed elsewhere than where the reply goes on."""
 
     action_requested = Signal(str, int)  # copy | regenerate | edit, the turn's index in the conversation
     code_copied = Signal(str)
@@ -202,7 +204,7 @@ class TranscriptView(QTextEdit):
         cursor = self._cursor
         cursor.beginEditBlock()  # one layout pass per round, not one per token
         try:
-            self._reply.add(tokens)
+            self._reply.add([token for token in tokens if self._drawn_in_place(token)])
             self._reply.render()
         finally:
             cursor.endEditBlock()
@@ -210,6 +212,14 @@ class TranscriptView(QTextEdit):
             self._apply_highlight()
         if follow:
             self._scroll_to_end()
+
+    def _drawn_in_place(self, token: DisplayToken) -> bool:
+        """Whether the token is drawn in the text: all but a tree round's drafts off its kept path that were not
+        proposed where the reply goes on (gui.sessions.round_branches.ghost_in_place; the round tree shows them)."""
+        if token.status is not TokenStatus.REJECTED or self._round_of is None or token.serial is None:
+            return True
+        record = self._round_of(token.serial)
+        return record is None or ghost_in_place(record, token.position)
 
     def end_assistant(self, turn: Turn) -> None:
         p = self._palette

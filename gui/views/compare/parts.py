@@ -21,6 +21,7 @@ from engine.core.methods import all_params, method_spec, speculative_methods
 from gui import theme
 from gui.views.chat.methods import add_method_items
 from gui.views.chat.params import changed_signal, param_widget, read_param, write_param
+from gui.views.chat.tree_control import show_tree_for, tree_of, tree_spin
 from gui.views.live.stats import DASH, TimeSplitBar, seconds_text
 from gui.views.live.timeline import RoundTimeline, share_scale
 from gui.views.chat.transcript import TranscriptView
@@ -61,7 +62,8 @@ def row_title(row: ComparisonRow, several: bool = False) -> str:
 # ------------------------------------------------------------------ one setting's fields
 
 class SettingRow(QWidget):
-    """Method, draft model, k and the method's own parameters (one control each) of one setting, or a server's
+    """Method, draft model, k, the tree's node budget (gui.views.chat.tree_control) and the method's own parameters
+    (one control each) of one setting, or a server's
     model (backend "on a server": its URL, `http://HOST:PORT` or `remote:url=…`, run as the server was started,
     beside the local runs)."""
 
@@ -73,7 +75,7 @@ class SettingRow(QWidget):
         super().__init__(parent)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(6)
+        layout.setSpacing(4)
         self.method = QComboBox()
         add_method_items(self.method, speculative_methods())
         self.draft = QComboBox()
@@ -86,6 +88,7 @@ class SettingRow(QWidget):
         self.k.setValue(4)
         self.k.setPrefix("k = ")
         self.k.setToolTip("Tokens drafted per round")
+        self.tree = tree_spin(compact=True)
         self.param_controls = {param.name: param_widget(param, compact=True) for param in all_params()}
         self.backend = QComboBox()
         self.backend.setObjectName("row_backend")
@@ -109,13 +112,14 @@ class SettingRow(QWidget):
         layout.addWidget(self.method)
         layout.addWidget(self.draft, 1)
         layout.addWidget(self.k)
+        layout.addWidget(self.tree)
         for widget in self.param_controls.values():
             layout.addWidget(widget)
         layout.addWidget(self.backend)
         layout.addWidget(self.url, 1)
         layout.addWidget(self.remove)
         layout.addStretch(0)
-        for signal in (self.method.currentIndexChanged, self.k.valueChanged,
+        for signal in (self.method.currentIndexChanged, self.k.valueChanged, self.tree.valueChanged,
                        *(changed_signal(w) for w in self.param_controls.values()), self.draft.currentTextChanged,
                        self.backend.currentIndexChanged, self.url.textChanged):
             signal.connect(self._changed)
@@ -129,7 +133,7 @@ class SettingRow(QWidget):
             text = self.url.text().strip()
             return parse_spec(text if text.startswith(REMOTE_PREFIX) else f"{REMOTE_PREFIX}url={text}")
         method = method_spec(self.method.currentData())
-        return SpecConfig(method=method.name, k=self.k.value(),
+        return SpecConfig(method=method.name, k=self.k.value(), tree=tree_of(self.tree, method),
                           draft=(self.draft.currentText().strip() or None) if method.needs_draft else None,
                           params={p.name: read_param(p, self.param_controls[p.name]) for p in method.params},
                           backend=self.backend.currentData())
@@ -153,6 +157,7 @@ class SettingRow(QWidget):
                 self.draft.insertItem(0, spec.draft)
             self.draft.setCurrentText(spec.draft)
         self.k.setValue(min(spec.k, self.k.maximum()))
+        self.tree.setValue(spec.tree)
         for param in spec.info.params:
             write_param(param, self.param_controls[param.name], spec.param(param.name))
         self.backend.setCurrentIndex(max(0, self.backend.findData(spec.backend)))
@@ -167,6 +172,8 @@ class SettingRow(QWidget):
         local = not self.on_server
         self.method.setEnabled(local)
         self.k.setVisible(local)
+        self.tree.setVisible(local)
+        show_tree_for(self.tree, method)
         self.draft.setVisible(local and method.needs_draft)
         for name, widget in self.param_controls.items():
             widget.setVisible(local and method.param(name) is not None)

@@ -14,19 +14,23 @@ sketch and painter.
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import QPointF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QToolButton, QVBoxLayout,
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QStyle, QToolButton, QVBoxLayout,
                                QWidget)
 
 from gui import theme
 from gui.sessions.round_tree import (RESIDUAL_CAPTION, TOP_CAPTION, RoundTree, TreeNode, choices_text, figures,
-                                     ms_text, piece_text, position_words, round_tree, walk)
+                                     ms_text, piece_text, position_words, round_tree, walk, ROOT_TEXT)
 from gui.sessions.rounds import RoundRecord
 from gui.views.live.panel import LiveSnapshot, RoundFocusPanel
 from gui.views.live.tree_painter import paint_items
+from gui.views.live.tree_grid import draw_grid, grid_width
 from gui.views.live.tree_sketch import TreeSketch
 
+KEPT_PATH_CAPTION = "The kept path, node by node:"
 EMPTY_TEXT = "No round yet. Send a message, then pick a round on the timeline or click a token to see its tree."
 
 
@@ -39,6 +43,8 @@ def tree_lines(tree: RoundTree) -> list[str]:
     """Everything the view shows of a tree, as text, in the order it is drawn."""
     out = [tree.title, " · ".join(f"{what} {ms_text(seconds)}" for what, seconds in tree.times)]
     out += [line for line in (tree.reason, tree.rule, tree.note) if line]
+    if tree.is_tree:
+        return out + branch_lines(tree)
     for path, node in walk(tree.paths):
         indent = "    " if path.kind == "discarded" else ""
         out.append(indent + node_text(node))
@@ -46,6 +52,21 @@ def tree_lines(tree: RoundTree) -> list[str]:
             out.append(indent + f"  {TOP_CAPTION}: " + choices_text(node.alternatives))
         if node.residual:
             out.append(indent + f"  {RESIDUAL_CAPTION}: " + choices_text(node.residual))
+    return out
+
+
+def branch_lines(tree: RoundTree) -> list[str]:
+    """A tree round's paths as text: the kept path, then each branch with the node it hangs off and its ending."""
+    out = []
+    pieces = {node.position: node.piece for path in tree.paths for node in path.nodes if node.drafted}
+    for j, path in enumerate(tree.paths):
+        off = ROOT_TEXT if path.parent is None or path.parent < 0 else piece_text(pieces.get(path.parent, ""))
+        out.append("kept path:" if j == 0 else f"branch {j} (off {off}):")
+        for node in path.nodes:
+            out.append("    " + node_text(node))
+            if node.alternatives:
+                out.append(f"      {TOP_CAPTION}: " + choices_text(node.alternatives))
+        out.append("  ends: " + path.ending + (f" · {path.cut}" if path.cut else ""))
     return out
 
 
@@ -143,9 +164,31 @@ class TreeBody(_TreeCanvas):
     more than its height."""
 
     def draw(self, sketch: TreeSketch) -> None:
-        if self.tree is not None:
-            sketch.rules(self.tree)
+        if self.tree is None:
+            return
+        sketch.rules(self.tree)
+        if self.tree.is_tree:  # the branches side by side, then the kept path's nodes in full, as a chain's
+            draw_grid(sketch, self.tree, self.focus)
+            full_width = sketch.width
+            sketch.width = min(full_width, float(self.visible_width()))  # the list fits the view, unscrolled
+            sketch.y += sketch.text(8, sketch.y, sketch.width - 16, KEPT_PATH_CAPTION, self.palette_.text_dim,
+                                    sketch.small) + 4
+            sketch.paths(dataclasses.replace(self.tree, paths=self.tree.paths[:1]), self.focus)
+            sketch.width = full_width
+        else:
             sketch.paths(self.tree, self.focus)
+
+    def visible_width(self) -> int:
+        """The width the scroll area shows of it, less room for its scroll bar (its own where it is in none)."""
+        if self.parentWidget() is None:
+            return self.width()
+        return self.parentWidget().width() - self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+
+    def set_tree(self, tree: RoundTree | None, focus: int | None = None) -> None:
+        self.setMinimumWidth(grid_width(tree) if tree is not None and tree.is_tree else 0)
+        if self.width() < self.minimumWidth():  # now, not at the next layout: the scroll area's range follows
+            self.resize(self.minimumWidth(), self.height())
+        super().set_tree(tree, focus)
 
     def fit_height(self, height: int) -> None:
         if self.minimumHeight() != height:
@@ -165,7 +208,7 @@ class RoundTreeView(QWidget):
         self.scroll = QScrollArea()
         self.scroll.setWidget(self.canvas)
         self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)  # a wide tree's columns
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -184,8 +227,13 @@ class RoundTreeView(QWidget):
         self.scroll.verticalScrollBar().setValue(0)
         focus = self.canvas.sketch().focus_rect
         if focus is not None:  # scrolled no further than needed: the header stays in view where it can
-            self.scroll.ensureVisible(0, int(focus.bottom()), 0, 8)
-            self.scroll.ensureVisible(0, int(focus.top()), 0, 8)
+            self.scroll.ensureVisible(int(focus.right()), int(focus.bottom()), 8, 8)  # a tree's column too
+            self.scroll.ensureVisible(int(focus.left()), int(focus.top()), 8, 8)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if self.tree is not None and self.tree.is_tree:  # the kept path's list follows the visible width
+            self.canvas.set_tree(self.tree, self.focus_position)
 
     def set_palette(self, palette: theme.Palette) -> None:
         self.header.set_palette(palette)

@@ -60,11 +60,13 @@ def scale_label(ms: float) -> str:
 
 def round_tooltip(record) -> str:
     """'round N · drafter · drafted d, accepted a · draft x ms · verify y ms · rollback z ms' (a plain round: its one
-    token, and only its verify time)."""
+    token, and only its verify time; a tree round: 'tree of 12 nodes verified, depth 4, kept 3')."""
     head = f"round {record.index}" + (" (prefill)" if record.index == 0 else "")
     if not record.n_drafted:
         return " · ".join((head, "plain decoding", "one token, no draft", f"verify {ms_text(record.verify_seconds)}"))
-    return " · ".join((head, record.drafter, f"drafted {record.n_drafted}, accepted {record.n_accepted}",
+    drafted = (f"tree of {record.n_drafted} nodes verified, depth {record.depth}, kept {record.n_accepted}"
+               if record.is_tree else f"drafted {record.n_drafted}, accepted {record.n_accepted}")
+    return " · ".join((head, record.drafter, drafted,
                        f"draft {ms_text(record.draft_seconds)}", f"verify {ms_text(record.verify_seconds)}",
                        f"rollback {ms_text(record.rollback_seconds)}"))
 

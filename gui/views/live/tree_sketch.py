@@ -171,10 +171,11 @@ class TreeSketch:
         self.y = max(left_y, bars_y) + 8
         if focus is not None and node.position == focus:
             self.focus_rect = QRectF(x - 24, top - 4, right - x + 28, self.y - top)
-            self.items.insert(0, RectItem(self.focus_rect, self._focus_fill(), p.accent, 6))
+            self.items.insert(0, RectItem(self.focus_rect, self.focus_fill(), p.accent, 6))
         return top + box_h / 2
 
-    def _focus_fill(self) -> QColor:
+    def focus_fill(self) -> QColor:
+        """The focused node's background: the accent, faint."""
         colour = QColor(self.palette.accent)
         colour.setAlpha(28 if not self.palette.dark else 40)
         return colour
