@@ -19,7 +19,7 @@ from engine.core.drafting import PickingDrafter, Proposal
 from engine.core.errors import ConfigError
 from engine.core.runner import take_in
 from engine.core.methods import MethodSpec
-from engine.drafters.tree_shapes import DynamicTree, default_width
+from engine.drafters.tree_shapes import Calibration, DynamicTree, default_width
 
 if TYPE_CHECKING:
     import torch
@@ -38,6 +38,8 @@ class RunnerDrafter(PickingDrafter):
         self.runner = runner
         if name:
             self.name = name
+        self._calibration = Calibration()  # what the draft's confidence is worth, from what the target kept
+        self._last_tree: tuple | None = None  # (context, ids, parents, ranks, probs) of the last tree proposed
 
     def prefill(self, context_ids: list[int]) -> None:
         """The prompt into the draft's cache now (all but the last id: the first propose() feeds it)."""
@@ -58,16 +60,20 @@ class RunnerDrafter(PickingDrafter):
 
     def propose_tree(self, context_ids: list[int], k: int, budget: int) -> Proposal:
         """EAGLE-2's dynamic tree (arXiv 2406.16858; engine.drafters.tree_shapes.DynamicTree): k levels, each
-        one draft pass over its frontier (Runner.grow_tree), `default_width(budget, k)` children a node and
-        frontier nodes a level, reranked to `budget` nodes by cumulative draft probability, the greedy chain
-        kept. A draft runner that can't hold a tree (a recurrent state) drafts the chain and offers the best
-        siblings from the same rows, at no extra pass. Children are picked (top-w), never drawn: under sampling
+        one draft pass over its frontier of `default_width(budget, k)` nodes (Runner.grow_tree), up to 10
+        children a node, reranked to `budget` nodes by cumulative draft probability, each calibrated by what the
+        target kept of this drafter's earlier trees (tree_shapes.Calibration), the greedy chain kept. A draft
+        runner that can't hold a tree (a recurrent state) drafts the chain and offers the best siblings from the
+        same rows, at no extra pass. Children are picked (top-w), never drawn: under sampling
         p_draft is None (one-hot, EAGLE's rule), under greedy each node's row is the draft's softmax it was
         picked from."""
         import torch
         if k < 1 or budget < 1:
             return Proposal.empty()
-        tree = DynamicTree(default_width(budget, k))
+        self._learn_from_last_tree(context_ids)
+        # children offered a node: EAGLE-2's top-10 (within the budget), for the calibrated scores to choose from;
+        # the frontier a level expands (a draft pass over it) stays default_width
+        tree = DynamicTree(min(10, budget), factor=self._calibration.factor, expand=default_width(budget, k))
         rows: list[torch.Tensor] = []
         if self.runner.tree_refusal() is None:
             self._grow_levels(tree, rows, context_ids, k)
@@ -76,8 +82,16 @@ class RunnerDrafter(PickingDrafter):
         shape = tree.reranked(budget)
         if not shape:
             return Proposal.empty()
+        self._last_tree = (list(context_ids), shape.ids, shape.parents, [tree.ranks[i] for i in shape.nodes],
+                           [tree.probs[i] for i in shape.nodes])
         p_draft = torch.stack([rows[tree.rows[i]] for i in shape.nodes]) if self._sampling.greedy else None
         return Proposal(shape.ids, p_draft, parents=shape.parents)
+
+    def _learn_from_last_tree(self, context_ids: list[int]) -> None:
+        """Teach the calibration what the target kept of the last tree, where this context goes on from its."""
+        last, self._last_tree = self._last_tree, None
+        if last is not None and len(context_ids) > len(last[0]) and context_ids[:len(last[0])] == last[0]:
+            self._calibration.learn(*last[1:], committed=context_ids[len(last[0]):])
 
     def _grow_levels(self, tree: DynamicTree, rows: list, context_ids: list[int], k: int) -> None:
         """The tree level by level on the runner's own tree cache, which then keeps the context only."""

@@ -120,3 +120,39 @@ class TableTarget:
 
     def new_runner(self) -> TableRunner:
         return self.runner
+
+
+class FixedSource:
+    """A DraftSource (engine.core.engine) that hands out one drafter, with a given cost curve (None: unmeasured)
+    for chains and trees alike."""
+
+    def __init__(self, drafter, curve=None) -> None:
+        self._drafter, self._curve = drafter, curve
+
+    def validate(self, spec) -> None:
+        pass
+
+    def drafter(self, spec, target_runner):
+        return self._drafter
+
+    def verify_curve(self, k):
+        return self._curve
+
+    def tree_curve(self, budget):
+        return self._curve
+
+    def release(self) -> None:
+        pass
+
+
+def joint_fits(counts: dict, joint: dict, n: int) -> tuple[bool, float, int]:
+    """Whether `counts` of n draws fit the exact `joint` distribution (chi-square over the cells expected ≥ 5
+    times, the rest pooled): (fits at p ≈ 1e-6, the statistic, degrees of freedom). The critical value is bounded
+    by df + 5.3·sqrt(2·df) + 20 for every df here."""
+    big = {cell: p for cell, p in joint.items() if p * n >= 5}
+    rest = 1.0 - sum(big.values())
+    statistic = sum((counts.get(c, 0) - p * n) ** 2 / (p * n) for c, p in big.items())
+    other = n - sum(counts.get(c, 0) for c in big)
+    statistic += (other - rest * n) ** 2 / (rest * n) if rest * n >= 5 else 0.0
+    df = len(big)
+    return statistic < df + 5.3 * (2 * df) ** 0.5 + 20, statistic, df

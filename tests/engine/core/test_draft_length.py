@@ -139,7 +139,7 @@ def test_an_adaptive_engine_drafts_trees_on_a_flat_curve_and_chains_on_a_steep_o
     from each round's tree; greedy output stays plain decoding's."""
     import threading
 
-    from tree_testkit import TableRunner, TableTarget
+    from tree_testkit import FixedSource, TableRunner, TableTarget
 
     from engine.core.config import SpecConfig
     from engine.core.drafting import Drafter, Proposal
@@ -167,18 +167,12 @@ def test_an_adaptive_engine_drafts_trees_on_a_flat_curve_and_chains_on_a_steep_o
     def run(curve):
         runner = TableRunner(vocab=12, seed=3)
 
-        class Source:
-            def validate(self, spec): pass
-            def drafter(self, spec, target_runner): return drafter
-            def verify_curve(self, k): return curve
-            def tree_curve(self, budget): return curve
-            def release(self): pass
         drafter = SecondBest(runner)
         spec = SpecConfig(method="prompt-lookup", k=1, adaptive=True)
         object.__setattr__(spec, "tree", 2)  # the test's drafter branches, whatever the method declares
-        events = list(Engine(TableTarget(runner), Source()).generate_ids(
+        events = list(Engine(TableTarget(runner), FixedSource(drafter, curve)).generate_ids(
             [1, 2, 3], spec=spec, max_new_tokens=30, cancel=threading.Event()))
-        plain = list(Engine(TableTarget(TableRunner(vocab=12, seed=3)), Source()).generate_ids(
+        plain = list(Engine(TableTarget(TableRunner(vocab=12, seed=3)), FixedSource(drafter, curve)).generate_ids(
             [1, 2, 3], spec=SpecConfig(), max_new_tokens=30, cancel=threading.Event()))
         assert events[-1].output_ids == plain[-1].output_ids
         assert isinstance(events[-1], GenerationFinished)

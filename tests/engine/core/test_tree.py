@@ -15,7 +15,7 @@ from engine.core.engine import Engine
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
 from engine.core.tree import ancestor_mask, rejection_sample_tree, verify_tree_greedy
 from engine.core.tree_shape import children_of, leaves, node_depths, path_first, renumbered
-from tree_testkit import TableRunner, TableTarget
+from tree_testkit import FixedSource, TableRunner, TableTarget, joint_fits
 
 CHI2_CRITICAL_DF5 = 35.89  # p = 1e-6, 5 degrees of freedom (scipy.stats.chi2.isf(1e-6, 5))
 
@@ -144,12 +144,7 @@ def engine_with_tree_drafter():
     runner = TableRunner(vocab=12, seed=3)
     drafter = TopTwoTree(runner)
 
-    class Source:
-        def validate(self, spec): pass
-        def drafter(self, spec, target_runner): return drafter
-        def verify_curve(self, k): return None
-        def release(self): pass
-    return Engine(TableTarget(runner), Source()), runner
+    return Engine(TableTarget(runner), FixedSource(drafter)), runner
 
 
 def test_greedy_tree_rounds_equal_plain_decoding_and_list_the_kept_path_first():
@@ -190,14 +185,8 @@ def test_sampled_tree_rounds_keep_the_targets_distribution():
         events = run(engine, prompt, spec, SamplingConfig(temperature=1.0, seed=seed), n=4)
         cell = tuple(events[-1].output_ids[:2])
         counts[cell] = counts.get(cell, 0) + 1
-    big = {cell: p for cell, p in joint.items() if p * n >= 5}
-    rest = 1.0 - sum(big.values())
-    statistic = sum((counts.get(c, 0) - p * n) ** 2 / (p * n) for c, p in big.items())
-    other = n - sum(counts.get(c, 0) for c in big)
-    statistic += (other - rest * n) ** 2 / (rest * n) if rest * n >= 5 else 0.0
-    # chi-square critical value at p = 1e-6 grows with the cells: ~ df + 5.3·sqrt(2·df) is above it for df ≥ 10
-    df = len(big)
-    assert statistic < df + 5.3 * (2 * df) ** 0.5 + 20, (statistic, df)
+    fits, statistic, df = joint_fits(counts, joint, n)
+    assert fits, (statistic, df)
     assert runner.nodes_verified > 0 and sampling.temperature == 1.0
 
 
@@ -210,12 +199,7 @@ def test_a_target_that_verifies_chains_only_says_so_and_drafts_chains():
     runner = ChainsOnly(vocab=12, seed=3)
     drafter = TopTwoTree(runner)
 
-    class Source:
-        def validate(self, spec): pass
-        def drafter(self, spec, target_runner): return drafter
-        def verify_curve(self, k): return None
-        def release(self): pass
-    engine = Engine(TableTarget(runner), Source())
+    engine = Engine(TableTarget(runner), FixedSource(drafter))
     events = run(engine, [1, 2, 3], _tree_spec(SpecConfig(method="prompt-lookup", k=3), 6), n=6)
     assert any("recurrent state" in w and "one chain" in w for w in events[0].warnings)
     assert runner.nodes_verified == 0 and not any(isinstance(e, RoundVerified) and e.is_tree for e in events)

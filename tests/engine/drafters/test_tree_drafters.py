@@ -21,8 +21,8 @@ from engine.drafters.draft_model import RunnerDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.drafters.suffix_tree import SpeculationLimits
-from engine.drafters.tree_shapes import DynamicTree, TokenTrie, default_width, select_nodes
-from tree_testkit import TableRunner, TableTarget
+from engine.drafters.tree_shapes import Calibration, DynamicTree, TokenTrie, default_width, select_nodes
+from tree_testkit import FixedSource, TableRunner, TableTarget, joint_fits
 
 
 def check_well_formed(proposal, k: int, budget: int) -> None:
@@ -79,6 +79,25 @@ def test_dynamic_tree_expands_the_chain_and_the_best_frontier():
     shape = tree.reranked(4)
     assert shape.ids == [7, 3, 8, 5] and shape.parents == (-1, -1, 0, 1)
     assert tree.reranked(1).ids == [7]
+
+
+def test_a_calibrated_tree_spends_its_budget_where_the_target_kept_drafts():
+    """An overconfident draft (its first choice at 0.9, kept 1 time in 20; its runners-up kept as often): by
+    probability the budget goes down the chain's children, calibrated by what was kept it goes to the root's
+    runners-up."""
+    def grow(factor=None):
+        tree = DynamicTree(width=4, expand=1, **({"factor": factor} if factor else {}))
+        tree.add_children(-1, [(10, 0.9), (11, 0.04), (12, 0.03), (13, 0.03)], row=0)
+        tree.add_children(0, [(20, 0.9), (21, 0.04), (22, 0.03), (23, 0.03)], row=1)
+        return tree.reranked(4)
+    assert sorted(grow().parents) == [-1, -1, 0, 0]  # by probability: two of the chain's children
+    calibration = Calibration()
+    for round_index in range(20):  # the target's token: the root's first choice once, a runner-up thrice
+        kept = [10, 11, 12, 11, 14][round_index % 5]
+        calibration.learn([10, 11, 12, 13], (-1, -1, -1, -1), [0, 1, 2, 3], [0.9, 0.04, 0.03, 0.03], [kept, 5])
+    assert calibration.factor(0, 0.9) < calibration.factor(1, 0.04)
+    shape = grow(calibration.factor)  # the root's runner-up first, then its first choice, its third, and the
+    assert shape.ids == [11, 10, 12, 20] and shape.parents == (-1, -1, -1, 1)  # chain's child (never a fourth)
 
 
 def test_trie_merges_shared_prefixes_and_votes():
@@ -206,12 +225,7 @@ def test_branching_methods_say_so():
 
 
 def engine_for(target: TableRunner, drafter) -> Engine:
-    class Source:
-        def validate(self, spec): pass
-        def drafter(self, spec, target_runner): return drafter
-        def verify_curve(self, k): return None
-        def release(self): pass
-    return Engine(TableTarget(target), Source())
+    return Engine(TableTarget(target), FixedSource(drafter))
 
 
 def generate(engine, prompt, spec, sampling=SamplingConfig(), n=24):
@@ -257,13 +271,8 @@ def test_sampled_dynamic_trees_keep_the_targets_distribution():
         events = generate(engine, prompt, model_spec(2, 4), SamplingConfig(temperature=1.0, seed=seed), n=3)
         cell = tuple(events[-1].output_ids[:2])
         counts[cell] = counts.get(cell, 0) + 1
-    big = {cell: p for cell, p in joint.items() if p * n >= 5}
-    rest = 1.0 - sum(big.values())
-    statistic = sum((counts.get(c, 0) - p * n) ** 2 / (p * n) for c, p in big.items())
-    other = n - sum(counts.get(c, 0) for c in big)
-    statistic += (other - rest * n) ** 2 / (rest * n) if rest * n >= 5 else 0.0
-    df = len(big)
-    assert statistic < df + 5.3 * (2 * df) ** 0.5 + 20, (statistic, df)
+    fits, statistic, df = joint_fits(counts, joint, n)
+    assert fits, (statistic, df)
     assert target.nodes_verified > 0
 
 

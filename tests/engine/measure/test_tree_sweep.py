@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 from rich.console import Console
-from tree_testkit import TableRunner, TableTarget
+from tree_testkit import FixedSource, TableRunner, TableTarget
 
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.drafting import Drafter, Proposal
@@ -118,13 +118,7 @@ def table_engine() -> LetterEngine:
     runner = TableRunner(vocab=12, seed=3)
     drafter = NoisyTopTwo(runner)
 
-    class Source:
-        def validate(self, spec): pass
-        def drafter(self, spec, target_runner): return drafter
-        def verify_curve(self, k): return None
-        def tree_curve(self, budget): return None
-        def release(self): pass
-    return LetterEngine(LocalTable(runner), Source())
+    return LetterEngine(LocalTable(runner), FixedSource(drafter))
 
 
 def test_the_sweep_prints_one_row_per_budget_with_its_columns():
