@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 from engine.measure.baselines import ComparisonPlan, baseline_label, plain_decoding_words
 from engine.measure.compare import PLAIN, PLAN_INDEX, comparison_events
-from engine.core.config import SamplingConfig, SpecConfig, check_k
+from engine.core.config import SamplingConfig, SpecConfig, check_k, check_tree
 from engine.core.methods import MethodSpec, method_spec, methods
 from engine.core.errors import ConfigError
 from engine.core.events import GenerationFinished
@@ -117,18 +117,21 @@ class FastestResult:
 
 
 def candidate_specs(names: Iterable[str], ks: Iterable[int] = DEFAULT_KS, *, draft: str | None = None,
-                    backend: str | None = None, **params) -> list[SpecConfig]:
+                    backend: str | None = None, trees: Iterable[int] = (), **params) -> list[SpecConfig]:
     """Every speculative method of `names` at every k, leaving out what cannot run: a method that needs a
     draft without a `draft`, a method `backend` cannot serve. Each method gets the `params` it declares
-    (e.g. layers=2). ConfigError for an unknown method or a bad k."""
+    (e.g. layers=2); a method that branches also runs a token tree of each budget of `trees` at every k, beside
+    its chain. ConfigError for an unknown method, a bad k or a bad budget."""
     ks = [check_k(k) for k in ks]
+    trees = [check_tree(tree) for tree in trees if tree]
     specs = []
     for name in names:
         info = method_spec(name)
         if not info.speculative or (info.needs_draft and not draft) or (backend and not info.supports(backend)):
             continue
         own = {key: value for key, value in params.items() if info.param(key) is not None}
-        specs += [SpecConfig(method=name, k=k, draft=draft if info.needs_draft else None, params=own) for k in ks]
+        chains = [SpecConfig(method=name, k=k, draft=draft if info.needs_draft else None, params=own) for k in ks]
+        specs += chains + [chain.with_tree(tree) for chain in chains for tree in (trees if info.branches else ())]
     return specs
 
 

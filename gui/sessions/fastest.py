@@ -36,6 +36,16 @@ def parse_ks(text: str) -> list[int]:
     return list(dict.fromkeys(ks))
 
 
+def parse_trees(text: str) -> list[int]:
+    """'8, 16' → [8, 16]; '' → [] (chains only); ConfigError naming what is wrong (engine.core.config.check_tree
+    checks each)."""
+    try:
+        budgets = [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"tree budgets must be whole numbers of nodes separated by commas, got {text!r}") from None
+    return list(dict.fromkeys(budget for budget in budgets if budget))
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What one sweep runs: the same for every repeat."""
@@ -64,14 +74,17 @@ class FastestState:
     def running(self) -> bool:
         return self.active_id is not None
 
-    def start(self, plan: Plan, ks_text: str, repeats: int, draft: str | None, busy: str | None = None):
-        """The first repeat's request; ConfigError with the reason when the sweep cannot start."""
+    def start(self, plan: Plan, ks_text: str, repeats: int, draft: str | None, busy: str | None = None,
+              trees_text: str = ""):
+        """The first repeat's request; ConfigError with the reason when the sweep cannot start. `trees_text`: the
+        token-tree budgets the methods that branch also run at each k ("" for chains only)."""
         if self.running:
             raise ConfigError("the sweep is running: stop it first")
         if busy or not plan.prompt.strip():
             raise ConfigError(busy or "send a message in the chat first: the sweep runs on its last prompt")
         names = [m.name for m in sweep_methods()]
-        self.sweep = FastestSweep(candidate_specs(names, parse_ks(ks_text), draft=draft), repeats)
+        self.sweep = FastestSweep(candidate_specs(names, parse_ks(ks_text), draft=draft,
+                                                  trees=parse_trees(trees_text)), repeats)
         self.plan, self.repeat, self.result, self.skipped = plan, 0, None, []
         return self._request()
 

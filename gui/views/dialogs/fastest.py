@@ -72,6 +72,12 @@ class FastestDialog(QDialog):
         self.ks = QLineEdit(", ".join(str(k) for k in DEFAULT_KS))
         self.ks.setToolTip("The draft lengths to try for every method, separated by commas")
         row.addWidget(self.ks)
+        row.addWidget(QLabel("trees"))
+        self.trees = QLineEdit("")
+        self.trees.setPlaceholderText("none")
+        self.trees.setToolTip("Token-tree budgets (nodes) that the methods which branch also try at every k, beside "
+                              "their chain, separated by commas; empty: chains only")
+        row.addWidget(self.trees)
         row.addWidget(QLabel("repeats"))
         self.repeats = QSpinBox()
         self.repeats.setRange(MIN_REPEATS, 10)
@@ -159,7 +165,8 @@ class FastestDialog(QDialog):
         try:
             plan = Plan(model=self._model_name(), prompt=(self._prompt() or "").strip(), sampling=self._sampling(),
                         max_new_tokens=self.max_new_tokens.value())
-            request = self.state.start(plan, self.ks.text(), self.repeats.value(), self._draft(), self._busy())
+            request = self.state.start(plan, self.ks.text(), self.repeats.value(), self._draft(), self._busy(),
+                                       self.trees.text())
         except ConfigError as exc:
             self._set_status(f"Refused: {exc}")
             self.sweep_failed.emit(str(exc))

@@ -96,6 +96,14 @@ def test_candidates_leave_out_what_cannot_run():
     assert [s.label() for s in specs] == ["draft-model:k=3,draft=small", "early-exit:k=3,layers=2"]
 
 
+def test_methods_that_branch_also_run_trees_beside_their_chains():
+    specs = candidate_specs(["prompt-lookup", "ngram-mod"], [2, 4], trees=[0, 8])
+    assert [s.label() for s in specs] == ["prompt-lookup:k=2", "prompt-lookup:k=4", "prompt-lookup:k=2,tree=8",
+                                          "prompt-lookup:k=4,tree=8", "ngram-mod:k=2", "ngram-mod:k=4"]
+    with pytest.raises(ConfigError, match="tree must be a whole number"):
+        candidate_specs(["prompt-lookup"], [2], trees=[500])
+
+
 class CannedEngine:
     """Plain decoding at 10 tok/s; prompt lookup at 10·k/2 tok/s, whatever the repeat."""
 

@@ -47,6 +47,16 @@ def test_repeats_follow_one_another_and_give_the_answer():
         state.start(PLAN, "2", 3, draft=None, busy="busy")
 
 
+def test_tree_budgets_add_trees_of_the_methods_that_branch():
+    state = FastestState(make_request=SimpleNamespace)
+    request = state.start(PLAN, "4", 3, draft=None, trees_text="8, 0, 8")
+    labels = [s.label() for s in request.specs]
+    assert "prompt-lookup:k=4,tree=8" in labels and "prompt-lookup:k=4" in labels
+    assert not any("tree" in label for label in labels if label.startswith("ngram-mod"))
+    with pytest.raises(ConfigError, match="tree budgets must be whole numbers"):
+        FastestState(make_request=SimpleNamespace).start(PLAN, "4", 3, draft=None, trees_text="eight")
+
+
 def test_a_refused_method_is_left_out_and_a_stop_gives_no_answer():
     state = FastestState(make_request=SimpleNamespace)
     request = state.start(PLAN, "2", 3, draft=None)
