@@ -7,7 +7,6 @@ round. Skipped as a whole where llama-cpp-python is not installed."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install llama-cpp-python==0.3.36)")
 
@@ -167,17 +166,6 @@ CHI2_CRITICAL_DF8 = 44.81
 def exact_joint(model, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
     """The target's own joint of the first two new tokens under SAMPLING (engine_testkit.exact_joint)."""
     return joint_under(model, prompt_ids, SAMPLING)
-
-
-@pytest.fixture
-def engine_threads_for_torch():
-    """torch on the engine's thread count, as engine.runtime sets it for the app and the CLI (two torch
-    threads beside llama.cpp's on a busy 2-core machine turn a 4-row softmax into a scheduler wait)."""
-    from engine.host import engine_threads
-    before = torch.get_num_threads()
-    torch.set_num_threads(engine_threads())
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.usefixtures("engine_threads_for_torch")

@@ -320,17 +320,6 @@ SAMPLING = SamplingConfig(temperature=1.0, top_k=3)
 CHI2_CRITICAL_DF8 = 44.81  # chi-square, 8 degrees of freedom (3 × 3 cells − 1), p = 1e-6
 
 
-@pytest.fixture
-def engine_threads_for_torch():
-    """torch on the engine's thread count, as engine.runtime sets it (torch's own threads beside llama.cpp's on a
-    busy machine turn each softmax into a scheduler wait)."""
-    from engine.host import engine_threads
-    before = torch.get_num_threads()
-    torch.set_num_threads(engine_threads())
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.usefixtures("engine_threads_for_torch")
 def test_sampled_tree_rounds_keep_the_targets_distribution(tiny, prompt_ids):
     """The first two tokens of a reply (the second one verified by recursive rejection over a tree whose

@@ -300,15 +300,6 @@ def two_level_trees(model, prompt_ids: list[int]) -> dict[tuple[int, ...], Propo
     return trees
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Tiny passes on one torch thread: on a busy machine more threads only wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.usefixtures("one_torch_thread")
 def test_sampled_tree_decoding_keeps_the_targets_distribution(tiny_model):
     """The first three tokens (the second and third verified as a tree) follow the target's exact joint."""

@@ -211,15 +211,6 @@ SAMPLING = SamplingConfig(temperature=1.0, top_k=2)
 CHI2_CRITICAL_DF3 = 30.66  # 2 × 2 cells − 1 at p = 1e-6 (scipy.stats.chi2.isf(1e-6, 3))
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Tiny passes on one torch thread: on a busy machine more threads only wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def exact_joint(model, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
     """The target's own joint of the first two new tokens under SAMPLING (engine_testkit.exact_joint)."""
     return joint_under(model, prompt_ids, SAMPLING)

@@ -102,17 +102,6 @@ def exact_joint(model, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
     return joint
 
 
-@pytest.fixture
-def engine_threads_for_torch():
-    """torch on the engine's thread count, as engine.runtime sets it for the app and the CLI (more threads than
-    cores on a busy machine turn each tiny forward into a scheduler wait)."""
-    from engine.host import engine_threads
-    before = torch.get_num_threads()
-    torch.set_num_threads(engine_threads())
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("engine_threads_for_torch")
 def test_ngram_mod_sampling_is_lossless(tiny_model):

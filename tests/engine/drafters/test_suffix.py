@@ -404,17 +404,6 @@ def exact_joint(model, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
     return joint_under(model, prompt_ids, SAMPLING)
 
 
-@pytest.fixture
-def one_torch_thread():
-    """The tiny model's passes are too small to share: one thread (two, on a busy 2-core machine, wait on the
-    scheduler ten times longer)."""
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.usefixtures("one_torch_thread")
 def test_sampling_with_suffix_drafts_is_lossless(tiny_model, data_dir):
     """The first two emitted tokens (top-3 sampling) follow the target's own joint distribution. The store holds a
