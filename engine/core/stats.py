@@ -378,7 +378,7 @@ class ServerStats:
 
     server: str  # llama-server | vllm | sglang | openai-compatible
     url: str
-    source: str  # metrics | timings | ""
+    source: str  # request (the response's own per-request metrics) | metrics | timings | ""
     drafts: int
     draft_tokens: int
     accepted_tokens: int

@@ -15,6 +15,7 @@ engine.remote.client and the keyring through engine.models.secrets (the server's
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import math
 import threading
@@ -34,7 +35,8 @@ from engine.remote.metrics import (PREFIXES, SpecCounters, counters_from_metrics
 from engine.core.stats import GenerationStats, ServerStats, StatsAccumulator
 
 BACKEND = "remote"
-UNKNOWN_ID = -1  # a token's id where the server does not give it (every server but llama-server)
+UNKNOWN_ID = -1  # a token's id where the server does not give it (every server but llama-server and vLLM)
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's logprobs entry under return_tokens_as_token_ids
 KNOWN_EXTRAS = ("llama-server", "vllm", "sglang")  # servers that take top_k beside the OpenAI fields
 
 
@@ -88,11 +90,18 @@ def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api
     return RemoteEngine(client, target, on_status=on_status)
 
 
-def exposure_note(info: ServerInfo, counters_seen: bool) -> str:
-    """What this server tells about its speculation, in words (shown where token colours would be)."""
+def exposure_note(info: ServerInfo, counters_seen: bool, own: bool = False) -> str:
+    """What this server tells about its speculation, in words (shown where token colours would be); `own`: it
+    gave this request's own figures (vLLM's per-request metrics)."""
+    if own:
+        return (f"{info.kind} reported this request's own speculation (steps, drafted and accepted tokens); "
+                "tokens are shown plain")
     if info.kind == "llama-server":
         where = "its /metrics counters and each response's timings" if info.metrics else \
             "each response's timings (start it with --metrics for per-position acceptance)"
+    elif info.kind == "vllm":
+        where = ("each response's own metrics where it runs with --per-request-spec-decode-metrics, else "
+                 + ("its /metrics counters" if info.metrics else "nowhere (no /metrics)"))
     elif info.metrics:
         where = "its /metrics counters"
     else:
@@ -164,6 +173,10 @@ class RemoteEngine:
         if self.server.kind == "llama-server":
             body["logprobs"] = True  # llama-server gives each token's id and log-probability with it
             body["timings_per_token"] = False
+        elif self.server.kind == "vllm":
+            # vLLM sends a speculative step's tokens in one chunk; its logprobs name each token (its id, its bytes)
+            body["logprobs"] = True
+            body["return_tokens_as_token_ids"] = True
         return body
 
     def _counters(self) -> SpecCounters | None:
@@ -203,6 +216,8 @@ class RemoteEngine:
         stats = dataclasses.replace(stats, elapsed_seconds=max(stats.elapsed_seconds, reply.elapsed()))
         if server.source:
             stats = with_server_counts(stats, server)
+        elif reply.usage_tokens is not None:  # the server's count of its tokens, never our count of its chunks
+            stats = dataclasses.replace(stats, committed_tokens=reply.usage_tokens)
         stop = reply.stop_reason()
         return GenerationFinished(stop_reason=stop, text=reply.text, output_ids=tuple(reply.ids), stats=stats,
                                   error=reply.error, server=server, backend=self.target.backend,
@@ -210,6 +225,7 @@ class RemoteEngine:
 
     def _server_stats(self, reply: "_Reply", before: SpecCounters | None) -> ServerStats:
         after = self._counters() if before is not None else None
+        own = request_counts(reply.request_metrics)
         timings = counters_from_timings(reply.timings)
         settings = spec_settings_from_props(self.server.props, self.server.slots)
         prompt_seconds, server_tok_per_s = speed_from_timings(reply.timings)
@@ -217,6 +233,10 @@ class RemoteEngine:
                       settings=settings, request_draft_tokens=timings[0] if timings else None,
                       request_accepted_tokens=timings[1] if timings else None,
                       server_prompt_seconds=prompt_seconds, server_tok_per_s=server_tok_per_s)
+        if own is not None:  # the request's own figures (vLLM's per-request metrics): nobody else's requests in them
+            return ServerStats(source="request", drafts=own[0], draft_tokens=own[1], accepted_tokens=own[2],
+                               accepted_per_position=own[3], note=exposure_note(self.server, True, own=True),
+                               **common)
         if after is not None:
             delta = after.minus(before)
             if delta.drafts or delta.draft_tokens or timings:
@@ -235,9 +255,9 @@ def with_server_counts(stats: GenerationStats, server: ServerStats) -> Generatio
     """Our measured stats with the server's speculation counts in them (so every view shows acceptance):
     target passes = tokens − accepted drafts, as in engine.core.stats; per-position acceptance is the server's
     (accepted at a position / drafts). Draft and verify times stay 0: the server does not report them."""
-    committed = stats.committed_tokens
+    committed = stats.committed_tokens if server.completion_tokens is None else server.completion_tokens
     return dataclasses.replace(
-        stats, drafted_tokens=server.draft_tokens, accepted_tokens=server.accepted_tokens,
+        stats, committed_tokens=committed, drafted_tokens=server.draft_tokens, accepted_tokens=server.accepted_tokens,
         drafting_rounds=server.drafts, target_passes=max(1, committed - server.accepted_tokens) if committed else 0,
         per_position_acceptance=server.per_position_acceptance, accept_length_histogram=())
 
@@ -254,7 +274,11 @@ class _Reply:
     error: str | None = None
     timings: dict | None = None
     usage_tokens: int | None = None
+    request_metrics: dict | None = None  # vLLM's per-request speculative decoding metrics (the last chunk's)
     stats: StatsAccumulator = dataclasses.field(default_factory=lambda: StatsAccumulator(0))
+    # token bytes (vLLM's logprobs) to text: a character may span tokens
+    decoder: codecs.IncrementalDecoder = dataclasses.field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -271,6 +295,10 @@ class _Reply:
         usage = chunk.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
+        spec = (chunk.get("metrics") or {}).get("speculative_decoding") if isinstance(chunk.get("metrics"), dict) \
+            else None
+        if isinstance(spec, dict):
+            self.request_metrics = spec
         choices = chunk.get("choices") or []
         choice = choices[0] if choices and isinstance(choices[0], dict) else {}
         if choice.get("finish_reason"):
@@ -279,7 +307,8 @@ class _Reply:
         content = delta.get("content") if isinstance(delta, dict) else None
         if not content:
             return []
-        return [self._round(piece, token_id, p) for piece, token_id, p in _pieces(content, choice.get("logprobs"))]
+        return [self._round(piece, token_id, p)
+                for piece, token_id, p in _pieces(content, choice.get("logprobs"), self.decoder)]
 
     def _round(self, piece: str, token_id: int, p_target: float | None) -> RoundVerified:
         event = RoundVerified(
@@ -301,16 +330,47 @@ class _Reply:
             self.finish_reason or "", self.finish_reason or "eos")
 
 
-def _pieces(content: str, logprobs) -> list[tuple[str, int, float | None]]:
-    """(text, id, probability) per token of a chunk: from llama-server's logprobs where their text adds up
-    to the chunk's, else the whole chunk as one piece of unknown id and probability (None: not given)."""
+def _pieces(content: str, logprobs, decoder=None) -> list[tuple[str, int, float | None]]:
+    """(text, id, probability) per token of a chunk: from the logprobs where their text adds up to the chunk's
+    (llama-server: `id` and `token`; vLLM with return_tokens_as_token_ids: `token` "token_id:N" and `bytes`, decoded
+    by the reply's `decoder`), else the whole chunk as one piece of unknown id and probability (None: not given)."""
     entries = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
-        pieces = [(str(e.get("token", "")), e.get("id"), e.get("logprob")) for e in entries]
+        pieces = [_entry(e, decoder) for e in entries]
         if "".join(p[0] for p in pieces) == content and all(isinstance(p[1], int) for p in pieces):
             return [(text, token_id, math.exp(lp) if isinstance(lp, (int, float)) else None)
                     for text, token_id, lp in pieces]
     return [(content, UNKNOWN_ID, None)]
+
+
+def _entry(entry: dict, decoder) -> tuple[str, int | None, object]:
+    """One logprobs entry as (text, id, log-probability)."""
+    token = str(entry.get("token", ""))
+    if token.startswith(TOKEN_ID_PREFIX) and token[len(TOKEN_ID_PREFIX):].isdigit():
+        raw = entry.get("bytes")
+        ok = decoder is not None and isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw)
+        text = decoder.decode(bytes(raw)) if ok else token
+        return text, int(token[len(TOKEN_ID_PREFIX):]), entry.get("logprob")
+    return token, entry.get("id"), entry.get("logprob")
+
+
+def request_counts(metrics: dict | None) -> tuple[int, int, int, tuple[int, ...]] | None:
+    """vLLM's per-request speculative decoding metrics (`metrics.speculative_decoding` of a response, with
+    --per-request-spec-decode-metrics) as (verify steps, drafted tokens, accepted tokens, accepted at each draft
+    position); None where they are absent or unreadable. The per-position counts come from the per-step arrays
+    (`detailed`), else from the acceptance histogram (a step that kept j drafts kept positions 1…j)."""
+    if not isinstance(metrics, dict):
+        return None
+    try:
+        steps, drafted = int(metrics["num_spec_steps"]), int(metrics["num_draft_tokens"])
+        accepted = int(metrics["num_accepted_draft_tokens"])
+        per_step = metrics.get("per_step_accepted")
+        histogram = [(j, int(n)) for j, n in enumerate(metrics.get("acceptance_histogram") or ())]
+        kept = [int(a) for a in per_step] if per_step else [j for j, n in histogram for _ in range(n)]
+    except (KeyError, TypeError, ValueError):
+        return None
+    positions = tuple(sum(1 for a in kept if a > i) for i in range(max(kept, default=0)))
+    return steps, drafted, accepted, positions
 
 
 def server_figures_words(server: ServerStats) -> list[str]:
@@ -318,7 +378,8 @@ def server_figures_words(server: ServerStats) -> list[str]:
     window's status): the counts and the server's definitions, or what it exposes when it said nothing."""
     if not server.source:
         return [f"{server.server}: no speculative decoding reported for this reply"] + server_speed_words(server)
-    where = f"{server.server} {'/metrics' if server.source == 'metrics' else 'timings'}"
+    where = f"{server.server} " + {"metrics": "/metrics", "request": "this request's metrics"}.get(server.source,
+                                                                                                 "timings")
     parts = [f"server ({where}): {server.accepted_tokens}/{server.draft_tokens} drafted tokens accepted"]
     if server.acceptance_rate is not None:
         parts.append(f"acceptance {server.acceptance_rate:.0%}")

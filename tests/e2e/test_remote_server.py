@@ -69,9 +69,10 @@ def test_plain_server_chat_streams(plain_server):
     assert all(r.committed_ids[0] >= 0 for r in rounds)  # llama-server names each token's id
     assert finished.text == "".join(r.text for r in rounds) and finished.text.strip()
     assert finished.stop_reason in ("eos", "max-new-tokens") and finished.error is None
-    assert finished.stats.committed_tokens == len(rounds)
-    # the server counts the end-of-sequence token it generated but does not stream
+    # the server counts the end-of-sequence token it generated but does not stream; its count is the reply's, as a
+    # local reply's counts its end of sequence
     assert finished.server.completion_tokens == len(rounds) + (finished.stop_reason == "eos")
+    assert finished.stats.committed_tokens == finished.server.completion_tokens
     assert finished.server.source == ""  # a plain server: no speculation to report
     assert finished.stats.drafted_tokens == 0 and finished.stats.ttft_seconds > 0
     assert finished.server.server_prompt_seconds > 0 and finished.server.server_tok_per_s > 0

