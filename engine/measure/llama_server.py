@@ -53,6 +53,8 @@ def free_port() -> int:
 class LlamaServer:
     """`with LlamaServer(extra_args) as server:` a llama-server on server.url, stopped on exit."""
 
+    kind = "llama-server"  # in its messages
+
     def __init__(self, model: Path, extra_args: tuple[str, ...] = (), *, log_dir: Path,
                  threads: int | None = None, context: int = 2048, start_timeout: float = 120.0) -> None:
         self.model, self.extra_args, self.log_dir = model, extra_args, log_dir
@@ -85,17 +87,21 @@ class LlamaServer:
     def start(self) -> None:
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, env=self.environment())
         log.close()
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerError(f"llama-server exited ({self.process.returncode}):\n{self.log_tail()}")
+                raise ServerError(f"{self.kind} exited ({self.process.returncode}):\n{self.log_tail()}")
             if self._healthy():
                 return
             time.sleep(0.2)
         self.stop()
-        raise ServerError(f"llama-server did not come up in {self.start_timeout:.0f} s:\n{self.log_tail()}")
+        raise ServerError(f"{self.kind} did not come up in {self.start_timeout:.0f} s:\n{self.log_tail()}")
+
+    def environment(self) -> dict | None:
+        """The server's environment (None: this process's)."""
+        return None
 
     def _healthy(self) -> bool:
         try:

@@ -1,0 +1,78 @@
+"""A real vLLM server started here (engine.measure.vllm_server: the venv packaging/install.sh makes) serving the
+built-in model with n-gram speculation and per-request speculative decoding metrics: a reply streamed through
+engine.remote.engine counts the server's tokens (its usage), not its chunks (a speculative step's tokens come in
+one chunk), names each token's id, and its speculation figures are the request's own, which add up to the
+server's /metrics counters for that request. One server start for the module (about 45 s on 2 cores); skipped,
+saying why, where install.sh made no vLLM venv (SPECSCOPE_SKIP_VLLM=1)."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine.drafters  # noqa: F401  (the method registry: a reply's plain method)
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.measure.vllm_server import MISSING_VLLM, VllmServer, find_vllm_python, ngram_config
+from engine.remote.client import ServerClient, metrics, parse_server_url
+from engine.remote.engine import load_remote
+from engine.remote.metrics import PREFIXES, counters_from_metrics
+
+pytestmark = pytest.mark.skipif(find_vllm_python() is None, reason=MISSING_VLLM)
+
+# a reply that repeats its prompt, so that n-gram drafting finds matches
+REPEAT = ("Repeat this list exactly, twice: apple, banana, cherry, date, elderberry, fig, grape, "
+          "apple, banana, cherry, date, elderberry, fig, grape.")
+
+
+@pytest.fixture(scope="module")
+def model_folder():
+    """The built-in model as a transformers folder (converted once, as `specscope models prepare` does)."""
+    from engine.backends.transformers import convert_gguf
+    from engine.models.sources import resolve_source
+    return convert_gguf(resolve_source("default"), lambda message: None)
+
+
+@pytest.fixture(scope="module")
+def server(model_folder, tmp_path_factory):
+    with VllmServer(model_folder, ngram_config(k=3), log_dir=tmp_path_factory.mktemp("vllm"),
+                    name="smollm2") as running:
+        yield running
+
+
+def run(engine, prompt, **kwargs):
+    events = list(engine.generate(prompt, **kwargs))
+    assert isinstance(events[0], GenerationStarted) and isinstance(events[-1], GenerationFinished)
+    return events[0], [e for e in events if isinstance(e, RoundVerified)], events[-1]
+
+
+def counters(server):
+    """The server's speculation counters (/metrics) now."""
+    return counters_from_metrics(metrics(ServerClient(parse_server_url(server.url))), PREFIXES["vllm"])
+
+
+def test_a_speculating_vllm_reply_counts_tokens_and_the_requests_own_steps(server):
+    engine = load_remote(server.url + "/v1")
+    assert engine.server.kind == "vllm" and engine.target.model_id == "smollm2"
+    before = counters(server)
+    started, rounds, finished = run(engine, [{"role": "user", "content": REPEAT}], max_new_tokens=48)
+    after = counters(server)
+    assert finished.error is None and finished.text == "".join(r.text for r in rounds) and finished.text.strip()
+    # one round a token (each with its id), whatever the chunks; the server's count adds its end of sequence
+    assert all(len(r.committed_ids) == 1 and r.committed_ids[0] >= 0 for r in rounds)
+    usage = finished.server.completion_tokens
+    assert usage == len(rounds) + (finished.stop_reason == "eos") == finished.stats.committed_tokens
+    # the request's own speculation: what the server's counters gained for it, nobody else's requests in them
+    server_stats = finished.server
+    assert server_stats.source == "request" and server_stats.drafts > 0
+    delta = after.minus(before)
+    assert (server_stats.drafts, server_stats.draft_tokens, server_stats.accepted_tokens) == \
+        (delta.drafts, delta.draft_tokens, delta.accepted_tokens)
+    assert finished.stats.accepted_tokens == server_stats.accepted_tokens > 0
+    assert any("per-request-spec-decode-metrics" in w for w in started.warnings)
+
+
+def test_the_greedy_reply_is_repeatable_and_max_tokens_counts_tokens(server):
+    engine = load_remote(server.url)
+    one = run(engine, "Count from one to ten.", max_new_tokens=12)[2]
+    two = run(engine, "Count from one to ten.", max_new_tokens=12)[2]
+    assert one.output_ids == two.output_ids and one.stop_reason == "max-new-tokens"
+    assert one.stats.committed_tokens == 12 == len(one.output_ids)
