@@ -7,6 +7,8 @@ saying why, where install.sh made no vLLM venv (SPECSCOPE_SKIP_VLLM=1)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import engine.drafters  # noqa: F401  (the method registry: a reply's plain method)
@@ -54,7 +56,9 @@ def test_a_speculating_vllm_reply_counts_tokens_and_the_requests_own_steps(serve
     assert engine.server.kind == "vllm" and engine.target.model_id == "smollm2"
     before = counters(server)
     started, rounds, finished = run(engine, [{"role": "user", "content": REPEAT}], max_new_tokens=48)
-    after = counters(server)
+    deadline = time.monotonic() + 10  # the server's counters may be updated just after the stream's last chunk
+    while (after := counters(server)).minus(before).drafts < finished.server.drafts and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert finished.error is None and finished.text == "".join(r.text for r in rounds) and finished.text.strip()
     # one round a token (each with its id), whatever the chunks; the server's count adds its end of sequence
     assert all(len(r.committed_ids) == 1 and r.committed_ids[0] >= 0 for r in rounds)
