@@ -54,10 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     levels = [int(part) for part in args.concurrency.split(",")]
 
-    from engine.backends.transformers import convert_gguf
-    from engine.measure.vllm_server import VllmServer, ngram_config
-    from engine.models.sources import resolve_source
-    folder = convert_gguf(resolve_source("default"), lambda message: None)
+    from engine.measure.vllm_server import VllmServer, built_in_model_folder, ngram_config
+    folder = built_in_model_folder()
     figures: dict[tuple[str, int], tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as logs:
         for label, speculative in (("plain", None), (f"ngram k={args.k}", ngram_config(k=args.k))):

@@ -57,11 +57,9 @@ def ghost_line(parents, n_accepted: int) -> list[int]:
     >>> ghost_line((-1, 0, 1, 1, -1, 2), 2)
     [2, 5]
     """
-    first_child: dict[int, int] = {}
-    for node, parent in enumerate(parents):
-        first_child.setdefault(parent, node)
+    children = children_of(parents)
     line, node = [], n_accepted - 1
-    while node in first_child:
-        node = first_child[node]
+    while children.get(node):
+        node = children[node][0]
         line.append(node)
     return line

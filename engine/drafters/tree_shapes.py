@@ -19,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from engine.core.draft_length import tree_levels
+from engine.core.tree_shape import children_of
+
 
 @dataclass(frozen=True, slots=True)
 class ShapedTree:
@@ -168,18 +171,12 @@ class Calibration:
     def learn(self, ids, parents, ranks, probs, committed) -> None:
         """A verified tree (nodes' ids, parents, sibling ranks and draft probabilities) and the ids the round
         committed after its context: every node whose parent was kept was asked about, and kept where the
-        committed id there is its own."""
-        children: dict[int, list[int]] = {}
-        for node, parent in enumerate(parents):
-            children.setdefault(parent, []).append(node)
-        parent = -1
-        for token in committed:
-            asked = children.get(parent, ())
-            for node in asked:
-                self._count(ranks[node], probs[node], ids[node] == token)
-            parent = next((node for node in asked if ids[node] == token), None)
-            if parent is None:
-                return
+        committed id there is its own (the walk of engine.core.draft_length.tree_levels)."""
+        children, parent = children_of(parents), -1
+        for kept_rank, _ in tree_levels(parents, ids, committed)[:len(committed)]:  # levels its ids reached
+            for rank, node in enumerate(children[parent]):
+                self._count(ranks[node], probs[node], rank == kept_rank)
+            parent = children[parent][kept_rank] if kept_rank >= 0 else parent
 
     def _count(self, rank: int, prob: float, kept: bool) -> None:
         while rank >= len(self.kept):

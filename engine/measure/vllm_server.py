@@ -38,6 +38,14 @@ def find_vllm_python() -> Path | None:
     return python if python.is_file() and (venv / "specscope-ok").is_file() else None
 
 
+def built_in_model_folder() -> Path:
+    """The built-in model as a transformers folder, which vLLM serves (converted once, as `specscope models
+    prepare` does)."""
+    from engine.backends.transformers import convert_gguf
+    from engine.models.sources import resolve_source
+    return convert_gguf(resolve_source("default"), lambda message: None)
+
+
 def ngram_config(k: int = 3, lookup_max: int = 3, lookup_min: int = 1) -> dict:
     """vLLM's n-gram (prompt lookup) speculation: k drafted tokens from the latest match of the last 1…3 tokens."""
     return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": lookup_max,

@@ -13,7 +13,8 @@ import pytest
 
 import engine.drafters  # noqa: F401  (the method registry: a reply's plain method)
 from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
-from engine.measure.vllm_server import MISSING_VLLM, VllmServer, find_vllm_python, ngram_config
+from engine.measure.vllm_server import (MISSING_VLLM, VllmServer, built_in_model_folder, find_vllm_python,
+                                        ngram_config)
 from engine.remote.client import ServerClient, metrics, parse_server_url
 from engine.remote.engine import load_remote
 from engine.remote.metrics import PREFIXES, counters_from_metrics
@@ -27,10 +28,7 @@ REPEAT = ("Repeat this list exactly, twice: apple, banana, cherry, date, elderbe
 
 @pytest.fixture(scope="module")
 def model_folder():
-    """The built-in model as a transformers folder (converted once, as `specscope models prepare` does)."""
-    from engine.backends.transformers import convert_gguf
-    from engine.models.sources import resolve_source
-    return convert_gguf(resolve_source("default"), lambda message: None)
+    return built_in_model_folder()
 
 
 @pytest.fixture(scope="module")
