@@ -75,7 +75,7 @@ def _backend_note(name: str, target, method: str, requested: str | None) -> str:
 
 
 def _print_coloured(events, start: str, show_rejected: bool):
-    from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+    from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
     from engine.cli.terminal import TerminalStream
     stream = TerminalStream(show_rejected=show_rejected)
     stream.start(start)
@@ -85,6 +85,8 @@ def _print_coloured(events, start: str, show_rejected: bool):
             stream.legend(event)
         elif isinstance(event, RoundVerified):
             stream.round(event)
+        elif isinstance(event, RoundsRevised):
+            stream.revised(event)
         elif isinstance(event, GenerationFinished):
             finished = event
     stream.finish(finished)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from engine.core.methods import plain_method
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified, TokenStatus
 from engine.core.tokens import fold_round
 
 EXIT_BAD_INPUT = 2
@@ -83,22 +83,40 @@ class TerminalStream:
             self.err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
         for note in started.notes:
             self.err.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
-        if started.method == plain_method().name:
-            return
+        if started.method != plain_method().name:
+            self._legend()
+
+    def _legend(self) -> None:
         legend = Text("legend: ")
         for status in (TokenStatus.ACCEPTED, TokenStatus.SUBSTITUTED, TokenStatus.BONUS, TokenStatus.REJECTED):
-            if status is TokenStatus.REJECTED and not self.show_rejected:
-                continue
-            legend.append(status.value, style=STYLES[status]).append("  ")
+            if status is not TokenStatus.REJECTED or self.show_rejected:
+                legend.append(status.value, style=STYLES[status]).append("  ")
         self.err.print(legend)
 
     def round(self, event: RoundVerified) -> None:
+        self.out.print(self._coloured(event), end="")
+        sys.stdout.flush()
+
+    def _coloured(self, event: RoundVerified) -> Text:
         text = Text()
         for token in fold_round(event):  # rejected ghosts come where they were proposed, before the correction
-            if token.committed or self.show_rejected:
-                text.append(token.text, style=STYLES[token.status])
+            if token.committed or self.show_rejected:  # a server's unnamed draft shows as ▯
+                shown = token.text or ("▯" if token.status is TokenStatus.REJECTED and token.token_id < 0 else "")
+                text.append(shown, style=STYLES[token.status])
+        return text
+
+    def revised(self, revised: RoundsRevised) -> None:
+        """The reply's statuses learned at its end (a server's own steps): said, and on a terminal the reply again,
+        coloured (piped, the text is not repeated)."""
+        self.out.print()
+        self.err.print(f"note: {escape(revised.note)}", style="dim", soft_wrap=True)
+        if not self.out.is_terminal:
+            return
+        self._legend()
+        text = Text()
+        for event in revised.rounds:
+            text.append_text(self._coloured(event))
         self.out.print(text, end="")
-        sys.stdout.flush()
 
     def finish(self, finished: GenerationFinished | None) -> None:
         self.out.print()

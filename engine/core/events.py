@@ -217,12 +217,26 @@ class GenerationFinished:
     device: str = ""  # where the reply ran); "" in events recorded before they were said
 
 
-Event = GenerationStarted | RoundVerified | GenerationFinished
+@dataclass(frozen=True, slots=True)
+class RoundsRevised:
+    """The reply's rounds as they really were, learned only after they streamed: they replace every RoundVerified
+    of this generation so far (same tokens, same text, in the same order; statuses and drafted counts change).
+    A server that says which of its tokens were drafted only in its last chunk (vLLM's per-request metrics:
+    engine.remote.steps) sends its reply plain and then this, just before GenerationFinished."""
+
+    rounds: tuple[RoundVerified, ...]
+    note: str  # how the rounds were told (and what could not be told apart), for the reply's notes
+
+
+Event = GenerationStarted | RoundVerified | RoundsRevised | GenerationFinished
 
 
 def event_to_dict(event: Event) -> dict:
-    """A JSON-ready dict with a `type` key (`started`, `round`, `finished`)."""
-    kind = {GenerationStarted: "started", RoundVerified: "round", GenerationFinished: "finished"}[type(event)]
+    """A JSON-ready dict with a `type` key (`started`, `round`, `revised`, `finished`)."""
+    kind = {GenerationStarted: "started", RoundVerified: "round", RoundsRevised: "revised",
+            GenerationFinished: "finished"}[type(event)]
+    if isinstance(event, RoundsRevised):
+        return {"type": kind, "rounds": [event_to_dict(r) for r in event.rounds], "note": event.note}
     out: dict = {"type": kind}
     for name in event.__slots__:
         value = getattr(event, name)

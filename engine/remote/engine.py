@@ -26,10 +26,11 @@ from typing import Callable, Iterator
 from engine.core.chat import Conversation, normalize_conversation
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError, ServerError
-from engine.core.events import Event, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.events import Event, GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified, TokenStatus
 from engine.core.methods import plain_method
 from engine.remote.client import (ServerAddress, ServerClient, ServerInfo, StreamCut, detect_server, metrics,
                                   parse_server_url)
+from engine.remote.steps import place_steps, placement_note, server_rounds
 from engine.remote.metrics import (PREFIXES, SpecCounters, counters_from_metrics, counters_from_timings,
                                    spec_settings_from_props, speed_from_timings)
 from engine.core.stats import GenerationStats, ServerStats, StatsAccumulator
@@ -208,13 +209,19 @@ class RemoteEngine:
             reply.error = str(exc)
         if cancel.is_set() and reply.error is None:
             reply.finish_reason = "cancelled"
+        revised = reply.revise(self.server.kind)
+        if revised is not None:
+            yield revised
         yield self._finished(reply, before)
 
     def _finished(self, reply: "_Reply", before: SpecCounters | None) -> GenerationFinished:
         server = self._server_stats(reply, before)
         stats = reply.stats.snapshot()
         stats = dataclasses.replace(stats, elapsed_seconds=max(stats.elapsed_seconds, reply.elapsed()))
-        if server.source:
+        if reply.revised:  # the server's own steps, each a round: every figure follows from them
+            if reply.usage_tokens is not None:
+                stats = dataclasses.replace(stats, committed_tokens=reply.usage_tokens)
+        elif server.source:
             stats = with_server_counts(stats, server)
         elif reply.usage_tokens is not None:  # the server's count of its tokens, never our count of its chunks
             stats = dataclasses.replace(stats, committed_tokens=reply.usage_tokens)
@@ -275,6 +282,9 @@ class _Reply:
     timings: dict | None = None
     usage_tokens: int | None = None
     request_metrics: dict | None = None  # vLLM's per-request speculative decoding metrics (the last chunk's)
+    rounds: list = dataclasses.field(default_factory=list)  # the one-token plain rounds as they streamed
+    chunk_sizes: list = dataclasses.field(default_factory=list)  # tokens per chunk that brought any
+    revised: bool = False  # the rounds were re-told as the server's own steps (RoundsRevised)
     stats: StatsAccumulator = dataclasses.field(default_factory=lambda: StatsAccumulator(0))
     # token bytes (vLLM's logprobs) to text: a character may span tokens
     decoder: codecs.IncrementalDecoder = dataclasses.field(
@@ -305,10 +315,13 @@ class _Reply:
             self.finish_reason = str(choice["finish_reason"])
         delta = choice.get("delta") or {}
         content = delta.get("content") if isinstance(delta, dict) else None
-        if not content:
+        logprobs = choice.get("logprobs")
+        named = isinstance(logprobs, dict) and bool(logprobs.get("content"))
+        if not content and not (named and isinstance(content, str)):  # an empty piece that names its token: EOS
             return []
-        return [self._round(piece, token_id, p)
-                for piece, token_id, p in _pieces(content, choice.get("logprobs"), self.decoder)]
+        rounds = [self._round(piece, token_id, p) for piece, token_id, p in _pieces(content, logprobs, self.decoder)]
+        self.chunk_sizes.append(len(rounds))
+        return rounds
 
     def _round(self, piece: str, token_id: int, p_target: float | None) -> RoundVerified:
         event = RoundVerified(
@@ -321,7 +334,31 @@ class _Reply:
         self.text += piece
         self.ids.append(token_id)
         self.stats.add_round(event)
+        self.rounds.append(event)
         return event
+
+    def revise(self, server: str) -> RoundsRevised | None:
+        """The reply re-told as the server's own steps where it reported them step by step (vLLM's detailed
+        per-request metrics) and every token was named; the stats follow the revised rounds. None otherwise."""
+        metrics = self.request_metrics
+        if self.error or not isinstance(metrics, dict) or not self.rounds or \
+                any(r.target_id == UNKNOWN_ID for r in self.rounds):
+            return None
+        accepted, drafted = metrics.get("per_step_accepted"), metrics.get("per_step_drafted")
+        if not isinstance(accepted, list) or not isinstance(drafted, list) or \
+                not all(isinstance(v, int) for v in accepted + drafted):
+            return None
+        placement = place_steps(self.chunk_sizes, accepted, drafted)
+        note = placement_note(server, placement, len(accepted))
+        if placement is None:
+            return RoundsRevised(tuple(self.rounds), note)
+        rounds = server_rounds(self.rounds, placement)
+        k = metrics.get("num_spec_tokens")
+        self.stats = StatsAccumulator(k if isinstance(k, int) and k > 0 else max(drafted, default=0))
+        for event in rounds:
+            self.stats.add_round(event)
+        self.revised = True
+        return RoundsRevised(rounds, note)
 
     def stop_reason(self) -> str:
         if self.error:
@@ -336,11 +373,24 @@ def _pieces(content: str, logprobs, decoder=None) -> list[tuple[str, int, float 
     by the reply's `decoder`), else the whole chunk as one piece of unknown id and probability (None: not given)."""
     entries = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
-        pieces = [_entry(e, decoder) for e in entries]
-        if "".join(p[0] for p in pieces) == content and all(isinstance(p[1], int) for p in pieces):
+        pieces = _in_content([_entry(e, decoder) for e in entries], content)
+        if pieces is not None and all(isinstance(p[1], int) for p in pieces):
             return [(text, token_id, math.exp(lp) if isinstance(lp, (int, float)) else None)
                     for text, token_id, lp in pieces]
     return [(content, UNKNOWN_ID, None)]
+
+
+def _in_content(pieces: list, content: str) -> list | None:
+    """The pieces as the chunk's text has them: a special token the server left out of the text (vLLM's end of
+    sequence) is an empty piece; None where the pieces don't spell the text."""
+    out, at = [], 0
+    for text, token_id, lp in pieces:
+        if content.startswith(text, at):
+            out.append((text, token_id, lp))
+            at += len(text)
+        else:
+            out.append(("", token_id, lp))
+    return out if at == len(content) else None
 
 
 def _entry(entry: dict, decoder) -> tuple[str, int | None, object]:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import engine.drafters  # noqa: F401  (the method registry: a reply's plain method)
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
 from engine.measure.vllm_server import (MISSING_VLLM, VllmServer, built_in_model_folder, find_vllm_python,
                                         ngram_config)
 from engine.remote.client import ServerClient, metrics, parse_server_url
@@ -39,9 +39,13 @@ def server(model_folder, tmp_path_factory):
 
 
 def run(engine, prompt, **kwargs):
+    """(started, the streamed rounds, the revised rounds or None, finished)."""
     events = list(engine.generate(prompt, **kwargs))
     assert isinstance(events[0], GenerationStarted) and isinstance(events[-1], GenerationFinished)
-    return events[0], [e for e in events if isinstance(e, RoundVerified)], events[-1]
+    revised = [e for e in events if isinstance(e, RoundsRevised)]
+    assert len(revised) <= 1 and (not revised or events[-2] is revised[0])
+    return (events[0], [e for e in events if isinstance(e, RoundVerified)], revised[0] if revised else None,
+            events[-1])
 
 
 def counters(server):
@@ -53,15 +57,19 @@ def test_a_speculating_vllm_reply_counts_tokens_and_the_requests_own_steps(serve
     engine = load_remote(server.url + "/v1")
     assert engine.server.kind == "vllm" and engine.target.model_id == "smollm2"
     before = counters(server)
-    started, rounds, finished = run(engine, [{"role": "user", "content": REPEAT}], max_new_tokens=48)
+    started, rounds, revised, finished = run(engine, [{"role": "user", "content": REPEAT}], max_new_tokens=48)
     deadline = time.monotonic() + 10  # the server's counters may be updated just after the stream's last chunk
     while (after := counters(server)).minus(before).drafts < finished.server.drafts and time.monotonic() < deadline:
         time.sleep(0.2)
     assert finished.error is None and finished.text == "".join(r.text for r in rounds) and finished.text.strip()
-    # one round a token (each with its id), whatever the chunks; the server's count adds its end of sequence
+    # streamed: one round a token (each with its id, the end of sequence too), whatever the chunks
     assert all(len(r.committed_ids) == 1 and r.committed_ids[0] >= 0 for r in rounds)
     usage = finished.server.completion_tokens
-    assert usage == len(rounds) + (finished.stop_reason == "eos") == finished.stats.committed_tokens
+    assert usage == len(rounds) == finished.stats.committed_tokens
+    # then re-told as the server's own steps: the same tokens, and every step it reported is a round
+    assert revised is not None and "coloured by vllm's own steps" in revised.note
+    assert [i for r in revised.rounds for i in r.committed_ids] == [r.target_id for r in rounds]
+    assert "".join(r.text for r in revised.rounds) == finished.text
     # the request's own speculation: what the server's counters gained for it, nobody else's requests in them
     server_stats = finished.server
     assert server_stats.source == "request" and server_stats.drafts > 0
@@ -69,12 +77,16 @@ def test_a_speculating_vllm_reply_counts_tokens_and_the_requests_own_steps(serve
     assert (server_stats.drafts, server_stats.draft_tokens, server_stats.accepted_tokens) == \
         (delta.drafts, delta.draft_tokens, delta.accepted_tokens)
     assert finished.stats.accepted_tokens == server_stats.accepted_tokens > 0
+    drafting = [r for r in revised.rounds if r.draft_ids]
+    assert (len(drafting), sum(len(r.draft_ids) for r in drafting), sum(r.n_accepted for r in drafting)) == \
+        (delta.drafts, delta.draft_tokens, delta.accepted_tokens)
+    assert (finished.stats.drafting_rounds, finished.stats.drafted_tokens) == (delta.drafts, delta.draft_tokens)
     assert any("per-request-spec-decode-metrics" in w for w in started.warnings)
 
 
 def test_the_greedy_reply_is_repeatable_and_max_tokens_counts_tokens(server):
     engine = load_remote(server.url)
-    one = run(engine, "Count from one to ten.", max_new_tokens=12)[2]
-    two = run(engine, "Count from one to ten.", max_new_tokens=12)[2]
+    one = run(engine, "Count from one to ten.", max_new_tokens=12)[-1]
+    two = run(engine, "Count from one to ten.", max_new_tokens=12)[-1]
     assert one.output_ids == two.output_ids and one.stop_reason == "max-new-tokens"
     assert one.stats.committed_tokens == 12 == len(one.output_ids)

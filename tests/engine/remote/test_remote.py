@@ -14,6 +14,7 @@ import pytest
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError, ServerError
 from engine.core.events import GenerationFinished, event_to_dict
+from engine.core.tokens import fold_round
 from engine.remote.engine import (RemoteEngine, RemoteTarget, _Reply, exposure_note, request_counts,
                                   server_figures_words, with_server_counts)
 from engine.remote.client import ServerAddress, ServerClient, ServerInfo, error_text, parse_server_url
@@ -288,17 +289,60 @@ def test_a_real_vllm_stream_counts_tokens_not_chunks_and_its_request_figures():
     chunks = json.loads(VLLM_STREAM.read_text())
     reply = _Reply(started=0.0)
     rounds = [event for chunk in chunks for event in reply.take(chunk)]
-    assert [r.text for r in rounds] == ["The", " cat", " sat", " on", " the", " mat", "."]
+    # the end of sequence comes as a last piece that the text leaves out but the logprobs name (id 2)
+    assert [r.text for r in rounds] == ["The", " cat", " sat", " on", " the", " mat", ".", ""]
+    assert rounds[-1].committed_ids == (2,) and reply.usage_tokens == 8 == len(rounds)
     assert rounds[2].committed_ids == (2643,) and rounds[2].p_target_of_target_id == pytest.approx(0.8515, abs=1e-4)
-    assert reply.usage_tokens == 8  # the end of sequence comes as a last, empty piece
     assert request_counts(reply.request_metrics) == (3, 9, 5, (2, 2, 1))  # steps kept 3, 0 and 2 drafts
     engine = _engine("vllm")
+    revised = reply.revise("vllm")
+    steps = revised.rounds
+    # the prompt's pass, a plain step (" cat": the n-gram found nothing), 3 of 3 kept + a bonus, 0 of 3 kept + a
+    # correction, and the last step, which kept 2 but the first was the end of sequence
+    assert [r.text for r in steps] == ["The", " cat", " sat on the mat", ".", ""]
+    assert [(len(r.draft_ids), r.n_accepted, r.target_status.value) for r in steps] == [
+        (0, 0, "plain"), (0, 0, "plain"), (3, 3, "bonus"), (3, 0, "substituted"), (3, 2, "substituted")]
+    assert steps[2].draft_ids == (2643, 335, 260) and steps[2].target_id == 1171
+    assert steps[3].draft_ids == (-1, -1, -1) and steps[3].draft_pieces == ("", "", "")  # not named by vLLM
+    assert steps[4].committed_ids == (2,) and steps[4].draft_ids[0] == 2  # the stop cut the step after its first
+    assert "coloured by vllm's own steps (3 that drafted, 2 plain" in revised.note
+    assert [t.status.value for r in steps for t in fold_round(r)] == [
+        "plain", "plain", "accepted", "accepted", "accepted", "bonus", "rejected", "rejected", "rejected",
+        "substituted", "accepted"]
     server = engine._server_stats(reply, None)
     assert (server.source, server.drafts, server.draft_tokens, server.accepted_tokens) == ("request", 3, 9, 5)
     finished = engine._finished(reply, None)
-    assert finished.stats.committed_tokens == 8 and finished.stats.accepted_tokens == 5
-    assert finished.stats.mean_accepted_length == pytest.approx(8 / 3)  # 3 target passes: 8 tokens − 5 accepted
+    stats = finished.stats  # the revised rounds' own figures, equal to the request's
+    assert (stats.committed_tokens, stats.drafting_rounds, stats.drafted_tokens, stats.accepted_tokens) == (8, 3, 9, 5)
+    # 5 target passes (the prompt's, the plain step, 3 that drafted): the last kept a draft past the end, which
+    # "tokens − accepted" would count as a token
+    assert stats.target_passes == 5 and stats.mean_accepted_length == pytest.approx(8 / 5)
     assert "this request's metrics" in " ".join(server_figures_words(server))
+
+
+def test_a_reply_whose_steps_dont_fit_its_chunks_stays_plain_and_says_why():
+    chunks = json.loads(VLLM_STREAM.read_text())
+    chunks[-1]["metrics"]["speculative_decoding"]["per_step_accepted"] = [3, 3, 3]  # 9 tokens or more
+    reply = _Reply(started=0.0)
+    for chunk in chunks:
+        reply.take(chunk)
+    revised = reply.revise("vllm")
+    assert [r.target_status.value for r in revised.rounds] == ["plain"] * 8 and not reply.revised
+    assert "don't add up to the tokens it sent" in revised.note
+
+
+def test_summary_metrics_or_a_cut_stream_leave_the_reply_as_it_streamed():
+    chunks = json.loads(VLLM_STREAM.read_text())
+    for key in ("per_step_accepted", "per_step_drafted"):
+        del chunks[-1]["metrics"]["speculative_decoding"][key]
+    reply = _Reply(started=0.0)
+    for chunk in chunks:
+        reply.take(chunk)
+    assert reply.revise("vllm") is None
+    reply = _Reply(started=0.0)
+    for chunk in json.loads(VLLM_STREAM.read_text())[:4]:  # no last chunk: no metrics
+        reply.take(chunk)
+    assert reply.revise("vllm") is None
 
 
 def test_token_bytes_split_across_chunks_decode_once_whole():
