@@ -151,6 +151,37 @@ def local_engine(target: LoadedModel, *, consent: Consent | None = None, on_stat
     return Engine(target, drafts, on_status=on_status)
 
 
+class ServerDrafts(DraftProvider):
+    """What a target on a server gets (engine.remote.verify): drafters that draft from the text alone (the lookup
+    methods: no model, no states of the target's to read), built here; no verify-cost curve (its passes are the
+    server's)."""
+
+    def validate(self, spec: SpecConfig) -> None:
+        info = spec.info
+        if not info.lookup:
+            from engine.core.methods import methods
+            lookups = ", ".join(m.name for m in methods() if m.lookup)
+            raise ConfigError(f"{spec.label()} drafts with a model or the target's own states, which are on the "
+                              f"server; with {self.target.label} SpecScope drafts from the text alone: {lookups}")
+        if info.check is not None:
+            info.check(spec, self.target, None)
+
+    def verify_curve(self, k: int) -> VerifyCost | None:
+        return None
+
+    def tree_curve(self, budget: int) -> VerifyCost | None:
+        return None
+
+
+def drafting_on_server(remote) -> Engine:
+    """The Engine that drafts here and verifies each round on `remote`'s server (a RemoteEngine that can verify)."""
+    from engine.remote.verify import server_target
+    info, target = remote.server, remote.target
+    model = server_target(remote.client, info, target.model_id, target.name, target.label,
+                          f"{info.kind} at {target.address.url}")
+    return Engine(model, ServerDrafts(model, on_status=remote.on_status), on_status=remote.on_status)
+
+
 def quiet_libraries() -> None:
     """No library progress bars or warnings on the terminal: the loader's own messages say what happens."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -187,7 +218,7 @@ def load_engine(name: str, progress: Progress | None = None, *, device: str = "a
     from engine.models.sources import is_server_url
     if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote.engine)
         from engine.remote.engine import load_remote
-        remote = load_remote(name, progress, on_status=on_status)
+        remote = load_remote(name, progress, on_status=on_status, local_drafts=drafting_on_server)
         if compile and progress is not None:
             progress(compile_note(remote.target.backend))
         return remote
@@ -224,7 +255,8 @@ class BackendRouter:
             if spec.remote_url is not None:
                 from engine.remote.engine import load_remote
                 self.engines[backend] = load_remote(spec.remote_url, self.primary.on_status,
-                                                    on_status=self.primary.on_status)
+                                                    on_status=self.primary.on_status,
+                                                    local_drafts=drafting_on_server)
             else:
                 self.engines[backend] = self._load(backend)
         return self.engines[backend]

@@ -242,7 +242,8 @@ class Engine:
         if policy is not None:
             policy.learn(drafted, proposal.ids[:checked.n_accepted], draft_seconds, done - t_verify)
         return Verdict(proposal, checked.n_accepted, checked.target_id, checked.p_target, checked.p_draft,
-                       checked.p_own, draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail)
+                       checked.p_own, draft_seconds, done - t_verify, checked.rollback_seconds, checked.detail,
+                       min(self.runner.network_seconds(), done - t_verify))
 
     def _verify(self, feed: list[int], proposal: Proposal, sampling: SamplingConfig, generator: torch.Generator,
                 piece=None) -> tuple[Checked, Proposal]:

@@ -150,6 +150,8 @@ class RoundVerified:
     detail: RoundDetail | None = None  # recorded only when asked (generate(record=True))
     draft_sources: tuple[str, ...] = ()  # per drafted token, the draft model's own pieces that spelled it
     # (a draft of another tokenizer: engine.drafters.cross_tokenizer); empty for every other drafter
+    network_seconds: float = 0.0  # the network's share of verify_seconds: a target on a server verifying local
+    # drafts (engine.remote.verify: its /health round trip beside the request); 0 for a local target
     tree_parents: tuple[int, ...] = ()  # a tree round (engine.core.tree): per drafted node, its parent's index
     # in draft_ids (−1: a child of the last committed token). draft_ids then lists the kept path first (its
     # n_accepted nodes, root to tip), then every other node; p_target/p_draft/draft_pieces follow that order.

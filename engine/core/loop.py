@@ -59,6 +59,7 @@ class Verdict:
     verify_seconds: float  # the pass and the rollback
     rollback_seconds: float = 0.0
     detail: RoundDetail | None = None
+    network_seconds: float = 0.0  # the network's share of verify_seconds (a target on a server)
 
 
 def room_left(state: Generation, cancel: threading.Event, max_new_tokens: int, context_length: int) -> int:
@@ -198,7 +199,7 @@ def commit_round(state: Generation, verdict: Verdict, drafter_name: str, room: i
         p_target_of_target_id=verdict.p_own, committed_ids=tuple(committed), committed_pieces=tuple(pieces),
         draft_seconds=verdict.draft_seconds, verify_seconds=verdict.verify_seconds,
         elapsed_seconds=time.perf_counter() - state.started, n_committed_total=len(state.output),
-        rollback_seconds=verdict.rollback_seconds, detail=verdict.detail,
+        rollback_seconds=verdict.rollback_seconds, detail=verdict.detail, network_seconds=verdict.network_seconds,
         draft_sources=verdict.proposal.sources or (), tree_parents=tuple(tree_parents))
 
 

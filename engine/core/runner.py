@@ -43,6 +43,10 @@ class Runner(Protocol):
 
     # ---- optional abilities: these defaults say "none here"
 
+    def network_seconds(self) -> float:
+        """The network's share of the last pass (a target on a server: engine.remote.verify); 0 for a local one."""
+        return 0.0
+
     def reserve_rollback(self, depth: int) -> None:
         """Be able to cut depth − 1 tokens off a pass of `depth` (a verification of k = depth − 1 drafts). A KV
         cache can always: nothing to do (a recurrent state keeps per-token snapshots, llama.cpp)."""

@@ -141,7 +141,14 @@ class ServerClient:
         raise exc
 
     def get(self, endpoint: str) -> Reply:
-        connection, response = self._open("GET", endpoint, None)
+        return self._whole("GET", endpoint, None)
+
+    def post(self, endpoint: str, payload: dict) -> Reply:
+        """POST `payload` as JSON and read the whole answer (a non-streamed request)."""
+        return self._whole("POST", endpoint, payload)
+
+    def _whole(self, method: str, endpoint: str, payload: dict | None) -> Reply:
+        connection, response = self._open(method, endpoint, payload)
         try:
             body = response.read(MAX_BODY)
         except (OSError, http.client.HTTPException) as exc:

@@ -31,6 +31,7 @@ from engine.core.methods import plain_method
 from engine.remote.client import (ServerAddress, ServerClient, ServerInfo, StreamCut, detect_server, metrics,
                                   parse_server_url)
 from engine.remote.steps import place_steps, placement_note, server_rounds
+from engine.remote.verify import sampling_refusal, verify_refusal
 from engine.remote.metrics import (PREFIXES, SpecCounters, counters_from_metrics, counters_from_timings,
                                    spec_settings_from_props, speed_from_timings)
 from engine.core.stats import GenerationStats, ServerStats, StatsAccumulator
@@ -73,9 +74,12 @@ def api_key_for(address: ServerAddress) -> str | None:
 
 
 def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api_key: str | None = None,
-                read_timeout: float | None = None, on_status: Callable[[str], None] | None = None) -> "RemoteEngine":
+                read_timeout: float | None = None, on_status: Callable[[str], None] | None = None,
+                local_drafts: Callable[["RemoteEngine"], object] | None = None) -> "RemoteEngine":
     """Connect to the server at `name` and pick its first model (a `#model-id` can't be given: a server
-    serves what it was started with). ServerError with one sentence when it can't be used."""
+    serves what it was started with). ServerError with one sentence when it can't be used. `local_drafts` builds,
+    on first use, the engine that drafts here and verifies on the server (engine.runtime: SpecScope's methods
+    with this target)."""
     address = parse_server_url(name)
     key = api_key if api_key is not None else api_key_for(address)
     client = ServerClient(address, key, **({"read_timeout": read_timeout} if read_timeout else {}))
@@ -88,7 +92,7 @@ def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api
                           server=info, address=address, context_length=info.context_length or 0)
     if progress:
         progress(f"{info.kind} at {address.url} serves {', '.join(info.models)}")
-    return RemoteEngine(client, target, on_status=on_status)
+    return RemoteEngine(client, target, on_status=on_status, local_drafts=local_drafts)
 
 
 def exposure_note(info: ServerInfo, counters_seen: bool, own: bool = False) -> str:
@@ -114,31 +118,53 @@ def exposure_note(info: ServerInfo, counters_seen: bool, own: bool = False) -> s
 
 class RemoteEngine:
     """The local Engine's interface over a server (engine.core.engine.EngineLike): validate, generate,
-    release, on_status, target."""
+    release, on_status, target. Plain: the server's own reply (and its own speculation); a SpecScope method:
+    drafted here, verified on the server each round (engine.remote.verify), where the server can."""
 
-    def __init__(self, client: ServerClient, target: RemoteTarget,
-                 on_status: Callable[[str], None] | None = None) -> None:
+    def __init__(self, client: ServerClient, target: RemoteTarget, on_status: Callable[[str], None] | None = None,
+                 local_drafts: Callable[["RemoteEngine"], object] | None = None) -> None:
         self.client = client
         self.target = target
         self.on_status = on_status
+        self.local_drafts = local_drafts
+        self._drafting = None  # the Engine drafting here, built on first use
+
+    def verify_refusal(self) -> str | None:
+        """Why SpecScope's drafts can't be verified on this server (one line), or None where they can."""
+        why = verify_refusal(self.server)
+        if why is None and self.local_drafts is None:
+            return "this engine was built without SpecScope's drafters (engine.runtime.load_engine builds it with them)"
+        return why
+
+    def drafting(self):
+        """The engine that drafts here and verifies on the server (built once: its tokenizer asks the server)."""
+        if self._drafting is None:
+            self._drafting = self.local_drafts(self)
+        return self._drafting
 
     @property
     def server(self) -> ServerInfo:
         return self.target.server
 
     def validate(self, spec: SpecConfig) -> None:
-        """SpecScope's own methods run only on local models: the server speculates as it was started."""
-        if spec.speculative:
-            raise ConfigError(f"{spec.label()} is SpecScope's own drafting and runs on local models only; "
-                              f"{self.target.label} speculates as its server was started "
+        """A SpecScope method drafts here and is verified on the server, where it can verify (vLLM); elsewhere the
+        server speculates as it was started and a method is refused, saying why."""
+        if not spec.speculative:
+            return
+        why = self.verify_refusal()
+        if why:
+            raise ConfigError(f"{spec.label()} drafts here for the server to verify, but {why} "
                               f"({self.spec_settings_words()})")
+        self.drafting().validate(spec)
 
     def spec_settings_words(self) -> str:
         settings = spec_settings_from_props(self.server.props, self.server.slots)
         return ", ".join(f"{k} = {v}" for k, v in settings) or "settings not reported"
 
     def release(self) -> None:
-        """Nothing is held here: the server keeps its own cache."""
+        """Nothing is held here but the local drafter: the server keeps its own cache."""
+        if self._drafting is not None:
+            self._drafting.release()
 
     def prompt_ids(self, conversation: Conversation, system: str | None = None) -> list[int]:
         raise ConfigError("a server's prompt is tokenized on the server; SpecScope never sees its ids")
@@ -151,10 +177,19 @@ class RemoteEngine:
         spec = SpecConfig() if spec is None else spec
         if max_new_tokens < 1:
             raise ConfigError(f"max new tokens must be ≥ 1, got {max_new_tokens}")
+        why = self.verify_refusal() if spec.speculative else None
+        if spec.speculative and why is None:  # drafted here, verified there
+            refusal = sampling_refusal(sampling.temperature, sampling.top_k)
+            if refusal:
+                raise ConfigError(refusal)
+            engine = self.drafting()
+            engine.runner.top_n = 1 if sampling.greedy else sampling.top_k
+            return engine.generate(conversation, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
+                                   stop_strings=stop_strings, cancel=cancel, system=system, record=record)
         messages = normalize_conversation(conversation, system)
         warnings = list(spec.warnings)
         if spec.speculative:
-            warnings.append(f"{spec.label()} is ignored: {self.target.label} speculates as its server was "
+            warnings.append(f"{spec.label()} is ignored: {why}; {self.target.label} speculates as its server was "
                             f"started ({self.spec_settings_words()})")
         payload = self.payload(messages, sampling, max_new_tokens, stop_strings)
         return self._run(payload, sampling, max_new_tokens, tuple(warnings), cancel or threading.Event())

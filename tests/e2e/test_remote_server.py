@@ -121,8 +121,9 @@ def test_cancel_closes_the_stream_and_the_server_stays_usable(plain_server):
 
 @needs_server
 def test_own_methods_are_refused_and_noted(plain_server):
+    """llama-server can't verify SpecScope's drafts (no log-probabilities of given tokens): told apart in one line."""
     engine = load_remote(plain_server.url)
-    with pytest.raises(ConfigError, match="runs on local models only"):
+    with pytest.raises(ConfigError, match="llama-server returns no log-probabilities of tokens it is given"):
         engine.validate(SpecConfig(method="prompt-lookup", k=4))
     started = run(engine, "Hi", max_new_tokens=2, spec=SpecConfig(method="prompt-lookup", k=4))[0]
     assert any("prompt-lookup:k=4 is ignored" in w for w in started.warnings)
@@ -382,4 +383,4 @@ def test_bench_with_the_server_as_the_model(plain_server, tmp_path, capsys):
     assert label == f"remote:url={plain_server.url}" and "llama-server" in rows["all"]["figures_from"]
     assert document["backend"] == "remote"
     assert main(["bench", "--model", plain_server.url, "--prompts", str(prompts), "--config", "prompt-lookup:k=3"]) == 2
-    assert "runs on local models only" in capsys.readouterr().err
+    assert "llama-server returns no log-probabilities of tokens it is given" in capsys.readouterr().err
