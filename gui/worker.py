@@ -30,7 +30,7 @@ from engine.core.config import SamplingConfig, SpecConfig
 from engine.models.consent import PICKLE, REMOTE_CODE  # noqa: F401 -- the window asks these questions by kind
 from engine.models.consent import ConsentAnswers, ConsentNeeded, safety_check
 from engine.core.errors import SpecScopeError
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
 from engine.runtime import limit_torch_threads, load_engine
 from gui.sessions.purpose import Purpose
 
@@ -155,6 +155,7 @@ class EngineWorker(QObject):
     load_failed = Signal(str, str)  # model name, message
     generation_started = Signal(int, object)  # request id, GenerationStarted
     round_verified = Signal(int, object)  # request id, RoundVerified
+    rounds_revised = Signal(int, object)  # request id, RoundsRevised: the reply's rounds as they really were
     generation_finished = Signal(int, object)  # request id, GenerationFinished
     generation_failed = Signal(int, str)  # request id, message
     comparison_advanced = Signal(int, int, object)  # request id, run index (-1: the plan, then its runs), event
@@ -207,6 +208,8 @@ class EngineWorker(QObject):
                     self.round_verified.emit(rid, event)
                 elif isinstance(event, GenerationStarted):
                     self.generation_started.emit(rid, event)
+                elif isinstance(event, RoundsRevised):
+                    self.rounds_revised.emit(rid, event)
                 elif isinstance(event, GenerationFinished):
                     self.generation_finished.emit(rid, event)
         except ConsentNeeded as exc:  # the draft model: ask, then the user sends again

@@ -1,9 +1,9 @@
 """The chat window's link to the history store (gui.persistence.store), in plain Python (no Qt).
 
 `HistoryRecorder` writes a conversation as it happens: the conversation on its first message, each user
-message, each reply's rounds as they arrive (one short transaction each, on the GUI thread), and the
-reply's end; a busy database queues the write (`pending`) instead of blocking, and a conversation another
-window writes is read-only here. `turns_from_conversation` turns a stored conversation back into session
+message, each reply's rounds as they arrive (one short transaction each, on the GUI thread; rounds revised at the
+end of a server's reply replace them, in one), and the reply's end; a busy database queues the write (`pending`)
+instead of blocking, and a conversation another window writes is read-only here. `turns_from_conversation` turns a stored conversation back into session
 turns and tokens, so a past chat re-renders coloured exactly as it was drawn live: a stored round reads back
 as the `engine.core.tokens.DisplayToken`s the live fold made, numbered here as the session numbers its own.
 Touches the store and the session model's records; no Qt.
@@ -226,6 +226,16 @@ class HistoryRecorder:
         self._on_reply(self.store.append_round, event)
         self.write_seconds += time.perf_counter() - started
         self.rounds_written += 1
+
+    def rounds_revised(self, rounds) -> None:
+        """The reply's rounds as they really were (engine.core.events.RoundsRevised): its stored rounds give way to
+        these, in one transaction (after any write still waiting, so the rounds it replaces are all there)."""
+        if self._reply is None:
+            return
+        started = time.perf_counter()
+        self._on_reply(self.store.replace_rounds, tuple(rounds))
+        self.write_seconds += time.perf_counter() - started
+        self.rounds_written += len(rounds)
 
     def reply_finished(self, event) -> None:
         if self._reply is not None:

@@ -370,13 +370,18 @@ class HistoryStore:
         length are the round's: `round_index` and `meta`). Re-sending a round replaces it."""
         rows = _dumps([token_row(t) for t in tokens])
         with self._write() as conn:
-            row = conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()
-            if row is None:
-                raise HistoryError(f"there is no message {message_id}")
-            if row["state"] == COMPLETE:
-                raise HistoryError(f"message {message_id} is finished; start a new reply to add rounds")
+            _require_unfinished(conn, message_id)
             conn.execute("INSERT OR REPLACE INTO rounds (message_id, round_index, meta, tokens) VALUES (?, ?, ?, ?)",
                          (message_id, round_index, _dumps(meta or {}), rows))
+
+    def replace_rounds(self, message_id: int, events) -> None:
+        """A streaming reply's rounds as they really were (RoundsRevised.rounds), in place of all it has stored."""
+        rows = [(message_id, e.index, _dumps(round_meta(e)), _dumps([token_row(t) for t in fold_round(e)]))
+                for e in events]
+        with self._write() as conn:
+            _require_unfinished(conn, message_id)
+            conn.execute("DELETE FROM rounds WHERE message_id = ?", (message_id,))
+            conn.executemany("INSERT INTO rounds (message_id, round_index, meta, tokens) VALUES (?, ?, ?, ?)", rows)
 
     def finish_assistant_message(self, message_id: int, *, stats: dict | None = None, stop_reason: str | None = None,
                                  error: str | None = None, state: str = COMPLETE) -> str:
@@ -468,6 +473,13 @@ class HistoryStore:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _require_unfinished(conn: sqlite3.Connection, message_id: int) -> None:  # a reply that still takes rounds
+    row = conn.execute("SELECT state FROM messages WHERE id = ?", (message_id,)).fetchone()
+    if row is None or row["state"] == COMPLETE:
+        raise HistoryError(f"there is no message {message_id}" if row is None else
+                           f"message {message_id} is finished; start a new reply to add rounds")
+
 
 def _require(cursor: sqlite3.Cursor, conversation_id: int) -> None:
     if cursor.rowcount == 0:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from engine.core.config import SamplingConfig, SpecConfig, parse_spec, sampling_to_record, spec_to_record
 from engine.core.errors import ConfigError
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
 from engine.core.methods import plain_method
 from engine.core.stats import efficiency, speedup
 from engine.core.tokens import DisplayToken
@@ -283,6 +283,17 @@ class ChatSession(SessionModel):
             return None
         tokens = self.apply_round(event)
         self.recorder.round_verified(event)  # one short transaction: a kill mid-reply keeps every round so far
+        return tokens
+
+    def on_revised(self, request_id: int, event: RoundsRevised) -> list[DisplayToken] | None:
+        """The chat reply's rounds as they really were (a server tells its steps only at the end): they replace the
+        reply's rounds so far, here and in the history (one transaction). Returns the reply's tokens in display
+        order, to draw it again (None: not a chat reply in flight)."""
+        request = self._ours(request_id)
+        if request is None or request.purpose is not Purpose.CHAT or self.current is None:
+            return None
+        tokens = self.revise(event)
+        self.recorder.rounds_revised(event.rounds)
         return tokens
 
     def on_finished(self, request_id: int, event: GenerationFinished) -> Outcome | None:

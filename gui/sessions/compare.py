@@ -27,7 +27,7 @@ from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary, 
 from engine.core.methods import all_params
 from engine.core.config import SAMPLING_FIELDS, SamplingConfig, SpecConfig, check_k, sampling_to_record
 from engine.measure.divergence import Divergence
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
 from engine.measure.prompts import Prompt, categories_of, load_prompts
 from engine.core.tokens import DisplayToken
 from gui.sessions.session_model import SessionModel, Turn
@@ -99,8 +99,9 @@ class ComparisonSession:
         return next((r for r in self.runs if r.state == "running"), None)
 
     def apply(self, index: int, event) -> list[DisplayToken]:
-        """Fold one event of run `index`; returns the tokens a round added (for the pane to draw). The plan
-        (index PLAN_INDEX) replaces the runs before the first starts."""
+        """Fold one event of run `index`; returns the tokens a round added (for the pane to draw; after RoundsRevised
+        the run's reply's tokens, all of them, to draw again). The plan (index PLAN_INDEX) replaces the runs before
+        the first starts."""
         if isinstance(event, ComparisonPlan):
             self.replan(event)
             return []
@@ -114,6 +115,8 @@ class ComparisonSession:
             return []
         if isinstance(event, RoundVerified):
             return run.session.apply_round(event)
+        if isinstance(event, RoundsRevised):  # a server's steps, told at the end: the run's rounds so far give way
+            return run.session.revise(event)
         if isinstance(event, Divergence):
             run.divergence = event
             return []

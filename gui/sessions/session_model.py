@@ -1,7 +1,8 @@
 """The event fold, in plain Python (no Qt): engine events become transcript tokens, turns and live stats.
 
 A round event becomes a few `engine.core.tokens.DisplayToken`s (accepted, rejected drafts, then the target's
-own token), each numbered by its serial in the session, appended to the current assistant turn. Every figure,
+own token), each numbered by its serial in the session, appended to the current assistant turn; a RoundsRevised
+(a server that tells its steps only at the end) replaces the current turn's rounds, folded again. Every figure,
 live ones included, is an `engine.core.stats` figure: the cumulative ones are the `StatsAccumulator`'s, the
 rolling ones (last rounds, last seconds) the same definitions applied to the difference of two of its
 snapshots, so the GUI, the CLI and the benchmark agree on every definition. Graph series are bounded ring
@@ -17,7 +18,7 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
 from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, fold_round
 from engine.core.stats import AggregateStats, GenerationStats, StatsAccumulator, efficiency, speedup
@@ -137,6 +138,13 @@ class LiveStats:
                 self.speed_rolling.append(now.elapsed_seconds, window_stats(now, oldest).tok_per_s)
         self.version += 1
 
+    def restart(self) -> None:
+        """Forget the reply's rounds so far, to fold them again as they really were (RoundsRevised): same k,
+        method, model and rollback; `version` goes on rising, so a view that drew the old rounds redraws."""
+        version = self.version
+        self.reset(k=self.k, method=self.method, model=self.model, rollback=self.rollback)
+        self.version = version + 1
+
     def finish(self, stats: GenerationStats) -> None:
         self.final = stats
         self.version += 1
@@ -252,6 +260,27 @@ class SessionModel:
         turn.rounds.append(record)
         turn.text += event.text
         return new
+
+    def revise(self, event: RoundsRevised) -> list[DisplayToken]:
+        """The current turn's rounds as they really were (engine.core.events.RoundsRevised): its tokens and rounds so
+        far (the last of `tokens`: the turn being written is the latest) give way to the revised rounds, folded
+        again and numbered on from the same first serial; the live figures are folded again from the first round,
+        and the event's note joins the turn's notes. Returns the turn's tokens in display order."""
+        turn = self._current
+        if turn is None:
+            raise RuntimeError("rounds were revised before GenerationStarted")
+        first = len(self.tokens) - len(turn.tokens)
+        del self.tokens[first:]
+        del self.token_rounds[first:]
+        turn.tokens.clear()
+        turn.rounds.clear()
+        turn.text = ""
+        self.live.restart()
+        for round_event in event.rounds:
+            self.apply_round(round_event)
+        if event.note and event.note not in turn.notes:
+            turn.notes += (event.note,)
+        return list(turn.tokens)
 
     def finish(self, event: GenerationFinished) -> Turn | None:
         turn = self._current

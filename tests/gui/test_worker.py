@@ -1,6 +1,7 @@
 """The worker thread (gui/worker.py) on a real engine: the loader gets its options, every slow step (loading
 the model, loading a draft model) reaches `status_reported`, a refused setting fails a comparison before any
-run, and consent questions stop a load before the loader sees it."""
+run, consent questions stop a load before the loader sees it, and a server's revised rounds come between its rounds and
+its end."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from engine.core.config import SpecConfig  # noqa: E402
 from engine.models.consent import REMOTE_CODE  # noqa: E402
 from engine.runtime import load_engine  # noqa: E402
 from engine_testkit import build_tiny_tokenizer, save_tiny_model  # noqa: E402
+import revised_events  # noqa: E402
+from revised_events import RevisingEngine  # noqa: E402
 from gui.worker import ComparisonRequest, GenerationRequest, LoadOptions, WorkerThread  # noqa: E402
 from PySide6.QtCore import QObject, Signal  # noqa: E402
 
@@ -102,3 +105,23 @@ def test_a_model_with_its_own_code_is_asked_about_before_the_loader_runs(qtbot, 
         worker_thread.window.load_requested.emit(str(folder))
     assert asked.args[:2] == [str(folder), REMOTE_CODE] and "own Python code" in asked.args[2]
     assert worker_thread.loads == []
+
+
+def test_a_servers_revised_rounds_reach_the_window_after_its_rounds_and_before_its_end(qtbot):
+    thread = WorkerThread(lambda name, progress=None, **options: RevisingEngine())
+    window = Window()
+    window.load_requested.connect(thread.worker.load)
+    window.generation_requested.connect(thread.worker.generate)
+    seen = []
+    for name in ("generation_started", "round_verified", "rounds_revised", "generation_finished"):
+        getattr(thread.worker, name).connect(lambda rid, event, name=name: seen.append((name, rid, event)))
+    try:
+        with qtbot.waitSignal(thread.worker.generation_finished, timeout=WAIT_MS):
+            window.load_requested.emit("default")
+            window.generation_requested.emit(GenerationRequest(request_id=5, model="default", conversation="hi"))
+        assert [(name, rid) for name, rid, _ in seen] == ([("generation_started", 5)] + [("round_verified", 5)] * 8
+                                                          + [("rounds_revised", 5), ("generation_finished", 5)])
+        assert seen[-2][2] == revised_events.revision()
+    finally:
+        thread.shutdown()
+    assert not thread.thread.isRunning()

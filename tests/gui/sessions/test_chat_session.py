@@ -1,5 +1,5 @@
 """ChatSession, the chat's state machine, with no Qt at all: states, request ids, stragglers of a stopped
-request, the baseline, failures and the history writes."""
+request, the baseline, failures and the history writes; a server's rounds revised at the end of its reply."""
 
 import subprocess
 import sys
@@ -9,13 +9,16 @@ from types import SimpleNamespace
 import pytest
 
 from engine.core.config import SamplingConfig, SpecConfig
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified, TokenStatus
+import revised_events
 from fakes import FakeEngine
 from gui.sessions.baselines import Baseline, baseline_key
 from gui.sessions.chat import (GENERATING, IDLE, LOADING, MEASURING, MIN_BASELINE_TOKENS, NOT_LOADED, ChatSession,
                               Settings)
 from gui.sessions.purpose import Purpose
-from gui.persistence.recorder import HistoryRecorder
+from gui.persistence.recorder import HistoryRecorder, turns_from_conversation
+from gui.persistence.records import COMPLETE, STREAMING
+from gui.persistence.replay import saved_run
 from gui.persistence.store import HistoryStore
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -232,3 +235,61 @@ def test_a_plain_reply_is_offered_nothing_and_gives_the_baseline_as_before():
     request.max_new_tokens = MIN_BASELINE_TOKENS - 4  # too short to be the reference
     run(other, request)
     assert other.baseline() is None and other.measure_offer() is None  # no baseline, but a plain reply
+
+
+def feed(session: ChatSession, request_id: int, events) -> list:
+    """The worker's part: each event to the session's slot for it, as the window connects them; their answers."""
+    slots = {GenerationStarted: session.on_started, RoundVerified: session.on_round,
+             RoundsRevised: session.on_revised, GenerationFinished: session.on_finished}
+    return [slots[type(event)](request_id, event) for event in events]
+
+
+def statuses(tokens) -> list:
+    return [(t.text, t.status, t.token_id) for t in tokens]
+
+
+def test_a_servers_revised_rounds_replace_the_reply_here_and_in_the_history(tmp_path):
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    try:
+        session = loaded(store)
+        request = session.send("hello there", settings(), "default")
+        events = revised_events.events()
+        answers = feed(session, request.request_id, events[:-1])
+        turn, reply_id = session.current, session.recorder.message_id
+        assert answers[-1] == turn.tokens and len(turn.tokens) == 11 and turn.notes == (revised_events.NOTE,)
+        stored = store.load_conversation(session.conversation_id).messages[1]
+        assert stored.id == reply_id and stored.state == STREAMING and [r.index for r in stored.rounds] == [0, 1, 2, 3]
+        outcome = session.on_finished(request.request_id, events[-1])
+        assert outcome.turn is turn and "acceptance 56%" in outcome.status and session.recorder.last_error is None
+
+        conversation = store.load_conversation(session.conversation_id)
+        reply = conversation.messages[1]
+        assert reply.state == COMPLETE and reply.content == "".join(revised_events.PIECES)
+        assert reply.stats["drafted_tokens"] == revised_events.DRAFTED
+        turns, tokens = turns_from_conversation(conversation)
+        assert statuses(tokens) == statuses(turn.tokens)  # reopened: the revised colours, ▯ ghosts and all
+        assert [r.serials for r in turns[1].rounds] == [r.serials for r in turn.rounds]
+        reopened = loaded()
+        reopened.open_saved(conversation.id, turns, tokens, run=saved_run(conversation))
+        live = reopened.live.snapshot()
+        assert (live.drafted_tokens, live.accepted_tokens, live.rounds) == (
+            revised_events.DRAFTED, revised_events.ACCEPTED, revised_events.STEPS)
+        assert [(r.n_drafted, r.n_accepted) for r in reopened.live.rounds][:3] == [(0, 0), (3, 3), (3, 0)]
+        assert reopened.live.rounds[3].n_accepted == 2  # its draft past the stop is not stored (records.round_event)
+    finally:
+        store.close()
+
+
+def test_a_revision_not_of_the_chat_reply_in_flight_is_ignored():
+    session = loaded()
+    request = session.send("hello", settings(), "default")
+    feed(session, request.request_id, revised_events.events()[:-2])
+    plain = list(session.tokens)
+    assert session.on_revised(request.request_id + 1, revised_events.revision()) is None  # a stopped request's
+    assert session.tokens == plain and session.current.notes == ()
+    feed(session, request.request_id, revised_events.events()[-1:])
+    assert session.on_revised(request.request_id, revised_events.revision()) is None  # the reply has ended
+    assert session.tokens == plain and [t.status for t in plain] == [TokenStatus.PLAIN] * 8
+    measuring = session.baseline_request(SamplingConfig(), "default")  # the hidden plain-speed run folds nothing
+    answers = feed(session, measuring.request_id, revised_events.events())
+    assert answers[-2] is None and session.tokens == plain and session.turns[-1].tokens == plain

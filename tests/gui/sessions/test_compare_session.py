@@ -8,7 +8,10 @@ import pytest
 from engine.measure.compare import comparison_events
 from engine.core.config import SamplingConfig, SpecConfig, parse_spec
 from engine.core.errors import ConfigError
+from engine.core.events import RoundsRevised
+import revised_events
 from fakes import FakeEngine
+from revised_events import RevisingEngine
 from gui.sessions.compare import COMPARE, SWEEP, CannotStart, CompareState
 
 
@@ -79,3 +82,23 @@ def test_reasons_not_to_start():
     with pytest.raises(ConfigError):
         state.start_sweep(SpecConfig(method="prompt-lookup"), 0, prompt="x", sampling=SamplingConfig(),
                           max_new_tokens=5, model="default")
+
+
+def test_a_runs_rounds_revised_by_its_server_replace_the_runs_rounds():
+    state = CompareState(make_request=SimpleNamespace)
+    session, request = start(state, [parse_spec("remote:url=http://127.0.0.1:1")])
+    revised = []
+    for index, event in comparison_events(RevisingEngine(), request.prompt, list(request.specs), max_new_tokens=12):
+        tokens = state.advanced(request.request_id, index, event)
+        if isinstance(event, RoundsRevised):
+            revised.append((index, tokens))
+    state.finished(request.request_id)
+    assert [index for index, _ in revised] == [0, 1]  # every run of this stream is a server's
+    for run, (_, tokens) in zip(session.runs, revised):
+        assert tokens == run.turn.tokens and len(run.session.tokens) == 11
+        assert [t.serial for t in run.session.tokens] == list(range(11))
+        stats = run.session.live.snapshot()
+        assert (stats.drafted_tokens, stats.accepted_tokens) == (revised_events.DRAFTED, revised_events.ACCEPTED)
+        assert [r.n_accepted for r in run.session.live.rounds] == [0, 3, 0, 2]
+        assert run.turn.notes == (revised_events.NOTE,)
+    assert [row.acceptance_rate for row in session.rows()][1] == pytest.approx(5 / 9)

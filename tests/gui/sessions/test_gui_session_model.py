@@ -1,14 +1,16 @@
 """SessionModel: events fold into transcript tokens (the fold's own DisplayTokens, numbered by serial) and stats
-series (pure Python, no widgets). Positions are engine.core.tokens' 0-based draft indices."""
+series (pure Python, no widgets). Positions are engine.core.tokens' 0-based draft indices. A server's rounds revised
+at the end of its reply (RoundsRevised) replace the reply's tokens, rounds and figures, and no other turn's."""
 
 import dataclasses
 
 import pytest
 
 from engine.core.config import SpecConfig
-from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified, TokenStatus
 from engine.core.stats import StatsAccumulator
 from engine.core.tokens import fold_round
+import revised_events
 from fakes import FakeEngine
 from gui.sessions.session_model import SessionModel
 
@@ -143,3 +145,65 @@ def test_rolling_series_forget_what_left_their_window():
     assert speed[-1] == pytest.approx(1 / 0.1) and overall[-1] > speed[-1]
 
 
+
+
+def fold(session: SessionModel, events) -> None:
+    """A reply's events into `session` (revised_events' stream, or any other)."""
+    for event in events:
+        if isinstance(event, GenerationStarted):
+            session.start(event)
+        elif isinstance(event, RoundVerified):
+            session.apply_round(event)
+        elif isinstance(event, RoundsRevised):
+            session.revise(event)
+        else:
+            session.finish(event)
+
+
+def test_revised_rounds_replace_the_replys_tokens_rounds_and_figures():
+    session = SessionModel()
+    session.add_user("hi")
+    fold(session, revised_events.events()[:-2])  # started and the plain rounds
+    turn = session.current
+    assert [t.status for t in turn.tokens] == [TokenStatus.PLAIN] * 8 and len(turn.rounds) == 8
+    version = session.live.version
+    tokens = session.revise(revised_events.revision())
+    assert tokens == turn.tokens == session.tokens
+    assert [(t.text, t.status) for t in tokens] == [
+        ("Hello", TokenStatus.PLAIN), (",", TokenStatus.ACCEPTED), (" world", TokenStatus.ACCEPTED),
+        ("!", TokenStatus.ACCEPTED), (" How", TokenStatus.BONUS), ("", TokenStatus.REJECTED),
+        ("", TokenStatus.REJECTED), ("", TokenStatus.REJECTED), (" are", TokenStatus.SUBSTITUTED),
+        (" you", TokenStatus.ACCEPTED), ("?", TokenStatus.ACCEPTED)]
+    assert all(t.token_id == -1 for t in tokens[5:8]) and tokens[8].replaced == ""
+    assert [t.serial for t in tokens] == list(range(11))
+    assert [r.serials for r in turn.rounds] == [(0,), (1, 2, 3, 4), (5, 6, 7, 8), (9, 10)]
+    assert all(session.round_of(s) is r for r in turn.rounds for s in r.serials)
+    assert session.live.rounds == turn.rounds and turn.text == "".join(revised_events.PIECES)
+    assert turn.notes == (revised_events.NOTE,)
+    live = session.live.snapshot()
+    assert (live.drafted_tokens, live.accepted_tokens, live.rounds, live.committed_tokens) == (
+        revised_events.DRAFTED, revised_events.ACCEPTED, revised_events.STEPS, 8)
+    assert session.live.version > version  # the panels that drew the plain rounds redraw
+    assert session.live.acceptance_cumulative.data()[1] == pytest.approx([1.0, 0.5, 5 / 9])
+    finished = session.finish(revised_events.finished())
+    assert finished is turn and turn.stats.drafted_tokens == revised_events.DRAFTED
+
+
+def test_a_revision_leaves_the_turns_before_it_alone():
+    session = SessionModel()
+    session.add_user("one")
+    fold(session, revised_events.events())
+    first = list(session.tokens)
+    session.add_user("two")
+    fold(session, revised_events.events())
+    assert session.tokens[:11] == first and session.turns[1].tokens == first
+    second = session.turns[3]
+    assert [t.serial for t in second.tokens] == list(range(11, 22)) and session.tokens[11:] == second.tokens
+    assert [r.serials[0] for r in second.rounds] == [11, 12, 16, 20] and [r.turn for r in second.rounds] == [3] * 4
+    assert session.round_of(3).turn == 1 and session.round_of(14).turn == 3
+    assert second.notes == (revised_events.NOTE,) and session.turns[1].notes == (revised_events.NOTE,)
+
+
+def test_a_revision_with_no_reply_in_progress_is_an_error():
+    with pytest.raises(RuntimeError, match="before GenerationStarted"):
+        SessionModel().revise(revised_events.revision())
