@@ -5,7 +5,9 @@ its tokens find each other both ways. A reopened chat's rounds are the stored ro
 (gui.persistence.records.round_event), so they read the same as live ones.
 
 The per-token figures the views colour by are defined here once, from the engine's own definitions
-(engine.core.sampling.acceptance_probability), so the legend, the tooltip and the tree agree.
+(engine.core.sampling.acceptance_probability), so the legend, the tooltip and the tree agree; so are a server's
+steps (rounds with no draft or verify time of their own: the timeline draws their wall time) and the drafts a
+server turned down without naming them (the transcript draws a placeholder).
 
 May touch: engine events and tokens (read), engine.core.sampling's scalar definitions. Never Qt, never a widget.
 """
@@ -19,6 +21,8 @@ from engine.core.sampling import acceptance_probability
 from engine.core.tokens import DisplayToken
 
 MAX_ENTROPY_BITS = 8.0  # colour-by entropy: this many bits and more is the far end of the scale
+SERVER_DRAFTER = "server"  # the drafter a server's rounds name (engine.remote.engine: its steps, not our rounds)
+UNNAMED_GHOST = "▯"  # what a draft a server turned down without naming it is drawn as (unnamed_draft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,19 @@ class RoundRecord:
                 "rollback_ms": round(1000 * self.rollback_seconds, 3)}
 
 
+def is_server_step(record: RoundRecord) -> bool:
+    """A server's step (engine.remote): it says when the step's tokens arrived, not how long drafting and verifying
+    took (its draft and verify times are 0)."""
+    return record.drafter == SERVER_DRAFTER and record.draft_seconds == 0 and record.event.verify_seconds == 0
+
+
+def step_seconds(rounds, position: int) -> float:
+    """The wall time of the round at `position` of a reply's rounds as their arrivals tell it: from the round before
+    it (the reply's start, for the first) to its own elapsed_seconds."""
+    before = rounds[position - 1].event.elapsed_seconds if position > 0 else 0.0
+    return max(0.0, rounds[position].event.elapsed_seconds - before)
+
+
 def records_of(turn: int, events, first_serial: int, counts) -> list[RoundRecord]:
     """The RoundRecords of a turn's events whose display tokens are numbered from `first_serial`, `counts[i]`
     tokens for events[i] (a reopened reply)."""
@@ -109,9 +126,16 @@ def records_of(turn: int, events, first_serial: int, counts) -> list[RoundRecord
 
 
 # ---------------------------------------------------------------------- per-token figures
+def unnamed_draft(token: DisplayToken) -> bool:
+    """A drafted token a server turned down and does not name (id -1, no text): its step says how many it drafted,
+    not which (engine.core.events.RoundsRevised)."""
+    return token.status is TokenStatus.REJECTED and token.token_id == -1 and not token.text
+
+
 def token_acceptance(token: DisplayToken) -> float | None:
-    """min(1, p_target/p_draft) of a drafted token (one-hot drafters: p_target); None for the target's own."""
-    if token.status not in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
+    """min(1, p_target/p_draft) of a drafted token (one-hot drafters: p_target); None for the target's own and for a
+    server's draft (its drafter's p_draft stays on the server)."""
+    if token.status not in (TokenStatus.ACCEPTED, TokenStatus.REJECTED) or token.drafter == SERVER_DRAFTER:
         return None
     return acceptance_probability(token.p_target, token.p_draft)
 

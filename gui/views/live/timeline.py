@@ -1,8 +1,11 @@
 """The round timeline: one bar per round along the reply, in reply order, scrolling with it. Each bar stacks the
 round's draft time, the target's verify pass and the rollback after a rejection (milliseconds, one scale for the
 panel); under it a small box filled by the share of the drafted tokens the target accepted, or a grey dot for a
-plain round (the target's one token, no draft). Hovering a bar highlights its round's tokens in the transcript and
-clicking picks it (the round focus, gui.views.main.round_focus); the focus it is shown is drawn here too.
+plain round (the target's one token, no draft). A server's step (gui.sessions.rounds.is_server_step: a model on a
+server, which says when its tokens came and not how long drafting and verifying took) is one bar of its wall time,
+from the round before it to its own, and the panel says so in a line. Hovering a bar highlights its round's tokens
+in the transcript and clicking picks it (the round focus, gui.views.main.round_focus); the focus it is shown is
+drawn here too.
 
 Bars have a fixed width and the view scrolls sideways, following the newest round while the reply is written
 unless the user scrolled back, so a reply of a thousand rounds stays readable; only the visible bars are painted.
@@ -24,6 +27,7 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollBar, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from gui import theme
+from gui.sessions.rounds import is_server_step, step_seconds
 from gui.views.live.panel import LiveSnapshot, RoundFocusPanel
 
 BAR_WIDTH = 8  # px of one round's bar
@@ -35,6 +39,10 @@ MARK_HEIGHT = 8  # px of the accepted/drafted box under a bar
 MARK_GAP = 3  # px between a bar and its box
 CANVAS_HEIGHT = 96  # the dock's timeline; the compare panes' is smaller
 EMPTY_TEXT = "Rounds appear here as the reply is written"
+SERVER_NOTE = "Server steps: the server doesn't split draft and verify time"
+SERVER_NOTE_TIP = ("A model on a server: each bar is one of its steps, from the arrival of the step before to its "
+                   "own (the server's drafting, verifying and the network between), as the server does not say how "
+                   "long drafting and verifying took. Under it, the share of the step's drafted tokens it kept.")
 NICE_STEPS = (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 
 
@@ -58,10 +66,16 @@ def scale_label(ms: float) -> str:
     return f"{ms:g} ms" if ms < 1000 else f"{ms / 1000:g} s"
 
 
-def round_tooltip(record) -> str:
+def round_tooltip(record, step: float | None = None) -> str:
     """'round N · drafter · drafted d, accepted a · draft x ms · verify y ms · rollback z ms' (a plain round: its one
-    token, and only its verify time; a tree round: 'tree of 12 nodes verified, depth 4, kept 3')."""
+    token, and only its verify time; a tree round: 'tree of 12 nodes verified, depth 4, kept 3'). A server's step
+    (gui.sessions.rounds.is_server_step) says its wall time, `step` seconds, instead of a draft/verify split."""
     head = f"round {record.index}" + (" (prefill)" if record.index == 0 else "")
+    if step is not None and is_server_step(record):
+        drafted = (f"drafted {record.n_drafted}, accepted {record.n_accepted}" if record.n_drafted
+                   else "one token, no draft")
+        return " · ".join((head, "server step", drafted, f"{ms_text(step)} since the step before "
+                           "(the server doesn't split draft and verify time)"))
     if not record.n_drafted:
         return " · ".join((head, "plain decoding", "one token, no draft", f"verify {ms_text(record.verify_seconds)}"))
     drafted = (f"tree of {record.n_drafted} nodes verified, depth {record.depth}, kept {record.n_accepted}"
@@ -165,6 +179,7 @@ class TimelineCanvas(QWidget):
         mark_top = plot.bottom() + MARK_GAP
         colours = [QColor(c) for c in (p.series_draft_time, p.series_verify_time, timeline.rollback_colour())]
         accepted, dim, border = QColor(p.series_bars), QColor(p.text_dim), QColor(p.border)
+        server = QColor(timeline.server_colour())
         band = QColor(p.accent)
         band.setAlpha(60 if p.dark else 45)
         for position in self.visible_range():
@@ -178,13 +193,14 @@ class TimelineCanvas(QWidget):
             y = plot.bottom()
             clipped = False
             painter.setPen(Qt.PenStyle.NoPen)
-            for seconds, colour in zip((record.draft_seconds, record.verify_seconds, record.rollback_seconds),
-                                       colours):
+            times = ((step_seconds(timeline.rounds, position),) if is_server_step(record) else
+                     (record.draft_seconds, record.verify_seconds, record.rollback_seconds))
+            for seconds, colour in zip(times, (server,) if len(times) == 1 else colours):
                 if seconds <= 0:
                     continue
                 height = max(1.0, seconds * per_second)
-                if y - height < plot.top():
-                    height, clipped = y - plot.top(), True
+                if y - height < plot.top():  # (half a pixel over is rounding: the tallest bar sets the scale)
+                    height, clipped = y - plot.top(), y - height < plot.top() - 0.5
                 if height <= 0:
                     break
                 painter.setBrush(colour)
@@ -247,7 +263,9 @@ class TimelineCanvas(QWidget):
                 QToolTip.hideText()
                 event.ignore()
             else:
-                QToolTip.showText(event.globalPos(), round_tooltip(self.timeline.rounds[position]), self)
+                rounds = self.timeline.rounds
+                QToolTip.showText(event.globalPos(), round_tooltip(rounds[position], step_seconds(rounds, position)),
+                                  self)
             return True
         return super().event(event)
 
@@ -271,6 +289,7 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         self._tops = [0.0, 0.0]  # the tallest round's seconds: the prefill round, the others
         self._shared_top = 0.0  # the tallest of the lanes it shares a scale with (share_scale)
         self._sums = [0, 0, 0.0]  # drafted, accepted, rollback seconds over the counted rounds
+        self._server_steps = 0  # of the counted rounds, a server's steps (drawn as their wall time)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -292,12 +311,18 @@ class RoundTimeline(QWidget, RoundFocusPanel):
                              "the rollback after a rejection. Under each bar, the share of its drafted tokens "
                              "that was accepted; a dot is a plain round (one token, no draft). Hover a bar to "
                              "see its tokens in the transcript, click to pick it.")
+        self.server_note = QLabel(SERVER_NOTE)  # said while the reply's rounds are a server's steps
+        self.server_note.setObjectName("dim")
+        self.server_note.setToolTip(SERVER_NOTE_TIP)
+        self.server_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.server_note.hide()
         self.canvas = TimelineCanvas(self, canvas_height)
         self.scrollbar = QScrollBar(Qt.Orientation.Horizontal)
         self.scrollbar.setSingleStep(STEP)
         self.scrollbar.setEnabled(False)
         self.scrollbar.valueChanged.connect(self._scrolled)
         layout.addLayout(caption)
+        layout.addWidget(self.server_note)
         layout.addWidget(self.canvas)
         layout.addWidget(self.scrollbar)
         self._caption()
@@ -316,7 +341,7 @@ class RoundTimeline(QWidget, RoundFocusPanel):
     def clear(self) -> None:
         self.rounds, self.count = [], 0
         self.hovered = self.selected = self._hover_emitted = None
-        self._tops, self._sums, self._follow = [0.0, 0.0], [0, 0, 0.0], True
+        self._tops, self._sums, self._follow, self._server_steps = [0.0, 0.0], [0, 0, 0.0], True, 0
         self._sync_scroll()
         self._caption()
         self.canvas.update()
@@ -327,13 +352,16 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         fresh = rounds is not self.rounds or len(rounds) < self.count  # another reply's rounds
         if fresh:
             self.rounds, self.count = rounds, 0
-            self._tops, self._sums = [0.0, 0.0], [0, 0, 0.0]
+            self._tops, self._sums, self._server_steps = [0.0, 0.0], [0, 0, 0.0], 0
         elif len(rounds) == self.count:
             return
-        for record in rounds[self.count:]:
+        for position in range(self.count, len(rounds)):
+            record = rounds[position]
+            server = is_server_step(record)
+            self._server_steps += server
             # the prefill round's pass also read the prompt: it would flatten the rest (it shows clipped)
             rest = int(record.index != 0)
-            self._tops[rest] = max(self._tops[rest], record.seconds)
+            self._tops[rest] = max(self._tops[rest], step_seconds(rounds, position) if server else record.seconds)
             self._sums[0] += record.n_drafted
             self._sums[1] += record.n_accepted
             self._sums[2] += record.rollback_seconds
@@ -357,11 +385,17 @@ class RoundTimeline(QWidget, RoundFocusPanel):
     def rollback_colour(self) -> str:
         return self.palette_.error
 
+    def server_colour(self) -> str:
+        return self.palette_.series_baseline
+
     def _caption(self) -> None:
         p = self.palette_
-        self.keys.setText("&nbsp;&nbsp;".join((_swatch(p.series_draft_time, "Draft"),
-                                               _swatch(p.series_verify_time, "Verify"),
-                                               _swatch(self.rollback_colour(), "Rollback"))))
+        keys = [_swatch(self.server_colour(), "Server step")] if self._server_steps else []
+        if self._server_steps < self.count or not self._server_steps:  # rounds of our own loop
+            keys += [_swatch(p.series_draft_time, "Draft"), _swatch(p.series_verify_time, "Verify"),
+                     _swatch(self.rollback_colour(), "Rollback")]
+        self.keys.setText("&nbsp;&nbsp;".join(keys))
+        self.server_note.setVisible(self._server_steps > 0)
         drafted, accepted, rollback = self._sums
         totals = []
         if self.count:

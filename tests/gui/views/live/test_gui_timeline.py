@@ -1,21 +1,24 @@
 """The round timeline (gui.views.live.timeline): a bar per round of the reply, its hit test and focus, the scroll
-that follows the newest round, plain rounds, clear; the compare window's lanes, one timeline per run."""
+that follows the newest round, plain rounds, clear; the compare window's lanes, one timeline per run; a server's
+steps, one bar of wall time each."""
 
 import dataclasses
 
+import pytest
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from engine.core.config import SpecConfig, parse_spec
 from engine.core.events import GenerationFinished, GenerationStarted
+import revised_events
 from fakes import FakeEngine
 from gui import theme
-from gui.sessions.rounds import RoundRecord
+from gui.sessions.rounds import RoundRecord, is_server_step, step_seconds
 from gui.sessions.session_model import SessionModel
 from gui.views.live.panel import LivePanel, RoundFocusPanel
-from gui.views.live.timeline import (BAR_WIDTH, EMPTY_TEXT, STEP, RoundTimeline, nice_ceiling, round_tooltip,
-                                     share_scale)
+from gui.views.live.timeline import (BAR_WIDTH, EMPTY_TEXT, SERVER_NOTE, STEP, RoundTimeline, nice_ceiling,
+                                     round_tooltip, share_scale)
 
 WAIT_MS = 10_000
 
@@ -246,3 +249,45 @@ def test_each_compare_pane_has_a_timeline_of_its_runs_rounds(make_window, qtbot)
     assert plain.scale_ms() == lookup.scale_ms() == draft.scale_ms()  # one scale: lanes compare
     compare.set_palette(theme.DARK)
     assert theme.DARK.series_draft_time in plain.keys.text()
+
+
+def server_rounds(revised: bool = True) -> list[RoundRecord]:
+    """The RoundRecords of revised_events' server reply: its four steps, or the eight plain rounds it streamed first."""
+    session = SessionModel()
+    session.start(revised_events.started())
+    for event in revised_events.plain_rounds():
+        session.apply_round(event)
+    if revised:
+        session.revise(revised_events.revision())
+    return session.live.rounds
+
+
+def test_a_servers_steps_are_bars_of_their_wall_time_and_the_panel_says_so(qtbot):
+    timeline = make_timeline(qtbot)
+    timeline.show_rounds(fake_rounds(SpecConfig(method="prompt-lookup", k=3), 20))
+    assert not timeline.server_note.isVisible() and "Server step" not in timeline.keys.text()
+    rounds = server_rounds()
+    assert all(is_server_step(r) for r in rounds) and not any(is_server_step(r) for r in fake_rounds(SpecConfig(), 5))
+    assert [step_seconds(rounds, i) for i in range(4)] == pytest.approx([0.05, 0.03, 0.03, 0.03])
+    timeline.show_rounds(rounds)
+    assert timeline.server_note.isVisible() and timeline.server_note.text() == SERVER_NOTE
+    assert "Server step" in timeline.keys.text() and "Draft" not in timeline.keys.text()
+    assert timeline.scale_ms() == 30.0  # the steps after the prefill: 30 ms each
+    plot = timeline.canvas.plot_rect()
+    for position in (1, 2, 3):  # one bar, the scale's full height, in one colour: no draft/verify split
+        for y in (plot.bottom() - 2, plot.center().y(), plot.top() + 6):
+            assert near(pixel(timeline, position, y), theme.LIGHT.series_baseline), (position, y)
+    assert not near(pixel(timeline, 2, plot.bottom() + 3 + 4), theme.LIGHT.series_bars)  # kept 0 of 3
+    assert near(pixel(timeline, 1, plot.bottom() + 3 + 4), theme.LIGHT.series_bars)  # kept 3 of 3
+    point = centre(timeline, 2)
+    QApplication.sendEvent(timeline.canvas, QHelpEvent(QEvent.Type.ToolTip, point, timeline.canvas.mapToGlobal(point)))
+    assert QToolTip.text() == round_tooltip(rounds[2], 0.03) == (
+        "round 2 · server step · drafted 3, accepted 0 · 30.0 ms since the step before (the server doesn't split "
+        "draft and verify time)")
+    plain = server_rounds(revised=False)  # as they streamed: a step's tokens arrive together (0 ms after the first)
+    assert [round(step_seconds(plain, i), 3) for i in range(8)] == [0.05, 0.03, 0.0, 0.0, 0.0, 0.03, 0.03, 0.0]
+    timeline.show_rounds(plain)
+    assert timeline.count == 8 and timeline.server_note.isVisible()
+    assert round_tooltip(plain[3], 0.0).startswith("round 3 · server step · one token, no draft · 0.00 ms")
+    timeline.clear()
+    assert not timeline.server_note.isVisible() and "Draft" in timeline.keys.text()
