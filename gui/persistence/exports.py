@@ -1,7 +1,8 @@
 """A stored conversation to and from files: JSON (everything, tokens included, that `conversation_from_json`
 reads back) and Markdown (who said what, each reply's settings and stats; rejected drafts struck through on
-request), written owner-only. Works on gui.persistence.records' records; the history store reads and adds
-them (`HistoryStore.load_conversation`, `HistoryStore.add_conversation`). No SQL, no Qt.
+request, a draft a server does not name as ▯), written owner-only. Works on gui.persistence.records' records; the
+history store reads and adds them (`HistoryStore.load_conversation`, `HistoryStore.add_conversation`). No SQL, no
+Qt.
 
 JSON format versions: 1 named a token's round `round`; 2 (current) writes the token fields under
 engine.core.tokens.DisplayToken's own names (`round_index`, …). Both are read; a token's round is its round's
@@ -24,6 +25,7 @@ from gui.persistence.records import (COMPLETE, INTERRUPTED, ROLES, STATUS_CODE, 
 from gui.persistence.private_files import PRIVATE
 from gui.persistence.store import HistoryError
 from gui.sessions.round_branches import proposed_in_place
+from gui.sessions.rounds import UNNAMED_GHOST, unnamed_draft
 
 EXPORT_FORMAT = "specscope.conversation"
 EXPORT_FORMAT_VERSION = 2
@@ -135,8 +137,8 @@ def _marked_text(stored: StoredRound) -> str:
     parents = tuple(stored.meta.get("tree_parents") or ())
     n_accepted = int(stored.meta.get("n_accepted", 0))
     return "".join(t.text if t.status is not TokenStatus.REJECTED else
-                   f"~~{t.text}~~" if proposed_in_place(parents, n_accepted, t.position) else ""
-                   for t in stored.tokens)
+                   f"~~{UNNAMED_GHOST if unnamed_draft(t) else t.text}~~"
+                   if proposed_in_place(parents, n_accepted, t.position) else "" for t in stored.tokens)
 
 
 def _settings_words(settings: dict[str, Any]) -> str:

@@ -29,9 +29,10 @@ from engine.core.sampling import acceptance_probability
 from engine.core.tree_shape import children_of
 from gui.sessions.round_branches import (node_verdict, tree_branches, tree_node_figures, tree_reason,
                                          tree_title_words)
-from gui.sessions.rounds import RoundRecord
+from gui.sessions.rounds import UNNAMED_GHOST, RoundRecord, is_server_step
 
 NOT_RECORDED = "Alternatives were not recorded for this round (Settings: record each round's tree)."
+SERVER_STEP_NOTE = "A server's step: the target's alternatives and the drafter's probabilities stay on the server."
 GREEDY_RULE = ("Greedy: a drafted token is kept iff it is the target's most likely token (its argmax); at the first "
                "one that is not, the target writes its argmax instead.")
 SAMPLED_RULE = ("Sampled: drafted token x is kept iff a uniform draw u < min(1, p(x)/q(x)) (p: the target, q: the "
@@ -68,6 +69,7 @@ class TreeNode:
     alternatives: tuple[Choice, ...] = ()  # the target's top-5 here
     residual: tuple[Choice, ...] = ()  # at a sampled substitution: the top of norm(max(0, p − q))
     depth: int | None = None  # a tree round's node: its depth (0: a child of the text so far); None in a chain
+    by_server: bool = False  # drafted by a server's own drafter: its p_draft (and so min(1, p/q)) is not said
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,9 @@ def position_words(node: TreeNode) -> str:
 def figures(node: TreeNode) -> list[str]:
     """A node's figures, one per line as drawn."""
     out = [f"p_target {prob_text(node.p_target)}"]
-    if node.drafted:
+    if node.drafted and node.by_server:
+        out.append("p_draft — (the server does not say)")
+    elif node.drafted:
         out.append("p_draft 1 (one-hot, n-gram)" if node.p_draft is None else f"p_draft {prob_text(node.p_draft)}")
         out.append(f"min(1, p/q) {prob_text(node.acceptance)}")
     if node.verdict:
@@ -183,12 +187,15 @@ def _drafted_node(record: RoundRecord, i: int, greedy: bool | None) -> TreeNode:
                    else f"✗ not the target's argmax ({piece_text(wanted)})")
     else:
         verdict = "✓ kept" if i < n_accepted else "✗ turned down"
-    kept = i < n_accepted
-    return TreeNode(i, event.draft_pieces[i] if i < len(event.draft_pieces) else "",
-                    TokenStatus.ACCEPTED if kept else TokenStatus.REJECTED, True, p_target, p_draft, ratio, draw,
-                    verdict, at.entropy_bits if kept and at is not None else None,
+    kept, server = i < n_accepted, is_server_step(record)
+    piece = event.draft_pieces[i] if i < len(event.draft_pieces) else ""
+    unnamed = server and not piece and i < len(event.draft_ids) and event.draft_ids[i] == -1
+    return TreeNode(i, UNNAMED_GHOST if unnamed else piece,
+                    TokenStatus.ACCEPTED if kept else TokenStatus.REJECTED, True, p_target, p_draft,
+                    None if server else ratio, draw, "not named by the server" if unnamed and i == n_accepted
+                    else verdict, at.entropy_bits if kept and at is not None else None,
                     _choices(at.target, event.draft_ids[i] if i < len(event.draft_ids) else None)
-                    if kept and at is not None else ())
+                    if kept and at is not None else (), by_server=server)
 
 
 def _target_node(record: RoundRecord, greedy: bool | None) -> TreeNode:
@@ -221,6 +228,10 @@ def _reason(record: RoundRecord, target: TreeNode, rejected: TreeNode | None, gr
     elif rejected is None:
         reason = (f"All kept: the target agreed with all {m} drafted tokens and added a bonus token "
                   f"{piece_text(target.piece)}.")
+    elif is_server_step(record):  # the server names the tokens it kept, not those it turned down
+        reason = (f"A server step: its drafter proposed {m} tokens and the server kept {n}"
+                  + (f", then wrote {piece_text(target.piece)} of its own" if record.n_committed > n else "")
+                  + "; it does not say which tokens it turned down.")
     else:
         why = (f"u {prob_text(rejected.draw)} ≥ min(1, p/q) {prob_text(rejected.acceptance)}"
                if rejected.draw is not None else "not its argmax" if greedy else
@@ -247,14 +258,16 @@ def round_tree(record: RoundRecord | None) -> RoundTree | None:
     times = (("draft", record.draft_seconds), ("verify", record.verify_seconds),
              ("rollback", record.rollback_seconds))
     rule = "" if greedy is None else GREEDY_RULE if greedy else SAMPLED_RULE
-    note = "" if detail is not None else NOT_RECORDED
+    server = is_server_step(record)
+    note = "" if detail is not None else SERVER_STEP_NOTE if server else NOT_RECORDED
     head = (f"Round {record.index}" + (" (prefill)" if record.index == 0 else "")
             + f" · {drafter_label(record.drafter)}")
     if record.event.is_tree:
         return RoundTree(f"{head} · {tree_title_words(record)}", times, tree_reason(record, target.piece), rule,
                          note, _tree_paths(record, _tree_target(record, target), greedy), is_tree=True)
     kept = tuple(_drafted_node(record, i, greedy) for i in range(record.n_accepted))
-    paths = [TreePath(kept + (target,), "committed")]
+    unwritten = server and record.event.target_id == -1  # a stop cut the step before its own token: not known
+    paths = [TreePath(kept + (() if unwritten else (target,)), "committed")]
     turned_down = tuple(_drafted_node(record, i, greedy) for i in range(record.n_accepted, m))
     if turned_down:
         paths.append(TreePath(turned_down, "discarded", fork=len(kept)))

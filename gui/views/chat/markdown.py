@@ -14,10 +14,11 @@ Which token each laid-out character came from is found by aligning the laid-out 
 layout leaves out). Each token's character format (one callable, gui.views.chat.colouring: by default
 theme.token_format's colour, strike-out, underline and the serial the tooltip looks up) is merged over the Markdown one (weight, italics, monospace), so a token inside
 `**bold**` or a code block keeps both. A source newline laid out as a space (a soft line break) is drawn as a
-line break, as chat apps do. Rejected drafts are drawn where they were proposed, after the layout.
+line break, as chat apps do. Rejected drafts are drawn where they were proposed, after the layout (a draft a server
+does not name as a placeholder, ▯).
 
-May touch: QtGui text classes, gui.theme, gui.views.chat.colouring, engine.core.tokens' DisplayToken (read). No state
-beyond the reply's layout.
+May touch: QtGui text classes, gui.theme, gui.views.chat.colouring, engine.core.tokens' DisplayToken and
+gui.sessions.rounds' unnamed_draft (read). No state beyond the reply's layout.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from PySide6.QtGui import (QColor, QTextBlockFormat, QTextCharFormat, QTextCurso
 from engine.core.events import TokenStatus
 from engine.core.tokens import DisplayToken
 from gui import theme
+from gui.sessions.rounds import UNNAMED_GHOST, unnamed_draft
 from gui.views.chat.colouring import TokenFormat, status_formatter
 
 FEATURES = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
@@ -62,6 +64,11 @@ def is_code(block) -> bool:
 def ghost_text(text: str) -> str:
     """Rejected drafts never break a line: a drafted newline shows as ↵."""
     return text.replace("\r\n", "↵").replace("\n", "↵")
+
+
+def drawn_ghost(token: DisplayToken) -> str:
+    """What a rejected draft is drawn as: its text (ghost_text), or a placeholder where a server does not name it."""
+    return UNNAMED_GHOST if unnamed_draft(token) else ghost_text(token.text)
 
 
 def _in_table(block) -> bool:
@@ -189,7 +196,7 @@ class ReplyLayout:
     def add(self, tokens: list[DisplayToken]) -> None:
         for token in tokens:
             if token.status is TokenStatus.REJECTED:
-                if self.show_rejected and token.text:
+                if self.show_rejected and (token.text or unnamed_draft(token)):
                     self.ghosts.append((len(self.source), token))
             elif token.text:
                 self.starts.append(len(self.source))
@@ -351,7 +358,7 @@ class ReplyLayout:
             cursor.setPosition(position)
             fmt = markdown_format(cursor.charFormat())
             fmt.merge(self.token_format(token))
-            text = ghost_text(token.text)
+            text = drawn_ghost(token)
             cursor.insertText(text, fmt)
             drawn.append((position, len(text)))
         return drawn[::-1]

@@ -2,7 +2,8 @@
 branch, how deep, how many siblings were drafted beside it: gui.sessions.round_branches), p_target and p_draft,
 min(1, p_target/p_draft) for a drafted token, who proposed it (and, from a draft of another tokenizer,
 the draft's own tokens that spelled it), what a correction replaced, and, where its round's
-tree was recorded, the target's top 3 alternatives at its position and the entropy there.
+tree was recorded, the target's top 3 alternatives at its position and the entropy there. A draft a server turned
+down without naming it (gui.sessions.rounds.unnamed_draft) says so.
 
 May touch: gui.theme's labels, gui.sessions.rounds and .round_branches (a round's recorded detail, the per-token
 figures, a tree round's branches), engine.core.tokens' wording. Pure: a token (and its round) in, a string out.
@@ -17,7 +18,8 @@ from engine.core.methods import plain_method
 from engine.core.tokens import DisplayToken, draft_position_words
 from gui import theme
 from gui.sessions.round_branches import branch_words
-from gui.sessions.rounds import RoundRecord, token_acceptance, token_entropy
+from gui.sessions.rounds import (SERVER_DRAFTER, UNNAMED_GHOST, RoundRecord, token_acceptance, token_entropy,
+                                unnamed_draft)
 from gui.views.chat.colouring import RoundLookup
 
 TOP_ALTERNATIVES = 3
@@ -36,12 +38,21 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
     """The tooltip of a token; `round_of`: a token's serial → its round (SessionModel.round_of), for what the
     target weighed at its position."""
     record = round_of(token.serial) if round_of is not None and token.serial is not None else None
+    round_words = f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")
+    if unnamed_draft(token):
+        return _lines([f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;{UNNAMED_GHOST} &nbsp;(id not said)",
+                       round_words, draft_position_words(token),
+                       "the server drafted a token here and does not say which (its stream names the tokens it kept)",
+                       "proposed by: the server's own drafter"])
     lines = [f"<b>{theme.STATUS_LABELS[token.status]}</b> &nbsp;“{_piece(token.text)}” &nbsp;(id {token.token_id})",
-             f"round {token.round_index}" + (" (prefill)" if token.round_index == 0 else "")]
+             round_words]
     drafted = token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED)
     lines.append((branch_words(record, token.position, drafted) if record is not None else None)
                  or draft_position_words(token))
-    if token.status in (TokenStatus.ACCEPTED, TokenStatus.REJECTED):
+    if drafted and token.drafter == SERVER_DRAFTER:  # its drafter's probabilities stay on the server
+        lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft — (the server does not say)")
+        lines.append("proposed by: the server's own drafter")
+    elif drafted:
         p_draft = "one-hot (n-gram)" if token.p_draft is None else _prob(token.p_draft)
         lines.append(f"p_target {_prob(token.p_target)} &nbsp;·&nbsp; p_draft {p_draft}")
         q = "1 (one-hot)" if token.p_draft is None else "p_draft"
@@ -57,11 +68,17 @@ def describe_token(token: DisplayToken, round_of: RoundLookup | None = None) -> 
     turned_down = turned_down_words(record) if token.status is TokenStatus.SUBSTITUTED else None
     if turned_down:
         lines.append(turned_down)
+    elif token.replaced == "" and token.replaced_p_target is None:
+        lines.append("replaced a draft the server does not name")
     elif token.replaced is not None:
         p_draft = "one-hot" if token.replaced_p_draft is None else _prob(token.replaced_p_draft)
         lines.append(f"replaced the draft “{_piece(token.replaced)}” "
                      f"(p_target {_prob(token.replaced_p_target)}, p_draft {p_draft})")
     lines += alternatives_lines(token, record)
+    return _lines(lines)
+
+
+def _lines(lines: list[str]) -> str:
     return "<br>".join(f"<nobr>{line}</nobr>" for line in lines)
 
 

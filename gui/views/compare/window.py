@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QProgressBar, QT
 
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError
-from engine.core.events import GenerationFinished, GenerationStarted
+from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised
 from engine.measure.compare import ComparisonPlan, ComparisonRow, SweepSummary
 from engine.measure.fastest import sweep_methods
 from engine.measure.prompts import Prompt
@@ -273,6 +273,9 @@ class CompareWindow(QMainWindow):
             if pane is not None:
                 pane.transcript.begin_assistant(run.turn)
                 pane.set_state("running…")
+        elif isinstance(event, RoundsRevised):  # the run's reply, told again as the server's steps
+            if pane is not None:
+                pane.rerender()
         elif tokens:
             if pane is not None:
                 pane.transcript.append_tokens(tokens)

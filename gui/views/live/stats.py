@@ -287,7 +287,8 @@ class StatsStrip(QWidget):
                            f"{figures.committed_tokens} tokens" if figures.committed_tokens else "")
         self.acceptance.set(DASH if figures.acceptance_rate is None else f"{figures.acceptance_rate:.0%}",
                             *(drafter_words(figures.by_drafter) if figures.by_drafter else
-                              ("",) if figures.speculative else ("no drafting",)))
+                              ("",) if figures.speculative or figures.acceptance_rate is not None else
+                              ("no drafting",)))
         self.mean_length.set(f"{figures.mean_accepted_length:.2f}" if figures.committed_tokens else DASH,
                              "tokens / pass")
         if figures.speedup is not None:

@@ -1,6 +1,7 @@
-"""The main window's request in flight, as the worker reports it: a reply started, a round verified, the reply
-finished or failed. The chat session folds each event; this draws what it answers in the transcript, the chats
-list, the settings panel, the live dock and the status line, and says what happened by signals.
+"""The main window's request in flight, as the worker reports it: a reply started, a round verified, its rounds
+revised (a server's, at its end: the reply is drawn again), the reply finished or failed. The chat session folds
+each event; this draws what it answers in the transcript, the chats list, the settings panel, the live dock and the
+status line, and says what happened by signals.
 
 Given the session and the views it renders (never the window). May touch: gui.sessions.chat (its event folds),
 gui.sessions.purpose, those views' public methods, the model loading's plain-speed reference.
@@ -59,6 +60,15 @@ class ReplyEvents(QObject):
         tokens = self.session.on_round(request_id, event)
         if tokens is not None:
             self.chat.transcript.append_tokens(tokens)
+
+    def rounds_revised(self, request_id: int, event) -> None:
+        """The reply's rounds as they really were (a server tells its steps at the end): the reply is drawn again
+        with its revised colours, and the live panels from its revised rounds."""
+        if self.session.on_revised(request_id, event) is None:
+            return
+        self.chat.transcript.render_turns(self.session.turns, self.session.current)
+        self.live.clear()
+        self.live.feed()
 
     def finished(self, request_id: int, event) -> None:
         outcome = self.session.on_finished(request_id, event)

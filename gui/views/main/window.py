@@ -172,6 +172,7 @@ class MainWindow(QMainWindow):
         worker.load_failed.connect(self.loading.show_load_failure)
         worker.generation_started.connect(self.reply_events.started)
         worker.round_verified.connect(self.reply_events.round_verified)
+        worker.rounds_revised.connect(self.reply_events.rounds_revised)
         worker.generation_finished.connect(self.reply_events.finished)
         worker.generation_failed.connect(self.reply_events.failed)
 

@@ -1,7 +1,7 @@
 """Chat history (gui.persistence: store, records, schema, exports; no Qt): rounds stored and read back as the fold's
 DisplayTokens, search, export/import (this format and the one before), a reply that survives SIGKILL of its writer,
 an older database migrated, a database of this schema written without the store read back, and a newer database
-left untouched."""
+left untouched; a server's reply's rounds revised at its end, in place of those stored."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from gui.persistence.exports import conversation_from_json, conversation_json, c
 from gui.persistence.records import StoredRound, round_meta, token_row
 from gui.persistence.recorder import turns_from_conversation
 from gui.persistence.store import HistoryError, HistoryReadOnlyError, HistoryStore
+import revised_events
 
 ROOT = Path(__file__).resolve().parents[3]
 A, R, S, B, P = (TokenStatus.ACCEPTED, TokenStatus.REJECTED, TokenStatus.SUBSTITUTED, TokenStatus.BONUS,
@@ -123,6 +124,28 @@ def test_reply_round_trip_keeps_everything_needed_to_render_it(db):
     assert same_tokens(reply.tokens, [t for e in ROUNDS for t in fold_round(e)])
     with pytest.raises(HistoryError, match="finished"):
         db.append_round(mid, ROUNDS[0])
+
+
+def test_a_replys_rounds_revised_replace_every_stored_round_in_one_transaction(db):
+    cid = db.create_conversation("Server")
+    mid = db.start_assistant_message(cid, {"spec": revised_events.SPEC_LABEL})
+    for event in revised_events.plain_rounds():
+        db.append_round(mid, event)
+    duplicate = dataclasses.replace(revised_events.revised_rounds()[1], index=0)
+    with pytest.raises(HistoryError, match="could not be written"):  # two rounds 0: nothing changes
+        db.replace_rounds(mid, (*revised_events.revised_rounds(), duplicate))
+    assert len(db.load_conversation(cid).messages[0].rounds) == 8
+    db.replace_rounds(mid, revised_events.revised_rounds())
+    reply = db.load_conversation(cid).messages[0]
+    assert [r.index for r in reply.rounds] == [0, 1, 2, 3] and reply.rounds[2].meta["n_drafted"] == 3
+    assert [t.status for t in reply.tokens] == [P, A, A, A, B, R, R, R, S, A, A]
+    assert same_tokens(reply.tokens, [t for e in revised_events.revised_rounds() for t in fold_round(e)])
+    assert [(t.text, t.token_id) for t in reply.tokens[5:8]] == [("", -1)] * 3
+    assert db.finish_from_event(mid, revised_events.finished()) == "".join(revised_events.PIECES)
+    with pytest.raises(HistoryError, match="finished"):
+        db.replace_rounds(mid, revised_events.revised_rounds())
+    markdown = conversation_markdown(db.load_conversation(cid), show_rejected=True)
+    assert "How~~▯~~~~▯~~~~▯~~ are" in markdown  # a draft the server does not name, struck through
 
 
 def test_conversations_list_rename_search_delete(db):

@@ -1,5 +1,5 @@
-"""The compare window and the k sweep, driven by the scripted FakeEngine; the scripted `--compare` mode; one
-real comparison on the built-in model."""
+"""The compare window and the k sweep, driven by the scripted FakeEngine; a server's run whose rounds are revised at
+its end; the scripted `--compare` mode; one real comparison on the built-in model."""
 
 import csv
 import json
@@ -18,6 +18,9 @@ from engine.core.events import GenerationFinished, TokenStatus
 from gui import theme
 from gui.sessions.compare import load_prompt_choices
 from fakes import FakeEngine, FakeModel
+import revised_events
+from revised_events import RevisingEngine
+from transcript_probe import fragments
 from gui.resources import app_icon, asset_path
 from test_gui_scripted import ROOT, default_model_available, status_pixels, subprocess_env
 
@@ -140,6 +143,21 @@ def test_comparison_fills_panes_and_table_and_every_greedy_output_is_identical(m
     assert "identical" in compare.diff_text() and "token for token" in compare.diff_text()
     assert not compare.running and compare.side_by_side.settings.run_button.isEnabled()
     assert window.send_button.isEnabled()  # the chat may send again
+
+
+def test_a_runs_rounds_revised_by_its_server_redraw_its_pane(make_compare, qtbot):
+    window, compare = make_compare(RevisingEngine())
+    compare.set_specs([parse_spec("prompt-lookup:k=3")])
+    compare.prompt.setPlainText("Hello?")
+    session = run_and_wait(qtbot, compare)
+    for pane, run in zip(compare.panes, session.runs):
+        shown = SimpleNamespace(transcript=pane.transcript, session=run.session)
+        assert [(token.status, text) for token, _, text, _ in fragments(shown)] == [
+            (t.status, "▯" if t.status is TokenStatus.REJECTED else t.text) for t in run.turn.tokens]
+        assert [t.status for t in run.turn.tokens].count(TokenStatus.REJECTED) == 3
+        assert pane.timeline.count == 4 and pane.timeline.server_note.isVisible()
+        assert revised_events.NOTE in pane.transcript.toPlainText()
+    assert compare.table.item(1, 3).text() == "56%"
 
 
 def test_a_planted_difference_shows_its_position_and_a_diff(make_compare, qtbot):
