@@ -56,7 +56,8 @@ def stats_line(finished: GenerationFinished) -> str:
                                            for name, drafted, _a, rate in s.drafter_acceptance()) + ")"
         parts += [acceptance, f"mean accepted length {s.mean_accepted_length:.2f}",
                   f"theoretical ×{s.theoretical_speedup:.2f}",
-                  f"draft {s.draft_seconds:.2f} s / verify {s.verify_seconds:.2f} s"]
+                  f"draft {s.draft_seconds:.2f} s / verify {s.verify_seconds:.2f} s"
+                  + (f" (network {s.network_seconds:.2f} s of it)" if s.network_seconds else "")]
     parts.append(f"stop: {finished.stop_reason}")
     return " · ".join(parts)
 

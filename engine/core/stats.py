@@ -205,6 +205,7 @@ class GenerationStats(_Rates):
     # per drafter that drafted (a combined method has two): (name, drafting rounds, drafted, accepted)
     by_drafter: tuple[tuple[str, int, int, int], ...] = ()
     tree_rounds: int = 0  # rounds that drafted a token tree (engine.core.tree)
+    network_seconds: float = 0.0  # the network's share of verify_seconds (a target on a server: engine.remote.verify)
 
     def drafter_acceptance(self) -> tuple[tuple[str, int, int, float], ...]:
         """(name, drafted, accepted, acceptance rate) of each drafter that drafted, in the order they first did."""
@@ -259,6 +260,7 @@ class StatsAccumulator:
         self.rollback_restores, self.rollback_seconds, self.rollback_refills = 0, 0.0, 0
         self._by_drafter: dict[str, list[int]] = {}  # name → [drafting rounds, drafted, accepted]
         self.tree_rounds = 0
+        self.network_seconds = 0.0
 
     def add_round(self, event) -> None:
         """Take one RoundVerified (duck-typed so that stats need not import events)."""
@@ -271,6 +273,7 @@ class StatsAccumulator:
         self.elapsed_seconds = event.elapsed_seconds
         self.draft_seconds += event.draft_seconds
         self.verify_seconds += event.verify_seconds
+        self.network_seconds += getattr(event, "network_seconds", 0.0)
         if n_drafted:
             self.drafting_rounds += 1
             self.drafted_tokens += n_drafted
@@ -313,7 +316,7 @@ class StatsAccumulator:
             verify_cost_seconds=self.verify_cost_seconds, rollback_restores=self.rollback_restores,
             rollback_seconds=self.rollback_seconds, rollback_refills=self.rollback_refills,
             by_drafter=tuple((name, *counts) for name, counts in self._by_drafter.items()),
-            tree_rounds=self.tree_rounds)
+            tree_rounds=self.tree_rounds, network_seconds=self.network_seconds)
 
 
 def describe_rollback(cost: dict | None) -> str:
