@@ -184,8 +184,9 @@ class RemoteEngine:
                 raise ConfigError(refusal)
             engine = self.drafting()
             engine.runner.top_n = 1 if sampling.greedy else sampling.top_k
-            return engine.generate(conversation, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
-                                   stop_strings=stop_strings, cancel=cancel, system=system, record=record)
+            events = engine.generate(conversation, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
+                                     stop_strings=stop_strings, cancel=cancel, system=system, record=record)
+            return _noted(events, VERIFY_NOTE.format(server=self.server.kind))
         messages = normalize_conversation(conversation, system)
         warnings = list(spec.warnings)
         if spec.speculative:
@@ -291,6 +292,18 @@ class RemoteEngine:
                                accepted_per_position=(), note=exposure_note(self.server, True), **common)
         return ServerStats(source="", drafts=0, draft_tokens=0, accepted_tokens=0, accepted_per_position=(),
                            note=exposure_note(self.server, False), **common)
+
+
+VERIFY_NOTE = ("drafted here, verified by {server}: each round sends the context and the draft and reads the target's "
+               "log-probabilities of them (prompt_logprobs); {server} recomputes the whole context for such a request "
+               "(it skips its prefix cache), so a round costs more as the conversation grows")
+
+
+def _noted(events: Iterator[Event], note: str) -> Iterator[Event]:
+    """The events with `note` added to the started event's notes."""
+    for event in events:
+        yield dataclasses.replace(event, notes=event.notes + (note,)) if isinstance(event, GenerationStarted) \
+            else event
 
 
 def with_server_counts(stats: GenerationStats, server: ServerStats) -> GenerationStats:

