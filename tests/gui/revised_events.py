@@ -8,12 +8,15 @@ GenerationFinished with the revised rounds' stats.
     step 3  drafted 3, kept 2, cut by a stop    “ you” “?”
 
 Drafted 9, accepted 5, 4 target passes, 8 tokens. `RevisingEngine` yields the same stream from `generate()` (a
-FakeEngine otherwise: `pause_after` holds it before the revision until `resume` is set).
+FakeEngine otherwise: `pause_after` holds it before the revision until `resume` is set), or another (`recorded_vllm`:
+a real vLLM reply as engine.remote reads it).
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified, TokenStatus
 from engine.core.methods import plain_method
@@ -26,6 +29,7 @@ ARRIVED = (0.05, 0.08, 0.08, 0.08, 0.08, 0.11, 0.14, 0.14)  # each token's chunk
 NOTE = "vLLM told its steps at the end of the reply: 3 drafts, 9 drafted tokens, 5 accepted"
 DRAFTED, ACCEPTED, STEPS = 9, 5, 4
 SPEC_LABEL = "server (vllm)"
+VLLM_STREAM = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_ngram_stream.json"  # engine.remote tests too
 
 
 def _round(index: int, first: int, n_committed: int, draft: int = 0, kept: int = 0,
@@ -78,16 +82,30 @@ def events() -> list:
     return [started(), *plain_rounds(), revision(), finished()]
 
 
+def recorded_vllm() -> list:
+    """A real vLLM reply (n-gram, k = 3: tests/fixtures/vllm_ngram_stream.json) as engine.remote's reader turns its
+    chunks into plain rounds and then revises them: “The” “ cat” plain, “ sat on the” kept + “ mat”, 3 unnamed
+    drafts turned down + “.”, and a last step a stop cut at its end of sequence (no text)."""
+    from engine.remote.engine import _Reply
+
+    reply = _Reply(started=0.0)
+    rounds = [event for chunk in json.loads(VLLM_STREAM.read_text()) for event in reply.take(chunk)]
+    revised = reply.revise("vllm")
+    return [started(), *rounds, revised, GenerationFinished(stop_reason="eos", text=reply.text,
+                                                            output_ids=tuple(reply.ids), stats=reply.stats.snapshot())]
+
+
 class RevisingEngine(FakeEngine):
     """A FakeEngine whose every reply is this module's stream (whatever the setting asked); `pause_after` (any
     number) holds it after the plain rounds, before the revision, until `resume` is set."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, stream=events, **kwargs) -> None:
         super().__init__(target=FakeModel(name="fake on vllm", device="server", dtype="server", backend="remote"),
                          **kwargs)
+        self.stream = stream
 
     def generate(self, conversation, *, cancel: threading.Event | None = None, **kwargs):
-        for event in events():
+        for event in self.stream():
             if isinstance(event, RoundsRevised) and self.pause_after is not None:
                 while not self.resume.wait(0.005):
                     if cancel is not None and cancel.is_set():

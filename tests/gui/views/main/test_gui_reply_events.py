@@ -99,3 +99,16 @@ def test_a_revision_of_another_request_an_earlier_turn_and_another_window_are_le
     assert [r.serials[0] for r in window.session.turns[3].rounds] == [11, 12, 16, 20]
     assert other.session.conversation_id == other_id and drawn(other) == other_drawn
     assert other.store.load_conversation(other_id).messages[1].tokens == other_stored
+
+
+def test_a_recorded_vllm_reply_is_drawn_by_the_servers_steps(make_window, send_and_wait):
+    window = make_window(RevisingEngine(stream=revised_events.recorded_vllm))
+    turn = send_and_wait(window)
+    steps = [(" sat", A), (" on", A), (" the", A), (" mat", B), ("▯", R), ("▯", R), ("▯", R), (".", S)]
+    assert drawn(window) == [("The", P), (" cat", P)] + steps  # the end of sequence has no text to draw
+    assert turn.text == "The cat sat on the mat." and turn.stats.drafted_tokens == 9
+    assert window.stats_strip.acceptance.value.text() == "56%"
+    assert window.live.panel(RoundTimeline).count == 5
+    cid = window.session.conversation_id
+    window.new_chat()
+    assert window.conversations.open(cid) and drawn(window) == [("The", P), (" cat", P)] + steps
