@@ -7,6 +7,7 @@ rows and a server's); plain decoding first and the k sweep come from engine.meas
 from engine.measure.prompts, the engine from engine.runtime.
 A greedy output that differs from plain decoding is diagnosed (engine.measure.divergence) and counted as a near-tie
 or a mismatch beside the identical ones; --strict reruns everything in float32 on the CPU with transformers.
+--concurrency measures a server's concurrent streams instead (engine.measure.concurrency).
 
 Touches the terminal (the tables of engine.measure.report on stdout, progress on stderr), the --json file and,
 for configs that learn from past replies, a throwaway data folder of the run's own; no Qt.
@@ -36,6 +37,7 @@ from engine.measure.bench_results import ConfigResult, ServerResult, summarise
 from engine.measure.bench_server import (add_server_rows, check_compare_server, compare_with_server,
                                          print_server_table)
 from engine.measure.compare import parse_sweep, strict_engine, sweep_specs, with_plain_first
+from engine.measure.concurrency import add_concurrency_args, check_args, run_concurrency
 from engine.measure.divergence import diagnose
 from engine.measure.fastest import sweep_methods
 from engine.measure.hf_reference import hf_generate
@@ -44,11 +46,13 @@ from engine.measure.report import print_divergences, print_sources, print_sweep,
 from engine.measure.tree_sweep import measure_tree_cost, parse_budgets, print_tree_sweep, sweep_rows, tree_specs
 from engine.measure.verify_cost import verify_cost
 
-__all__ = ["add_bench_args", "ConfigResult", "ServerResult", "run_benchmark", "summarise", "learning_pass",
-           "own_learning_store", "WARM_UP", "run", "auto_method"]
+__all__ = ["add_bench_args", "check_bench_args", "ConfigResult", "ServerResult", "run_benchmark", "summarise",
+           "learning_pass", "own_learning_store", "WARM_UP", "run", "auto_method"]
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompts", required=True, help="JSON lines: Spec-Bench format or {\"prompt\": …}")
+    parser.add_argument("--prompts", default=None,
+                        help="JSON lines: Spec-Bench format or {\"prompt\": …} (required; under --concurrency "
+                             "assets/presets.json when not given)")
     parser.add_argument("--category", action="append", help="only this category (repeatable)")
     parser.add_argument("--limit", type=parse_int, default=None, help="at most N prompts per category")
     parser.add_argument("--max-new-tokens", type=parse_int, default=128)
@@ -84,6 +88,17 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                              "prompts untimed, then the timed run: the repeat-chat case. Without it they learn "
                              "as the run goes. Either way they learn into a store of the run's own, never yours")
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write all figures here")
+    add_concurrency_args(parser)
+
+
+def check_bench_args(args) -> None:
+    """What bench refuses of its options before it reads a file or loads a model: --prompts missing, and
+    --concurrency's own checks (engine.measure.concurrency.check_args)."""
+    if args.concurrency is not None or args.serve is not None:
+        check_args(args)
+    elif args.prompts is None:
+        raise ConfigError("the following arguments are required: --prompts (or --concurrency N,… with --model "
+                          "http://HOST:PORT, which measures a server's concurrent streams)")
 
 
 def _run_one(engine, prompt: Prompt, spec: SpecConfig, sampling, max_new_tokens: int,
@@ -256,6 +271,9 @@ def _write_json(path: str, engine, args, prompts: list[Prompt], summary: dict, s
 
 def run(args) -> int:
     """The `specscope bench` command."""
+    check_bench_args(args)
+    if args.concurrency is not None:  # a server's concurrent streams: engine.measure.concurrency
+        return run_concurrency(args)
     from rich.console import Console
     from rich.markup import escape
     from engine.models.consent import ConsentAnswers, require

@@ -56,8 +56,10 @@ class LlamaServer:
     kind = "llama-server"  # in its messages
 
     def __init__(self, model: Path, extra_args: tuple[str, ...] = (), *, log_dir: Path,
-                 threads: int | None = None, context: int = 2048, start_timeout: float = 120.0) -> None:
+                 threads: int | None = None, context: int = 2048, start_timeout: float = 120.0,
+                 parallel: int = 1) -> None:
         self.model, self.extra_args, self.log_dir = model, extra_args, log_dir
+        self.parallel = parallel  # requests served at once (llama-server's slots, each `context` tokens)
         # SpecScope's own thread count (cores − 1): two OpenMP threads on a busy 2-core machine run 10× slower
         self.threads = threads or engine_threads()
         self.context, self.start_timeout = context, start_timeout
@@ -74,7 +76,8 @@ class LlamaServer:
         if binary is None:
             raise ServerError(MISSING)
         return [str(binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-                "-t", str(self.threads), "-c", str(self.context), "-np", "1", "--no-webui",
+                "-t", str(self.threads), "-c", str(self.context * self.parallel), "-np", str(self.parallel),
+                "--no-webui",
                 *self.extra_args]
 
     def __enter__(self) -> "LlamaServer":

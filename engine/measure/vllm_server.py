@@ -54,14 +54,15 @@ def ngram_config(k: int = 3, lookup_max: int = 3, lookup_min: int = 1) -> dict:
 
 class VllmServer(LlamaServer):
     """`with VllmServer(model_dir, speculative, log_dir=…) as server:` vLLM's OpenAI-compatible server on server.url
-    serving a transformers model folder as `name` (float32, eager), speculating with `speculative` (a vLLM
-    --speculative-config; None: plain) and reporting each request's speculative steps; stopped on exit."""
+    serving a transformers model folder as `name` (float32, eager, at most `parallel` requests at once), speculating
+    with `speculative` (a vLLM --speculative-config; None: plain) and reporting each request's speculative steps;
+    stopped on exit."""
 
     kind = "vLLM"
 
     def __init__(self, model: Path, speculative: dict | None = None, *, log_dir: Path, name: str = "served",
-                 context: int = 2048, kv_cache_gib: int = 1, start_timeout: float = 300.0) -> None:
-        super().__init__(model, log_dir=log_dir, context=context, start_timeout=start_timeout)
+                 context: int = 2048, kv_cache_gib: int = 1, start_timeout: float = 300.0, parallel: int = 8) -> None:
+        super().__init__(model, log_dir=log_dir, context=context, start_timeout=start_timeout, parallel=parallel)
         self.speculative, self.name, self.kv_cache_gib = speculative, name, kv_cache_gib
         self.log_path = log_dir / f"vllm-{self.port}.log"
 
@@ -72,7 +73,7 @@ class VllmServer(LlamaServer):
         command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
                    "--served-model-name", self.name, "--host", "127.0.0.1", "--port", str(self.port),
                    "--dtype", "float32", "--enforce-eager", "--max-model-len", str(self.context),
-                   "--max-num-seqs", "8"]
+                   "--max-num-seqs", str(self.parallel)]
         if self.speculative:
             command += ["--speculative-config", json.dumps(self.speculative),
                         "--per-request-spec-decode-metrics", "detailed"]

@@ -155,7 +155,9 @@ def _check_engine_settings(args: argparse.Namespace) -> None:
         sampling_from_args(args)
         check_generation_args(args)
     elif args.command == "bench":
+        from engine.measure.bench import check_bench_args
         from engine.measure.compare import parse_sweep
+        check_bench_args(args)
         for text in args.config:
             if parse_remote(text) is None:
                 parse_spec(text)

@@ -90,3 +90,21 @@ def test_the_greedy_reply_is_repeatable_and_max_tokens_counts_tokens(server):
     two = run(engine, "Count from one to ten.", max_new_tokens=12)[-1]
     assert one.output_ids == two.output_ids and one.stop_reason == "max-new-tokens"
     assert one.stats.committed_tokens == 12 == len(one.output_ids)
+
+
+def test_bench_concurrency_prints_a_row_per_number_of_streams(server, capsys):
+    """`specscope bench --model URL --concurrency 1,4`: one row per N, each with the server's tokens and a positive
+    aggregate tok/s, and the server's acceptance summed over the streams' own per-request figures."""
+    from engine.cli.main import main
+    code = main(["bench", "--model", server.url + "/v1", "--concurrency", "1,4", "--max-new-tokens", "16"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    rows = {}
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.strip("│ ").split("│")]
+        if len(cells) == 8 and cells[0].isdigit():
+            rows[int(cells[0])] = cells
+    assert sorted(rows) == [1, 4], out
+    for n, cells in rows.items():
+        assert 0 < int(cells[1]) <= 16 * n and float(cells[3]) > 0, cells  # tokens, aggregate tok/s
+    assert "speculation figures from: request" in out
