@@ -11,6 +11,9 @@ import time
 
 import pytest
 
+from engine.core.config import SamplingConfig
+from engine.core.errors import ConfigError
+
 import engine.drafters  # noqa: F401  (the method registry: a reply's plain method)
 from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified
 from engine.measure.vllm_server import (MISSING_VLLM, VllmServer, built_in_model_folder, find_vllm_python,
@@ -90,6 +93,27 @@ def test_the_greedy_reply_is_repeatable_and_max_tokens_counts_tokens(server):
     two = run(engine, "Count from one to ten.", max_new_tokens=12)[-1]
     assert one.output_ids == two.output_ids and one.stop_reason == "max-new-tokens"
     assert one.stats.committed_tokens == 12 == len(one.output_ids)
+
+
+def test_a_local_prompt_lookup_draft_verified_by_the_server_gives_its_own_greedy_text(server):
+    """Drafts made here, each round verified by vLLM (its prompt log-probabilities): the reply is the server's own
+    greedy reply, token for token, with drafts accepted; the round's time has a network share."""
+    from engine.core.config import parse_spec
+    from engine.runtime import load_engine
+    engine = load_engine(server.url)
+    message = [{"role": "user", "content": REPEAT}]
+    own = run(engine, message, max_new_tokens=40)[-1]
+    started, rounds, revised, ours = run(engine, message, spec=parse_spec("prompt-lookup:k=4"), max_new_tokens=40)
+    assert started.method == "prompt-lookup" and started.backend == "remote" and revised is None
+    assert any("recomputes the whole context" in note for note in started.notes)
+    assert ours.error is None and ours.text == own.text and ours.stop_reason == own.stop_reason
+    assert list(ours.output_ids) == list(own.output_ids)[:len(ours.output_ids)]
+    assert ours.stats.accepted_tokens > 0 and ours.stats.target_passes < len(ours.output_ids)
+    assert all(0 < r.network_seconds <= r.verify_seconds for r in rounds)
+    with pytest.raises(ConfigError, match="top-k to 20 or less"):
+        engine.generate(message, spec=parse_spec("prompt-lookup:k=4"), sampling=SamplingConfig(temperature=0.7))
+    with pytest.raises(ConfigError, match="drafts from the text alone: prompt-lookup"):
+        engine.validate(parse_spec("early-exit:layers=4"))
 
 
 def test_bench_concurrency_prints_a_row_per_number_of_streams(server, capsys):
