@@ -77,6 +77,7 @@ class Palette:
     series_histogram: str
     series_draft_time: str
     series_verify_time: str
+    series_network_time: str = "#cc79a7"  # a target on a server: the network's share of a round
     # colour-by scales (gui.views.chat.colouring), low → high, light enough (dark: dark enough) for `text` on them
     scale_probability: tuple[str, ...] = ()  # yellow → bluish green: acceptance probability, draft confidence
     scale_entropy: tuple[str, ...] = ()  # pale blue → lilac: the target's entropy
@@ -100,7 +101,7 @@ LIGHT = Palette(
     },
     series_cumulative="#009e73", series_rolling="#7cc9ae", series_speed="#0072b2", series_speed_rolling="#8fbfe0",
     series_baseline="#6b7280", series_bars="#009e73", series_histogram="#0072b2",
-    series_draft_time="#e69f00", series_verify_time="#0072b2",
+    series_draft_time="#e69f00", series_verify_time="#0072b2", series_network_time="#cc79a7",
     scale_probability=("#fbefb0", "#cfe7a4", "#93d4b8"), scale_entropy=("#cfe3f8", "#bcc8f1", "#cfabea"),
 )
 
@@ -118,7 +119,7 @@ DARK = Palette(
     },
     series_cumulative="#3ccf9e", series_rolling="#1f7a5c", series_speed="#56b4e9", series_speed_rolling="#2f5f80",
     series_baseline="#9aa1ab", series_bars="#3ccf9e", series_histogram="#56b4e9",
-    series_draft_time="#e6a23c", series_verify_time="#56b4e9",
+    series_draft_time="#e6a23c", series_verify_time="#56b4e9", series_network_time="#d99cc0",
     scale_probability=("#4a4216", "#37561f", "#1c6550"), scale_entropy=("#1c3852", "#34407a", "#58337a"),
 )
 

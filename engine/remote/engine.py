@@ -30,7 +30,7 @@ from engine.core.events import Event, GenerationFinished, GenerationStarted, Rou
 from engine.core.methods import plain_method
 from engine.remote.client import (ServerAddress, ServerClient, ServerInfo, StreamCut, detect_server, metrics,
                                   parse_server_url)
-from engine.remote.steps import place_steps, placement_note, server_rounds
+from engine.remote.steps import SERVER_DRAFTER, place_steps, placement_note, server_rounds
 from engine.remote.verify import sampling_refusal, verify_refusal
 from engine.remote.metrics import (PREFIXES, SpecCounters, counters_from_metrics, counters_from_timings,
                                    spec_settings_from_props, speed_from_timings)
@@ -373,7 +373,7 @@ class _Reply:
 
     def _round(self, piece: str, token_id: int, p_target: float | None) -> RoundVerified:
         event = RoundVerified(
-            index=self.n_tokens, drafter="server", draft_ids=(), draft_pieces=(), n_accepted=0,
+            index=self.n_tokens, drafter=SERVER_DRAFTER, draft_ids=(), draft_pieces=(), n_accepted=0,
             target_id=token_id, target_status=TokenStatus.PLAIN, target_piece=piece, p_target=(), p_draft=(),
             p_target_of_target_id=p_target, committed_ids=(token_id,), committed_pieces=(piece,),
             draft_seconds=0.0, verify_seconds=0.0, elapsed_seconds=self.elapsed(),

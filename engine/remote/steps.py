@@ -27,6 +27,7 @@ from typing import Sequence
 from engine.core.events import RoundVerified, TokenStatus, target_status
 
 UNKNOWN_ID = -1  # a drafted token the server turned down and does not name
+SERVER_DRAFTER = "server"  # the drafter a server's rounds name (its own steps, not a round of SpecScope's loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +135,7 @@ def server_rounds(tokens: Sequence[RoundVerified], placement: Placement) -> tupl
         p_kept = probs[:kept] if all(p is not None for p in probs[:kept]) else ()
         own = step.accepted if reached else None
         rounds.append(RoundVerified(
-            index=index, drafter="server", draft_ids=ids[:kept] + (UNKNOWN_ID,) * unknown,
+            index=index, drafter=SERVER_DRAFTER, draft_ids=ids[:kept] + (UNKNOWN_ID,) * unknown,
             draft_pieces=pieces[:kept] + ("",) * unknown, n_accepted=step.accepted,
             target_id=ids[own] if own is not None else UNKNOWN_ID,
             target_status=target_status(step.drafted, step.accepted),

@@ -21,7 +21,7 @@ from engine.core.sampling import acceptance_probability
 from engine.core.tokens import DisplayToken
 
 MAX_ENTROPY_BITS = 8.0  # colour-by entropy: this many bits and more is the far end of the scale
-SERVER_DRAFTER = "server"  # the drafter a server's rounds name (engine.remote.engine: its steps, not our rounds)
+from engine.remote.steps import SERVER_DRAFTER  # the drafter a server's rounds name (its steps, not our rounds)
 UNNAMED_GHOST = "▯"  # what a draft a server turned down without naming it is drawn as (unnamed_draft)
 
 
@@ -73,9 +73,14 @@ class RoundRecord:
         return self.event.rollback_seconds
 
     @property
+    def network_seconds(self) -> float:
+        """The network's share of the verify time (a target on a server verifying drafts made here)."""
+        return self.event.network_seconds
+
+    @property
     def verify_seconds(self) -> float:
-        """The target's pass alone (the event's verify time less the rollback in it)."""
-        return max(0.0, self.event.verify_seconds - self.event.rollback_seconds)
+        """The target's pass alone (the event's verify time less the rollback and the network in it)."""
+        return max(0.0, self.event.verify_seconds - self.event.rollback_seconds - self.event.network_seconds)
 
     @property
     def seconds(self) -> float:
@@ -99,7 +104,8 @@ class RoundRecord:
                 **({"tree_depth": self.depth} if self.is_tree else {}), "committed": self.n_committed,
                 "draft_ms": round(1000 * self.draft_seconds, 3),
                 "verify_ms": round(1000 * self.verify_seconds, 3),
-                "rollback_ms": round(1000 * self.rollback_seconds, 3)}
+                "rollback_ms": round(1000 * self.rollback_seconds, 3),
+                **({"network_ms": round(1000 * self.network_seconds, 3)} if self.network_seconds else {})}
 
 
 def is_server_step(record: RoundRecord) -> bool:

@@ -1,9 +1,10 @@
 """The round timeline: one bar per round along the reply, in reply order, scrolling with it. Each bar stacks the
-round's draft time, the target's verify pass and the rollback after a rejection (milliseconds, one scale for the
-panel); under it a small box filled by the share of the drafted tokens the target accepted, or a grey dot for a
-plain round (the target's one token, no draft). A server's step (gui.sessions.rounds.is_server_step: a model on a
-server, which says when its tokens came and not how long drafting and verifying took) is one bar of its wall time,
-from the round before it to its own, and the panel says so in a line. Hovering a bar highlights its round's tokens
+round's draft time, the network (a target on a server), the target's verify pass and the rollback after a
+rejection (milliseconds, one scale for the panel); under it a small box filled by the share of the drafted tokens
+the target accepted, or a grey dot for a plain round (the target's one token, no draft). A server's step
+(gui.sessions.rounds.is_server_step: a model on a server, which says when its tokens came and not how long drafting
+and verifying took) is one bar of its wall time, from the round before it to its own, and the panel says so in a
+line. Hovering a bar highlights its round's tokens
 in the transcript and clicking picks it (the round focus, gui.views.main.round_focus); the focus it is shown is
 drawn here too.
 
@@ -76,13 +77,14 @@ def round_tooltip(record, step: float | None = None) -> str:
                    else "one token, no draft")
         return " · ".join((head, "server step", drafted, f"{ms_text(step)} since the step before "
                            "(the server doesn't split draft and verify time)"))
+    network = (f"network {ms_text(record.network_seconds)}",) if record.network_seconds else ()
     if not record.n_drafted:
-        return " · ".join((head, "plain decoding", "one token, no draft", f"verify {ms_text(record.verify_seconds)}"))
+        return " · ".join((head, "plain decoding", "one token, no draft", *network,
+                           f"verify {ms_text(record.verify_seconds)}"))
     drafted = (f"tree of {record.n_drafted} nodes verified, depth {record.depth}, kept {record.n_accepted}"
                if record.is_tree else f"drafted {record.n_drafted}, accepted {record.n_accepted}")
-    return " · ".join((head, record.drafter, drafted,
-                       f"draft {ms_text(record.draft_seconds)}", f"verify {ms_text(record.verify_seconds)}",
-                       f"rollback {ms_text(record.rollback_seconds)}"))
+    return " · ".join((head, record.drafter, drafted, f"draft {ms_text(record.draft_seconds)}", *network,
+                       f"verify {ms_text(record.verify_seconds)}", f"rollback {ms_text(record.rollback_seconds)}"))
 
 
 def share_scale(timelines) -> None:
@@ -177,7 +179,8 @@ class TimelineCanvas(QWidget):
         per_second = plot.height() / top_seconds
         hovered, selected = timeline.hovered_position(), timeline.selected_position()
         mark_top = plot.bottom() + MARK_GAP
-        colours = [QColor(c) for c in (p.series_draft_time, p.series_verify_time, timeline.rollback_colour())]
+        colours = [QColor(c) for c in (p.series_draft_time, p.series_network_time, p.series_verify_time,
+                                       timeline.rollback_colour())]
         accepted, dim, border = QColor(p.series_bars), QColor(p.text_dim), QColor(p.border)
         server = QColor(timeline.server_colour())
         band = QColor(p.accent)
@@ -194,7 +197,7 @@ class TimelineCanvas(QWidget):
             clipped = False
             painter.setPen(Qt.PenStyle.NoPen)
             times = ((step_seconds(timeline.rounds, position),) if is_server_step(record) else
-                     (record.draft_seconds, record.verify_seconds, record.rollback_seconds))
+                     (record.draft_seconds, record.network_seconds, record.verify_seconds, record.rollback_seconds))
             for seconds, colour in zip(times, (server,) if len(times) == 1 else colours):
                 if seconds <= 0:
                     continue
@@ -290,6 +293,7 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         self._shared_top = 0.0  # the tallest of the lanes it shares a scale with (share_scale)
         self._sums = [0, 0, 0.0]  # drafted, accepted, rollback seconds over the counted rounds
         self._server_steps = 0  # of the counted rounds, a server's steps (drawn as their wall time)
+        self._networked = False  # a counted round spent time on the network (a target on a server verifying)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -307,8 +311,8 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         caption.setSpacing(8)
         caption.addWidget(self.keys)
         caption.addWidget(self.totals, 1)
-        self.keys.setToolTip("One bar per round of the reply, in order: drafting, the target's verify pass and "
-                             "the rollback after a rejection. Under each bar, the share of its drafted tokens "
+        self.keys.setToolTip("One bar per round of the reply, in order: drafting, the network (a target on a "
+                             "server), the target's verify pass and the rollback after a rejection. Under each bar, the share of its drafted tokens "
                              "that was accepted; a dot is a plain round (one token, no draft). Hover a bar to "
                              "see its tokens in the transcript, click to pick it.")
         self.server_note = QLabel(SERVER_NOTE)  # said while the reply's rounds are a server's steps
@@ -342,6 +346,7 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         self.rounds, self.count = [], 0
         self.hovered = self.selected = self._hover_emitted = None
         self._tops, self._sums, self._follow, self._server_steps = [0.0, 0.0], [0, 0, 0.0], True, 0
+        self._networked = False
         self._sync_scroll()
         self._caption()
         self.canvas.update()
@@ -352,13 +357,14 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         fresh = rounds is not self.rounds or len(rounds) < self.count  # another reply's rounds
         if fresh:
             self.rounds, self.count = rounds, 0
-            self._tops, self._sums, self._server_steps = [0.0, 0.0], [0, 0, 0.0], 0
+            self._tops, self._sums, self._server_steps, self._networked = [0.0, 0.0], [0, 0, 0.0], 0, False
         elif len(rounds) == self.count:
             return
         for position in range(self.count, len(rounds)):
             record = rounds[position]
             server = is_server_step(record)
             self._server_steps += server
+            self._networked = self._networked or record.network_seconds > 0
             # the prefill round's pass also read the prompt: it would flatten the rest (it shows clipped)
             rest = int(record.index != 0)
             self._tops[rest] = max(self._tops[rest], step_seconds(rounds, position) if server else record.seconds)
@@ -392,8 +398,9 @@ class RoundTimeline(QWidget, RoundFocusPanel):
         p = self.palette_
         keys = [_swatch(self.server_colour(), "Server step")] if self._server_steps else []
         if self._server_steps < self.count or not self._server_steps:  # rounds of our own loop
-            keys += [_swatch(p.series_draft_time, "Draft"), _swatch(p.series_verify_time, "Verify"),
-                     _swatch(self.rollback_colour(), "Rollback")]
+            keys += [_swatch(p.series_draft_time, "Draft")]
+            keys += [_swatch(p.series_network_time, "Network")] if self._networked else []
+            keys += [_swatch(p.series_verify_time, "Verify"), _swatch(self.rollback_colour(), "Rollback")]
         self.keys.setText("&nbsp;&nbsp;".join(keys))
         self.server_note.setVisible(self._server_steps > 0)
         drafted, accepted, rollback = self._sums

@@ -291,3 +291,21 @@ def test_a_servers_steps_are_bars_of_their_wall_time_and_the_panel_says_so(qtbot
     assert round_tooltip(plain[3], 0.0).startswith("round 3 · server step · one token, no draft · 0.00 ms")
     timeline.clear()
     assert not timeline.server_note.isVisible() and "Draft" in timeline.keys.text()
+
+
+def test_a_round_verified_on_a_server_shows_its_network_share(qtbot):
+    """Drafts made here, verified on a server (engine.remote.verify): the bar stacks draft, network and verify."""
+    rounds = [dataclasses.replace(r, event=dataclasses.replace(r.event, verify_seconds=0.030, network_seconds=0.010,
+                                                               rollback_seconds=0.0, draft_seconds=0.0))
+              for r in fake_rounds(SpecConfig(method="prompt-lookup", k=3), 20)]
+    timeline = make_timeline(qtbot)
+    timeline.show_rounds(rounds)
+    assert "Network" in timeline.keys.text() and "Verify" in timeline.keys.text()
+    assert rounds[1].verify_seconds == pytest.approx(0.020) and rounds[1].network_seconds == 0.010
+    plot = timeline.canvas.plot_rect()
+    per_ms = plot.height() / timeline.scale_ms()
+    assert near(pixel(timeline, 1, plot.bottom() - 5 * per_ms), theme.LIGHT.series_network_time)  # the first 10 ms
+    assert near(pixel(timeline, 1, plot.bottom() - 20 * per_ms), theme.LIGHT.series_verify_time)
+    assert "· network 10.0 ms · verify 20.0 ms ·" in round_tooltip(rounds[1])
+    timeline.show_rounds(fake_rounds(SpecConfig(method="prompt-lookup", k=3), 20))
+    assert "Network" not in timeline.keys.text()
