@@ -95,12 +95,18 @@ def load_remote(name: str, progress: Callable[[str], None] | None = None, *, api
     return RemoteEngine(client, target, on_status=on_status, local_drafts=local_drafts)
 
 
-def exposure_note(info: ServerInfo, counters_seen: bool, own: bool = False) -> str:
+def exposure_note(info: ServerInfo, counters_seen: bool, own: bool = False, coloured: bool = False) -> str:
     """What this server tells about its speculation, in words (shown where token colours would be); `own`: it
-    gave this request's own figures (vLLM's per-request metrics)."""
+    gave this request's own figures (vLLM's per-request metrics), `coloured`: step by step, so every token got its
+    status."""
     if own:
         return (f"{info.kind} reported this request's own speculation (steps, drafted and accepted tokens); "
-                "tokens are shown plain")
+                + ("tokens are coloured by its steps" if coloured else "tokens are shown plain"))
+    if info.kind == "vllm" and counters_seen:
+        return ("vllm says which of its tokens were drafted when a reply ends, where it runs with "
+                "--per-request-spec-decode-metrics detailed: the reply streams plain, then is coloured by its steps; "
+                "else tokens stay plain and acceptance comes from "
+                + ("its /metrics counters" if info.metrics else "nowhere (no /metrics)"))
     if info.kind == "llama-server":
         where = "its /metrics counters and each response's timings" if info.metrics else \
             "each response's timings (start it with --metrics for per-position acceptance)"
@@ -182,8 +188,10 @@ class RemoteEngine:
             refusal = sampling_refusal(sampling.temperature, sampling.top_k)
             if refusal:
                 raise ConfigError(refusal)
+            from engine.core.recording import TOP_N  # the alternatives a recorded round keeps per position
             engine = self.drafting()
-            engine.runner.top_n = 1 if sampling.greedy else sampling.top_k
+            # the server's own alternatives where a round's tree is recorded (never the rows' thin-spread rest)
+            engine.runner.top_n = max(1 if sampling.greedy else sampling.top_k, TOP_N if record else 1)
             events = engine.generate(conversation, spec=spec, sampling=sampling, max_new_tokens=max_new_tokens,
                                      stop_strings=stop_strings, cancel=cancel, system=system, record=record)
             return _noted(events, VERIFY_NOTE.format(server=self.server.kind))
@@ -227,11 +235,12 @@ class RemoteEngine:
              cancel: threading.Event) -> Iterator[Event]:
         before = self._counters()
         note = exposure_note(self.server, True)
+        told = self.server.kind == "vllm"  # it may say at the end: information, not a problem
         yield GenerationStarted(
             spec_label=f"server ({self.server.kind})", method=plain_method().name, k=0, model=self.target.label, draft=None,
             device=self.target.device, dtype=self.target.dtype_label, greedy=sampling.greedy, prompt_tokens=0,
-            reused_prefix_tokens=0, max_new_tokens=max_new_tokens, warnings=warnings + (note,),
-            backend=self.target.backend)
+            reused_prefix_tokens=0, max_new_tokens=max_new_tokens, warnings=warnings + (() if told else (note,)),
+            notes=(note,) if told else (), backend=self.target.backend)
         reply = _Reply(started=time.perf_counter())
         try:
             for chunk in self.client.stream("/v1/chat/completions", payload, cancel):
@@ -278,7 +287,8 @@ class RemoteEngine:
                       server_prompt_seconds=prompt_seconds, server_tok_per_s=server_tok_per_s)
         if own is not None:  # the request's own figures (vLLM's per-request metrics): nobody else's requests in them
             return ServerStats(source="request", drafts=own[0], draft_tokens=own[1], accepted_tokens=own[2],
-                               accepted_per_position=own[3], note=exposure_note(self.server, True, own=True),
+                               accepted_per_position=own[3],
+                               note=exposure_note(self.server, True, own=True, coloured=reply.revised),
                                **common)
         if after is not None:
             delta = after.minus(before)

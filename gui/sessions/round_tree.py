@@ -255,10 +255,12 @@ def round_tree(record: RoundRecord | None) -> RoundTree | None:
     # a tree round's record keeps no draws (engine.core.loop.verify_tree_pass): greedy or sampled is not told
     greedy = None if detail is None or not m or record.event.is_tree else all(d is None for d in draws)
     target = _target_node(record, greedy)
-    times = (("draft", record.draft_seconds), ("verify", record.verify_seconds),
-             ("rollback", record.rollback_seconds))
-    rule = "" if greedy is None else GREEDY_RULE if greedy else SAMPLED_RULE
     server = is_server_step(record)
+    network = (("network", record.network_seconds),) if record.network_seconds else ()
+    # a server's step has no times of its own to split (the timeline shows its wall time)
+    times = () if server else (("draft", record.draft_seconds), *network, ("verify", record.verify_seconds),
+                               ("rollback", record.rollback_seconds))
+    rule = "" if greedy is None else GREEDY_RULE if greedy else SAMPLED_RULE
     note = "" if detail is not None else SERVER_STEP_NOTE if server else NOT_RECORDED
     head = (f"Round {record.index}" + (" (prefill)" if record.index == 0 else "")
             + f" · {drafter_label(record.drafter)}")

@@ -84,7 +84,8 @@ def test_a_speculating_vllm_reply_counts_tokens_and_the_requests_own_steps(serve
     assert (len(drafting), sum(len(r.draft_ids) for r in drafting), sum(r.n_accepted for r in drafting)) == \
         (delta.drafts, delta.draft_tokens, delta.accepted_tokens)
     assert (finished.stats.drafting_rounds, finished.stats.drafted_tokens) == (delta.drafts, delta.draft_tokens)
-    assert any("per-request-spec-decode-metrics" in w for w in started.warnings)
+    assert any("per-request-spec-decode-metrics" in n for n in started.notes) and not started.warnings
+    assert "tokens are coloured by its steps" in server_stats.note
 
 
 def test_the_greedy_reply_is_repeatable_and_max_tokens_counts_tokens(server):

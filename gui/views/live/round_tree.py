@@ -41,7 +41,9 @@ def node_text(node: TreeNode) -> str:
 
 def tree_lines(tree: RoundTree) -> list[str]:
     """Everything the view shows of a tree, as text, in the order it is drawn."""
-    out = [tree.title, " · ".join(f"{what} {ms_text(seconds)}" for what, seconds in tree.times)]
+    out = [tree.title]
+    if tree.times:  # a server's step has none of its own
+        out.append(" · ".join(f"{what} {ms_text(seconds)}" for what, seconds in tree.times))
     out += [line for line in (tree.reason, tree.rule, tree.note) if line]
     if tree.is_tree:
         return out + branch_lines(tree)

@@ -95,8 +95,12 @@ class TreeSketch:
 
     def _times(self, times) -> None:
         """The round's time, each part with its swatch, then one bar split by the parts."""
+        if not times:
+            return
         p = self.palette
-        colours = (p.series_draft_time, p.series_verify_time, p.error)  # as the timeline's bars
+        by_part = {"draft": p.series_draft_time, "network": p.series_network_time, "verify": p.series_verify_time,
+                   "rollback": p.error}  # as the timeline's bars
+        colours = [by_part.get(what, p.text_dim) for what, _ in times]
         metrics, x = QFontMetricsF(self.small), float(PAD)
         for (what, seconds), colour in zip(times, colours):
             label = f"{what} {ms_text(seconds)}"
