@@ -153,18 +153,36 @@ def local_engine(target: LoadedModel, *, consent: Consent | None = None, on_stat
 
 class ServerDrafts(DraftProvider):
     """What a target on a server gets (engine.remote.verify): drafters that draft from the text alone (the lookup
-    methods: no model, no states of the target's to read), built here; no verify-cost curve (its passes are the
+    methods) or with a draft model loaded here (on its own best backend and device) of the server model's tokenizer;
+    none that reads the target's own states, which stay on the server. No verify-cost curve (its passes are the
     server's)."""
 
     def validate(self, spec: SpecConfig) -> None:
         info = spec.info
-        if not info.lookup:
+        if not info.lookup and (not info.needs_draft or info.needs_target_runner or info.reads_head):
             from engine.core.methods import methods
             lookups = ", ".join(m.name for m in methods() if m.lookup)
-            raise ConfigError(f"{spec.label()} drafts with a model or the target's own states, which are on the "
-                              f"server; with {self.target.label} SpecScope drafts from the text alone: {lookups}")
+            raise ConfigError(f"{spec.label()} drafts from the target's own states, which are on the server; with "
+                              f"{self.target.label} SpecScope drafts from the text alone ({lookups}) or with a "
+                              "draft model here (draft-model)")
+        draft = self.draft_model(spec.draft) if info.needs_draft else None
+        if draft is not None:  # the same tokenizer: a draft through text would ask the server to tokenize each round
+            check_tokenizers(self.target.tokenizer, draft.tokenizer, self.target.label, draft.label)
         if info.check is not None:
-            info.check(spec, self.target, None)
+            info.check(spec, self.target, draft)
+
+    def draft_model(self, name: str) -> LoadedModel:
+        """A draft loaded here, where it runs best (its own backend and device: the target's are the server's)."""
+        if self._draft is not None and self._draft.name == name:
+            return self._draft
+        answers = self.consent()
+        safety_check(name, answers)
+        self._status(f"Loading draft model {name}…")
+        draft = self._draft_loader(name, progress=self._status, trust_remote_code=name in answers.remote_code_allowed,
+                                   allow_pickle=name in answers.pickle_allowed)
+        self._forget_drafter()
+        self._draft = draft
+        return draft
 
     def verify_curve(self, k: int) -> VerifyCost | None:
         return None
@@ -173,13 +191,14 @@ class ServerDrafts(DraftProvider):
         return None
 
 
-def drafting_on_server(remote) -> Engine:
-    """The Engine that drafts here and verifies each round on `remote`'s server (a RemoteEngine that can verify)."""
+def drafting_on_server(remote, consent: Consent | None = None) -> Engine:
+    """The Engine that drafts here and verifies each round on `remote`'s server (a RemoteEngine that can verify);
+    `consent`: the user's answers for a draft model."""
     from engine.remote.verify import server_target
     info, target = remote.server, remote.target
     model = server_target(remote.client, info, target.model_id, target.name, target.label,
                           f"{info.kind} at {target.address.url}")
-    return Engine(model, ServerDrafts(model, on_status=remote.on_status), on_status=remote.on_status)
+    return Engine(model, ServerDrafts(model, consent=consent, on_status=remote.on_status), on_status=remote.on_status)
 
 
 def quiet_libraries() -> None:
@@ -218,7 +237,8 @@ def load_engine(name: str, progress: Progress | None = None, *, device: str = "a
     from engine.models.sources import is_server_url
     if is_server_url(name):  # a model on an inference server: nothing loads here (engine.remote.engine)
         from engine.remote.engine import load_remote
-        remote = load_remote(name, progress, on_status=on_status, local_drafts=drafting_on_server)
+        remote = load_remote(name, progress, on_status=on_status,
+                             local_drafts=functools.partial(drafting_on_server, consent=consent))
         if compile and progress is not None:
             progress(compile_note(remote.target.backend))
         return remote

@@ -44,7 +44,9 @@ class TokenizerDifference:
     """The first difference that makes a draft unusable for a target.
 
     kind: "vocab-kind" (target/draft: the kinds), "vocab-size" (the sizes), "bos" / "eos" (the ids, with
-    their token texts in target_text/draft_text), or "token" (token_id; target/draft: the texts)."""
+    their token texts in target_text/draft_text), "token" (token_id; target/draft: the texts) or "encoding" (a
+    text, in target_text, that the two encode to other ids: target/draft, the id tuples; a target whose vocabulary
+    is not read here, a server's)."""
 
     kind: str
     target: object
@@ -62,6 +64,8 @@ class TokenizerDifference:
         if self.kind in ("bos", "eos"):
             return (f"{self.kind.upper()} tokens differ: target {self.target} ({self.target_text!r}), "
                     f"draft {self.draft} ({self.draft_text!r})")
+        if self.kind == "encoding":
+            return f"{self.target_text!r} encodes to {list(self.target)} for the target, {list(self.draft)} for the draft"
         return f"token {self.token_id} differs: target {self.target!r}, draft {self.draft!r}"
 
 
@@ -124,7 +128,11 @@ def _facts(tokenizer) -> TokenizerFacts:
 
 def tokenizer_difference(target_tok, draft_tok) -> TokenizerDifference | None:
     """The first difference that makes `draft_tok` unusable as a drafter for `target_tok` (tokenizers or
-    their TokenizerFacts), or None."""
+    their TokenizerFacts), or None. A target tokenizer that can't list its vocabulary here (a server's) tells its
+    own difference from the draft's (`difference_from`)."""
+    own = getattr(target_tok, "difference_from", None)
+    if own is not None:
+        return own(draft_tok)
     return facts_difference(_facts(target_tok), _facts(draft_tok))
 
 
@@ -147,6 +155,8 @@ def explain_mismatch(difference: TokenizerDifference) -> str:
         where = "start" if d.kind == "bos" else "end"
         detail = (f"they mark the {where} of a text with different tokens (target {d.target} ({d.target_text!r}), "
                   f"draft {d.draft} ({d.draft_text!r}))")
+    elif d.kind == "encoding":
+        detail = f"{d.target_text!r} is pieces {list(d.target)} for the target but {list(d.draft)} for the draft"
     else:
         detail = f"piece number {d.token_id:,} is {d.target!r} for the target but {d.draft!r} for the draft"
     return f"These two models split text into different pieces: {detail}. {_ADVICE}"

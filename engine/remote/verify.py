@@ -1,5 +1,6 @@
-"""Local drafts, a target on a server: SpecScope drafts here (a lookup in the text: prompt-lookup, suffix, n-gram)
-and the server verifies each round in one request, so the drafts run where the user is and the model where it is
+"""Local drafts, a target on a server: SpecScope drafts here (a lookup in the text: prompt-lookup, suffix, n-gram;
+or a draft model loaded here whose tokenizer is the served model's, told by probe texts: `difference_from`) and
+the server verifies each round in one request, so the drafts run where the user is and the model where it is
 served.
 
 The server must give the target's log-probabilities of tokens it is given: vLLM's `/v1/completions` does
@@ -36,6 +37,8 @@ MAX_TOP_N = 20  # vLLM's default --max-logprobs: the most alternatives a row can
 ROW_WIDTH = 1 << 18  # ids a row spans at least (every vocabulary we know is smaller; wider where an id is larger)
 TOKEN_ID = "token_id:"
 PING_EVERY = 16  # rounds between two measurements of the network's round trip
+PROBES = ("Hello, world! How are you today?", "def add(items):\n    return sum(i.price for i in items)\n",
+          "naïve café, 東京タワー, 🙂 — 1234567", "  spaces\tand\nnew lines  ")  # a draft's tokenizer must agree
 
 
 def verify_refusal(info: ServerInfo) -> str | None:
@@ -221,6 +224,21 @@ class ServerTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in ids if not (skip_special_tokens and int(i) in self.eos_ids)]
         return self.calls.text(ids) if ids else ""
+
+    def difference_from(self, draft) -> "TokenizerDifference | None":
+        """engine.core.compat.tokenizer_difference for a server's tokenizer, whose vocabulary is not listed here:
+        probe texts (words, code, accents, CJK, an emoji) must encode to the same ids on the server and in the
+        draft's tokenizer, and its end of turn must be the same piece."""
+        from engine.core.compat import TokenizerDifference
+        for text in PROBES:
+            ours, theirs = self.calls.text_ids(text), list(draft.encode(text, add_special_tokens=False))
+            if ours != theirs:
+                return TokenizerDifference("encoding", tuple(ours), tuple(theirs), target_text=text)
+        for token in sorted(self.eos_ids):
+            mine, its = self.calls.text([token]), draft.decode([token])
+            if mine != its:
+                return TokenizerDifference("eos", token, token, target_text=mine, draft_text=its)
+        return None
 
 
 def end_of_turn_ids(calls: ServerCalls) -> frozenset[int]:

@@ -111,9 +111,12 @@ def test_a_local_prompt_lookup_draft_verified_by_the_server_gives_its_own_greedy
     assert list(ours.output_ids) == list(own.output_ids)[:len(ours.output_ids)]
     assert ours.stats.accepted_tokens > 0 and ours.stats.target_passes < len(ours.output_ids)
     assert all(0 < r.network_seconds <= r.verify_seconds for r in rounds)
+    # a draft model here of the server model's tokenizer (the built-in GGUF on llama.cpp) drafts for it too
+    drafted = run(engine, message, spec=parse_spec("draft-model:k=3,draft=default"), max_new_tokens=40)[-1]
+    assert drafted.error is None and drafted.text == own.text and drafted.stats.accepted_tokens > 0
     with pytest.raises(ConfigError, match="top-k to 20 or less"):
         engine.generate(message, spec=parse_spec("prompt-lookup:k=4"), sampling=SamplingConfig(temperature=0.7))
-    with pytest.raises(ConfigError, match="drafts from the text alone: prompt-lookup"):
+    with pytest.raises(ConfigError, match="drafts from the target's own states, which are on the server"):
         engine.validate(parse_spec("early-exit:layers=4"))
 
 

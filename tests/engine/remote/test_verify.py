@@ -124,3 +124,36 @@ def test_a_server_error_is_one_sentence():
     bare = ServerCalls(ScriptedClient(lambda e, p: (200, {"choices": [{"logprobs": None}]})), "m")
     with pytest.raises(ServerError, match="no prompt log-probabilities"):
         bare.rows(PROMPT, 3, 1)
+
+
+class LocalTokenizer:
+    """A draft's tokenizer: encodes by a table."""
+
+    def __init__(self, table: dict[str, list[int]], eos_text: str = "<|im_end|>") -> None:
+        self.table, self.eos_text = table, eos_text
+
+    def encode(self, text, add_special_tokens=False):
+        return self.table[text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return self.eos_text
+
+
+def test_a_draft_of_the_servers_tokenizer_is_told_by_probe_texts():
+    from engine.core.compat import explain_mismatch, tokenizer_difference
+    from engine.remote.verify import PROBES
+    served = {text: [i + 1, i + 2] for i, text in enumerate(PROBES)}
+
+    def server(endpoint, payload):
+        if endpoint == "/tokenize":
+            return 200, {"tokens": served[payload["prompt"]]}
+        return 200, {"prompt": "<|im_end|>"}
+    tokenizer = ServerTokenizer(ServerCalls(ScriptedClient(server), "m"), {2})
+    assert tokenizer_difference(tokenizer, LocalTokenizer(dict(served))) is None
+    other = dict(served, **{PROBES[2]: [7]})
+    difference = tokenizer_difference(tokenizer, LocalTokenizer(other))
+    assert difference.kind == "encoding" and difference.target_text == PROBES[2]
+    assert "encodes to [3, 4] for the target, [7] for the draft" in str(difference)
+    assert "is pieces [3, 4] for the target but [7] for the draft" in explain_mismatch(difference)
+    ends = tokenizer_difference(tokenizer, LocalTokenizer(dict(served), eos_text="</s>"))
+    assert ends.kind == "eos" and ends.draft_text == "</s>"
