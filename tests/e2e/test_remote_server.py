@@ -22,6 +22,7 @@ from engine.core.events import GenerationFinished, GenerationStarted, RoundVerif
 from engine.remote.engine import load_remote
 from engine.remote.metrics import counters_from_metrics
 from engine.models.sources import default_model_gguf
+from json_handler import JsonHandler
 from llama_server_kit import SKIP_REASON, LlamaServer, closed_port, find_llama_server
 
 needs_server = pytest.mark.skipif(find_llama_server() is None, reason=SKIP_REASON)
@@ -192,14 +193,11 @@ def test_a_closed_port_is_said_plainly():
         load_remote(f"http://127.0.0.1:{closed_port()}")
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     """A web server that is not an inference server (or, with `slow`, one that goes silent mid-reply)."""
 
     slow = False
     seen_auth: list = []
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         type(self).seen_auth.append(self.headers.get("Authorization"))
@@ -217,13 +215,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.flush()
         time.sleep(3)  # silent past the client's read timeout
-
-    def _send(self, status, body, kind="application/json"):
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
 @pytest.fixture

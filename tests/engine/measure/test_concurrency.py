@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from json_handler import JsonHandler
+
 from engine.cli.main import build_parser, main
 from engine.core.config import SamplingConfig
 from engine.core.errors import ConfigError, ServerError
@@ -30,7 +32,7 @@ WORDS = ["Served", " at", " once", "."]
 STEPS = {"num_spec_steps": 2, "num_draft_tokens": 6, "num_accepted_draft_tokens": 3}
 
 
-class _Server(http.server.BaseHTTPRequestHandler):
+class _Server(JsonHandler):
     """/v1/models names one model owned by vllm; a chat streams WORDS after `delay` seconds, then the usage and (with
     `speculates`) this request's speculative decoding metrics; `fail_after` requests, it sends an error instead.
     `active`/`most` count the chats served at once."""
@@ -38,9 +40,6 @@ class _Server(http.server.BaseHTTPRequestHandler):
     delay, speculates, fail_after = 0.05, True, None
     lock = threading.Lock()
     active = most = served = 0
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         if self.path == "/v1/models":
@@ -75,13 +74,6 @@ class _Server(http.server.BaseHTTPRequestHandler):
         if self.speculates:
             last["metrics"] = {"speculative_decoding": STEPS}
         return chunks + [last]
-
-    def _send(self, status, body):
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
 @contextlib.contextmanager

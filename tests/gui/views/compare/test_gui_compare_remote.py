@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+from json_handler import JsonHandler
+
 from engine.measure.compare import with_plain_first
 from engine.core.config import SpecConfig, parse_spec
 from engine.core.errors import ConfigError
@@ -19,13 +21,10 @@ WAIT_MS = 10_000
 WORDS = ["Served", " from", " elsewhere", "."]
 
 
-class _FakeServer(http.server.BaseHTTPRequestHandler):
+class _FakeServer(JsonHandler):
     """/v1/models lists one model; /v1/chat/completions streams WORDS as SSE chunks; the rest is 404."""
 
     posts: list = []
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         if self.path == "/v1/models":
@@ -43,13 +42,6 @@ class _FakeServer(http.server.BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
-
-    def _send(self, status, body):
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
 @pytest.fixture
