@@ -111,3 +111,16 @@ class RevisingEngine(FakeEngine):
                     if cancel is not None and cancel.is_set():
                         break
             yield event
+
+
+def fold(session, events) -> None:
+    """A reply's events into `session` (revised_events' stream, or any other)."""
+    for event in events:
+        if isinstance(event, GenerationStarted):
+            session.start(event)
+        elif isinstance(event, RoundVerified):
+            session.apply_round(event)
+        elif isinstance(event, RoundsRevised):
+            session.revise(event)
+        else:
+            session.finish(event)

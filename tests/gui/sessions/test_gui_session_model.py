@@ -6,12 +6,10 @@ import dataclasses
 
 import pytest
 
-from engine.core.config import SpecConfig
-from engine.core.events import GenerationFinished, GenerationStarted, RoundsRevised, RoundVerified, TokenStatus
+from engine.core.events import GenerationFinished, GenerationStarted, RoundVerified, TokenStatus
 from engine.core.stats import StatsAccumulator
 from engine.core.tokens import fold_round
 import revised_events
-from fakes import FakeEngine
 from gui.sessions.session_model import SessionModel
 
 
@@ -147,23 +145,10 @@ def test_rolling_series_forget_what_left_their_window():
 
 
 
-def fold(session: SessionModel, events) -> None:
-    """A reply's events into `session` (revised_events' stream, or any other)."""
-    for event in events:
-        if isinstance(event, GenerationStarted):
-            session.start(event)
-        elif isinstance(event, RoundVerified):
-            session.apply_round(event)
-        elif isinstance(event, RoundsRevised):
-            session.revise(event)
-        else:
-            session.finish(event)
-
-
 def test_revised_rounds_replace_the_replys_tokens_rounds_and_figures():
     session = SessionModel()
     session.add_user("hi")
-    fold(session, revised_events.events()[:-2])  # started and the plain rounds
+    revised_events.fold(session, revised_events.events()[:-2])  # started and the plain rounds
     turn = session.current
     assert [t.status for t in turn.tokens] == [TokenStatus.PLAIN] * 8 and len(turn.rounds) == 8
     version = session.live.version
@@ -192,10 +177,10 @@ def test_revised_rounds_replace_the_replys_tokens_rounds_and_figures():
 def test_a_revision_leaves_the_turns_before_it_alone():
     session = SessionModel()
     session.add_user("one")
-    fold(session, revised_events.events())
+    revised_events.fold(session, revised_events.events())
     first = list(session.tokens)
     session.add_user("two")
-    fold(session, revised_events.events())
+    revised_events.fold(session, revised_events.events())
     assert session.tokens[:11] == first and session.turns[1].tokens == first
     second = session.turns[3]
     assert [t.serial for t in second.tokens] == list(range(11, 22)) and session.tokens[11:] == second.tokens

@@ -10,7 +10,6 @@ from PySide6.QtGui import QColor, QHelpEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from engine.core.config import SpecConfig, parse_spec
-from engine.core.events import GenerationFinished, GenerationStarted
 import revised_events
 from fakes import FakeEngine
 from gui import theme
@@ -26,14 +25,8 @@ WAIT_MS = 10_000
 def fake_rounds(spec: SpecConfig, tokens: int, record: bool = True) -> list[RoundRecord]:
     """A reply's RoundRecords as the chat folds them, from the scripted engine."""
     session = SessionModel()
-    for event in FakeEngine().generate([{"role": "user", "content": "tell me"}], spec=spec, max_new_tokens=tokens,
-                                       record=record):
-        if isinstance(event, GenerationStarted):
-            session.start(event)
-        elif isinstance(event, GenerationFinished):
-            session.finish(event)
-        else:
-            session.apply_round(event)
+    revised_events.fold(session, FakeEngine().generate([{"role": "user", "content": "tell me"}], spec=spec,
+                                                       max_new_tokens=tokens, record=record))
     return session.live.rounds
 
 
