@@ -26,7 +26,8 @@ from typing import Iterator
 
 from engine.core.config import SamplingConfig, SpecConfig, parse_spec
 from engine.core.errors import ConfigError
-from engine.core.events import RoundDetail, GenerationFinished, GenerationStarted, RoundVerified, TokenStatus, event_to_dict
+from engine.core.events import (GenerationFinished, GenerationStarted, RoundDetail, RoundsRevised, RoundVerified,
+                                TokenStatus, event_to_dict)
 from engine.core.stats import StatsAccumulator
 from gui.persistence.recorder import stats_from_dict
 
@@ -76,6 +77,8 @@ def _event_from_dict(data: dict):
     kind = data["type"]
     if kind == "round":
         return _round_from_dict(data)
+    if kind == "revised":  # a server's reply re-told as its own steps (engine.core.events.RoundsRevised)
+        return RoundsRevised(tuple(_round_from_dict(r) for r in data["rounds"]), str(data.get("note", "")))
     if kind == "started":
         fields = {name: data[name] for name in GenerationStarted.__slots__ if name in data}
         fields["warnings"] = tuple(fields.get("warnings", ()))
@@ -103,6 +106,8 @@ def load_recording(path: str | Path) -> tuple[dict, dict[str, Recording]]:
             started, rounds = event, []
         elif isinstance(event, RoundVerified):
             rounds.append(event)
+        elif isinstance(event, RoundsRevised):  # the replay shows the reply as it was revised
+            rounds = list(event.rounds)
         elif started is not None:
             recordings.setdefault(started.spec_label, Recording(started, tuple(rounds), event))
     return header, recordings

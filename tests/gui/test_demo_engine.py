@@ -72,6 +72,21 @@ def test_a_missing_or_broken_recording_is_one_clear_error(tmp_path):
         DemoEngine(broken)
 
 
+
+def test_a_recorded_server_reply_replays_as_it_was_revised(tmp_path):
+    """`specscope generate --json` of a vLLM reply holds its plain rounds and then their revision: the replay shows
+    the revised rounds (the server's steps)."""
+    import json
+
+    import revised_events
+    from engine.core.events import event_to_dict
+    path = tmp_path / "server.jsonl"
+    lines = [{"type": "recording", "prompt": "hi", "model": "m"}] + [event_to_dict(e) for e in revised_events.events()]
+    path.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    (recording,) = load_recording(path)[1].values()
+    assert recording.rounds == revised_events.revised_rounds()
+
+
 DEMO_WINDOW = """
 import sys
 from PySide6.QtCore import QTimer
