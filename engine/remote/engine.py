@@ -1,12 +1,15 @@
 """A model served elsewhere: `--model http(s)://HOST:PORT[/v1]` talks to an OpenAI-compatible server
 (llama-server, vLLM, SGLang, or another) and runs a chat as the same stream of events as engine.core.engine.
 
-`RemoteEngine.generate` has the local Engine's interface. It yields GenerationStarted, one plain
-RoundVerified per streamed token (the server verifies its own drafts and does not say which of its tokens
-were drafted, so none is coloured: `GenerationStarted.warnings` says what this server exposes), and
-GenerationFinished whose stats are measured here (tok/s, time to first token) with the server's own
-speculation counts, taken from /metrics before and after the request (or from the response's timings), in
-`GenerationFinished.server` (engine.core.stats.ServerStats) and in the stats' drafted/accepted counts.
+`RemoteEngine.generate` has the local Engine's interface. Plain decoding is the server's own reply (with its own
+speculation): GenerationStarted, one plain RoundVerified per streamed token (a server says which of its tokens were
+drafted nowhere while it streams: the started event's warnings or notes say what this server exposes), where vLLM
+reported its steps one RoundsRevised re-telling the reply as those steps (engine.remote.steps), and
+GenerationFinished whose stats are measured here (tok/s, time to first token) with the server's own speculation
+counts (the request's own metrics, else /metrics before and after the request, else the response's timings) in
+`GenerationFinished.server` (engine.core.stats.ServerStats) and in the stats' drafted/accepted counts. A SpecScope
+method drafts here and the server verifies each round (engine.remote.verify; the Engine that does it is built by
+engine.runtime and handed in as `local_drafts`), where the server can.
 
 A failure mid-reply (the stream cut, the server silent, an error event) ends the reply with
 stop_reason "server-error" and the message in `error`, the partial reply kept. Touches the network through
