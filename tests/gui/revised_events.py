@@ -86,9 +86,9 @@ def recorded_vllm() -> list:
     """A real vLLM reply (n-gram, k = 3: tests/fixtures/vllm_ngram_stream.json) as engine.remote's reader turns its
     chunks into plain rounds and then revises them: “The” “ cat” plain, “ sat on the” kept + “ mat”, 3 unnamed
     drafts turned down + “.”, and a last step a stop cut at its end of sequence (no text)."""
-    from engine.remote.engine import _Reply
+    from engine.remote.reply import StreamedReply
 
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     rounds = [event for chunk in json.loads(VLLM_STREAM.read_text()) for event in reply.take(chunk)]
     revised = reply.revise("vllm")
     return [started(), *rounds, revised, GenerationFinished(stop_reason="eos", text=reply.text,

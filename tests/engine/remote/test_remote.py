@@ -15,8 +15,8 @@ from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.errors import ConfigError, ServerError
 from engine.core.events import GenerationFinished, event_to_dict
 from engine.core.tokens import fold_round
-from engine.remote.engine import (RemoteEngine, RemoteTarget, _Reply, exposure_note, request_counts,
-                                  server_figures_words, with_server_counts)
+from engine.remote.engine import RemoteEngine, RemoteTarget, exposure_note, server_figures_words, with_server_counts
+from engine.remote.reply import StreamedReply, request_counts
 from engine.remote.client import ServerAddress, ServerClient, ServerInfo, error_text, parse_server_url
 from engine.remote.metrics import (SpecCounters, counters_from_metrics, counters_from_timings, metric_prefixes,
                                    parse_prometheus, spec_settings_from_props, speed_from_timings)
@@ -178,7 +178,7 @@ def _vllm_chunk(content=None, finish=None):
 
 
 def test_vllm_chunks_become_plain_rounds_of_unknown_id():
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     rounds = reply.take(_vllm_chunk(content="Hel")) + reply.take(_vllm_chunk(content="lo")) + \
         reply.take(_vllm_chunk(finish="length"))
     reply.take({"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
@@ -193,7 +193,7 @@ def test_llama_server_chunks_carry_ids_and_probabilities():
     chunk["choices"][0]["logprobs"] = {"content": [{"id": 1317, "token": " world", "logprob": -0.25,
                                                     "bytes": [32], "top_logprobs": []}]}
     chunk["timings"] = {"predicted_n": 1, "draft_n": 4, "draft_n_accepted": 3}
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     (event,) = reply.take(chunk)
     assert event.committed_ids == (1317,) and event.p_target_of_target_id == pytest.approx(math.exp(-0.25))
     assert reply.timings["draft_n"] == 4
@@ -202,12 +202,12 @@ def test_llama_server_chunks_carry_ids_and_probabilities():
 def test_logprobs_that_do_not_add_up_fall_back_to_the_chunk():
     chunk = _vllm_chunk(content="ab")
     chunk["choices"][0]["logprobs"] = {"content": [{"id": 5, "token": "a", "logprob": -1.0}]}
-    (event,) = _Reply(started=0.0).take(chunk)
+    (event,) = StreamedReply(started=0.0).take(chunk)
     assert event.committed_ids == (-1,) and event.text == "ab"
 
 
 def test_an_error_event_ends_the_reply_with_its_message():
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     reply.take(_vllm_chunk(content="partial"))
     assert reply.take({"error": {"code": 500, "message": "KV cache is full"}}) == []
     assert reply.stop_reason() == "server-error" and "KV cache is full" in reply.error
@@ -262,7 +262,7 @@ def test_exposure_notes_say_what_the_server_gives():
 
 def test_server_counts_fill_the_stats_with_the_designs_definitions():
     accumulator = StatsAccumulator(0)
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     for piece in "abcdefghij":
         accumulator.add_round(reply.take(_vllm_chunk(content=piece))[0])
     server = ServerStats(server="vllm", url="https://h:1", source="metrics", drafts=3, draft_tokens=9,
@@ -287,7 +287,7 @@ VLLM_STREAM = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_ngram_str
 
 def test_a_real_vllm_stream_counts_tokens_not_chunks_and_its_request_figures():
     chunks = json.loads(VLLM_STREAM.read_text())
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     rounds = [event for chunk in chunks for event in reply.take(chunk)]
     # the end of sequence comes as a last piece that the text leaves out but the logprobs name (id 2)
     assert [r.text for r in rounds] == ["The", " cat", " sat", " on", " the", " mat", ".", ""]
@@ -323,7 +323,7 @@ def test_a_real_vllm_stream_counts_tokens_not_chunks_and_its_request_figures():
 def test_a_reply_whose_steps_dont_fit_its_chunks_stays_plain_and_says_why():
     chunks = json.loads(VLLM_STREAM.read_text())
     chunks[-1]["metrics"]["speculative_decoding"]["per_step_accepted"] = [3, 3, 3]  # 9 tokens or more
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     for chunk in chunks:
         reply.take(chunk)
     revised = reply.revise("vllm")
@@ -335,18 +335,18 @@ def test_summary_metrics_or_a_cut_stream_leave_the_reply_as_it_streamed():
     chunks = json.loads(VLLM_STREAM.read_text())
     for key in ("per_step_accepted", "per_step_drafted"):
         del chunks[-1]["metrics"]["speculative_decoding"][key]
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     for chunk in chunks:
         reply.take(chunk)
     assert reply.revise("vllm") is None
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     for chunk in json.loads(VLLM_STREAM.read_text())[:4]:  # no last chunk: no metrics
         reply.take(chunk)
     assert reply.revise("vllm") is None
 
 
 def test_token_bytes_split_across_chunks_decode_once_whole():
-    reply = _Reply(started=0.0)
+    reply = StreamedReply(started=0.0)
     e_acute = "é".encode()
     first = _vllm_chunk(content="caf")
     first["choices"][0]["logprobs"] = {"content": [
