@@ -29,7 +29,7 @@ import time
 from collections import deque
 from typing import Sequence
 
-from engine.core.errors import ConfigError, ServerError
+from engine.core.errors import ServerError
 from engine.core.runner import Runner
 from engine.remote.client import ServerClient, ServerInfo, error_text
 
@@ -254,12 +254,6 @@ def end_of_turn_ids(calls: ServerCalls) -> frozenset[int]:
         if calls.text(tail[:n]).strip() == "ok":
             return frozenset({tail[n]})
     return frozenset()
-
-
-def check_sampling(sampling) -> None:
-    why = sampling_refusal(sampling.temperature, sampling.top_k)
-    if why:
-        raise ConfigError(why)
 
 
 class ServerSource:
