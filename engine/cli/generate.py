@@ -59,8 +59,9 @@ def cmd_generate(args) -> int:
         note = _backend_note(args.model, engine.target, spec.method, args.backend)
         line = start_line(engine.target, spec.label(), "" if note in heard and sys.stderr.isatty() else note)
         finished = _print_coloured(events, line, show_rejected=not args.hide_rejected)
-    # a server's reply that broke off (stream cut, server silent): the partial reply is out, the status says so
-    broke_off = finished is not None and finished.server is not None and finished.error
+    # a server's reply that broke off (stream cut, server silent, a verifying request failed): the partial reply is
+    # out, the status says so
+    broke_off = finished is not None and finished.stop_reason == "server-error"
     return EXIT_BAD_INPUT if broke_off else 0
 
 

@@ -22,7 +22,7 @@ from engine.core.chat import Conversation, IncrementalDetokenizer, normalize_con
 from engine.core.config import SamplingConfig, SpecConfig
 from engine.core.draft_length import DraftLengthPolicy
 from engine.core.drafting import Drafter, Proposal
-from engine.core.errors import ConfigError, PromptTooLongError
+from engine.core.errors import ConfigError, PromptTooLongError, ServerError
 from engine.core.events import Event, GenerationFinished, GenerationStarted
 from engine.core.loop import Checked, Generation, Verdict, commit_round, room_left, verify_pass, verify_tree_pass
 from engine.core.runner import Runner
@@ -186,6 +186,9 @@ class Engine:
                 yield event
         except torch.OutOfMemoryError:
             self._out_of_memory(state)
+        except ServerError as exc:  # a target on a server (engine.remote.verify) failed mid-reply: what came stays
+            self.runner.reset()
+            state.stop_reason, state.error = "server-error", f"{exc} (the reply so far is kept)"
         finally:
             gc.unfreeze()  # collectable again, between replies
         state.stats.set_elapsed(time.perf_counter() - state.started)

@@ -209,7 +209,7 @@ class RoundVerified:
 
 @dataclass(frozen=True, slots=True)
 class GenerationFinished:
-    stop_reason: str  # eos | stop-string | max-new-tokens | cancelled | context-full | out-of-memory
+    stop_reason: str  # eos | stop-string | max-new-tokens | cancelled | context-full | out-of-memory | server-error
     text: str
     output_ids: tuple[int, ...]
     stats: GenerationStats

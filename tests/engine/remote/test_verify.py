@@ -157,3 +157,70 @@ def test_a_draft_of_the_servers_tokenizer_is_told_by_probe_texts():
     assert "is pieces [3, 4] for the target but [7] for the draft" in explain_mismatch(difference)
     ends = tokenizer_difference(tokenizer, LocalTokenizer(dict(served), eos_text="</s>"))
     assert ends.kind == "eos" and ends.draft_text == "</s>"
+
+
+class ScriptedTarget:
+    """A vLLM that wants the reply 10, 11, 12, 10, 11, 12, … after any prompt (prompt ids < 10), which a lookup
+    drafts once it has seen it: its chat template is the ids
+    1 2 3 then the messages' lengths, its end of turn 2; `fail_from`: the completions from that one on answer
+    HTTP 500."""
+
+    def __init__(self, fail_from: int | None = None) -> None:
+        self.completions, self.fail_from = 0, fail_from
+
+    def wants(self, ids: list[int], at: int) -> int:
+        """The target's next id after ids[:at]."""
+        return 10 + sum(1 for i in ids[:at] if i >= 10) % 3
+
+    def __call__(self, endpoint, payload):
+        if endpoint == "/tokenize":
+            if "messages" in payload:
+                tail = [5, 2, 3] if payload["messages"][-1]["role"] == "assistant" else []
+                return 200, {"tokens": [1, 2, 3] + [len(m["content"]) % 9 for m in payload["messages"][:1]] + tail}
+            return 200, {"tokens": [4]}
+        if endpoint == "/detokenize":
+            return 200, {"prompt": "ok" if payload["tokens"] == [5] else " ".join(map(str, payload["tokens"]))}
+        self.completions += 1
+        if self.fail_from is not None and self.completions >= self.fail_from:
+            return 500, {"error": {"message": "engine core died"}}
+        ids = payload["prompt"]
+        prompt = [None] + [{str(ids[p]): {"logprob": -0.5 if ids[p] == self.wants(ids, p) else -3.0},
+                            str(self.wants(ids, p)): {"logprob": -0.5}} for p in range(1, len(ids))]
+        top = {f"token_id:{self.wants(ids, len(ids))}": -0.5}
+        return 200, {"choices": [{"prompt_logprobs": prompt if payload.get("prompt_logprobs") else None,
+                                  "logprobs": {"top_logprobs": [top]}, "finish_reason": "length"}]}
+
+
+def verifying_engine(server: ScriptedTarget):
+    import engine.drafters  # noqa: F401  (the method registry)
+    from engine.core.engine import Engine
+    from engine.remote.verify import server_target
+    from engine.runtime import ServerDrafts
+    info = ServerInfo("vllm", ("m",), None, True, 512)
+    target = server_target(ScriptedClient(server), info, "m", "http://127.0.0.1:8000", "m on 127.0.0.1:8000", "vllm")
+    return Engine(target, ServerDrafts(target))
+
+
+def test_drafts_made_here_are_verified_by_the_servers_rows():
+    from engine.core.config import parse_spec
+    from engine.core.events import GenerationFinished, RoundVerified
+    server = ScriptedTarget()
+    engine = verifying_engine(server)
+    assert engine.target.eos_ids == {2}
+    events = list(engine.generate("count", spec=parse_spec("prompt-lookup:k=3"), max_new_tokens=12))
+    finished = events[-1]
+    assert isinstance(finished, GenerationFinished) and finished.error is None
+    assert list(finished.output_ids) == [10, 11, 12] * 4  # the server's own reply, token for token
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    assert sum(len(r.committed_ids) for r in rounds) == 12 == finished.stats.committed_tokens
+    assert finished.stats.accepted_tokens >= 6 and len(rounds) < 8  # the lookup's drafts were kept
+    assert server.completions == len(rounds)  # one request a round
+
+
+def test_a_server_that_fails_mid_reply_ends_it_with_the_reply_so_far_and_one_message():
+    from engine.core.config import parse_spec
+    server = ScriptedTarget(fail_from=4)
+    finished = list(verifying_engine(server).generate("count", spec=parse_spec("prompt-lookup:k=3"),
+                                                      max_new_tokens=12))[-1]
+    assert finished.stop_reason == "server-error" and 3 <= len(finished.output_ids) < 12  # three rounds came
+    assert "HTTP 500: engine core died" in finished.error and "the reply so far is kept" in finished.error
