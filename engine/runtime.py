@@ -85,22 +85,29 @@ class DraftProvider:
         """Load (once) and check a draft model. The target itself is reused when named again."""
         if self._draft is not None and self._draft.name == name:
             return self._draft
-        target = self.target
-        if name == target.name or resolve_source(name) == resolve_source(target.name):
-            draft = target  # same weights: share them, the drafter still keeps its own cache
-        else:
-            check_draft_backend(target, resolve_source(name), name)
-            answers = self.consent()
-            safety_check(name, answers)  # a draft gets the target's two questions (ConsentNeeded)
-            self._status(f"Loading draft model {name}…")
-            # where the target's layers run (a llama.cpp target's logits are on the CPU even when offloaded)
-            draft = self._draft_loader(name, device=target.placement or str(target.device), dtype=target.dtype,
-                                       progress=self._status,
-                                       backend=target.backend, trust_remote_code=name in answers.remote_code_allowed,
-                                       allow_pickle=name in answers.pickle_allowed)
+        draft = self._new_draft(name)
         self._forget_drafter()
         self._draft = draft
         return draft
+
+    def _new_draft(self, name: str) -> LoadedModel:
+        """The target itself where it is named again (same weights: shared, the drafter still keeps its own cache),
+        else the draft loaded on the target's backend, where the target's layers run (a llama.cpp target's logits
+        are on the CPU even when offloaded)."""
+        target = self.target
+        if name == target.name or resolve_source(name) == resolve_source(target.name):
+            return target
+        check_draft_backend(target, resolve_source(name), name)
+        return self._load_draft(name, device=target.placement or str(target.device), dtype=target.dtype,
+                                backend=target.backend)
+
+    def _load_draft(self, name: str, **where) -> LoadedModel:
+        """Load a draft after the user's answers (a draft gets the target's two questions: ConsentNeeded)."""
+        answers = self.consent()
+        safety_check(name, answers)
+        self._status(f"Loading draft model {name}…")
+        return self._draft_loader(name, progress=self._status, trust_remote_code=name in answers.remote_code_allowed,
+                                  allow_pickle=name in answers.pickle_allowed, **where)
 
     def _forget_drafter(self) -> None:
         if self._drafter is not None:
@@ -171,18 +178,9 @@ class ServerDrafts(DraftProvider):
         if info.check is not None:
             info.check(spec, self.target, draft)
 
-    def draft_model(self, name: str) -> LoadedModel:
+    def _new_draft(self, name: str) -> LoadedModel:
         """A draft loaded here, where it runs best (its own backend and device: the target's are the server's)."""
-        if self._draft is not None and self._draft.name == name:
-            return self._draft
-        answers = self.consent()
-        safety_check(name, answers)
-        self._status(f"Loading draft model {name}…")
-        draft = self._draft_loader(name, progress=self._status, trust_remote_code=name in answers.remote_code_allowed,
-                                   allow_pickle=name in answers.pickle_allowed)
-        self._forget_drafter()
-        self._draft = draft
-        return draft
+        return self._load_draft(name)
 
     def verify_curve(self, k: int) -> VerifyCost | None:
         return None

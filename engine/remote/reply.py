@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 from engine.core.events import RoundsRevised, RoundVerified, TokenStatus
 from engine.core.stats import StatsAccumulator
-from engine.remote.steps import SERVER_DRAFTER, place_steps, placement_note, server_rounds
+from engine.remote.steps import SERVER_DRAFTER, UNKNOWN_ID, place_steps, placement_note, server_rounds
 
-UNKNOWN_ID = -1  # a token's id where the server does not give it (every server but llama-server and vLLM)
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's logprobs entry under return_tokens_as_token_ids
 
 

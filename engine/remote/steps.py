@@ -26,7 +26,7 @@ from typing import Sequence
 
 from engine.core.events import RoundVerified, TokenStatus, target_status
 
-UNKNOWN_ID = -1  # a drafted token the server turned down and does not name
+UNKNOWN_ID = -1  # a token the server does not name (a draft it turned down; any token of a server without ids)
 SERVER_DRAFTER = "server"  # the drafter a server's rounds name (its own steps, not a round of SpecScope's loop)
 
 
@@ -58,8 +58,10 @@ def _place(chunk_sizes: Sequence[int], accepted: Sequence[int], drafted: Sequenc
     if len(accepted) != len(drafted) or any(a < 0 or d < a for a, d in zip(accepted, drafted)):
         return None
     n = sum(chunk_sizes)
-    if n < 1 or any(size < 1 for size in chunk_sizes):
+    if n < 1 or any(size < 1 for size in chunk_sizes) or (one_chunk_a_step and chunk_sizes[0] != 1):
         return None
+    if n == 1:
+        return Placement((Step(0, 1, 0, 0),), unique=True) if not accepted else None
     chunk_end = []
     for size in chunk_sizes:
         chunk_end += [len(chunk_end) + size] * size
@@ -93,10 +95,6 @@ def _place(chunk_sizes: Sequence[int], accepted: Sequence[int], drafted: Sequenc
             total = sum(ways.get((t2, j2), 0) for t2, j2, _ in moves(t, j))
             if total:
                 ways[(t, j)] = min(total, 2)
-    if chunk_sizes[0] != 1 and one_chunk_a_step:
-        return None
-    if n == 1:
-        return Placement((Step(0, 1, 0, 0),), unique=True) if not n_steps else None
     if not ways.get((1, 0)):
         return None
     steps, t, j = [Step(0, 1, 0, 0)], 1, 0
